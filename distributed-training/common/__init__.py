@@ -1,0 +1,17 @@
+"""Shared utilities for the labs, symlinked into each lab as `common`. Kept tiny and stable.
+
+One concept per module:
+    dist       the torchrun environment contract: DistInfo, distributed(), print0, fail
+    config     frozen-dataclass configs -> argparse (defaults in --help); bad input exits 2 in one line
+    timing     warm-up, barrier, CUDA events / perf_counter, max over ranks, raw samples kept
+    results    tidy CSV with provenance columns, appended row by row, resumable
+    plotting   one matplotlib style (Agg, PNG) with a provenance footer
+    hardware   the GPU preset table (peak TFLOP/s, memory, NVLink) and guarded NVML access
+    model      the small GPT, its parameter count and FLOPs per token (MFU)
+    data       the byte-level stdlib corpus and nanoGPT .bin files, deterministic batches
+    testing    run a function on N forked gloo ranks (tests only)
+    doctor     `make doctor`
+
+Import the submodule you need (`from common.dist import distributed`); this file imports
+nothing so that `import common` stays cheap.
+"""

@@ -1,0 +1,152 @@
+"""Frozen-dataclass configuration with a generated command line.
+
+Every runner declares its settings once, as a frozen dataclass whose fields carry a default and
+a one-line help text, and validates them in `__post_init__` by raising ValueError. This module
+turns such a class into an argparse parser (kebab-case flags, defaults shown in --help) and
+turns every kind of bad input into the same outcome: one line on stderr that says what is wrong
+and what is allowed, exit code 2, nothing written.
+
+    @dataclass(frozen=True)
+    class Config:
+        sizes: str = field(default="1K:64M", metadata={"help": "min:max message size"})
+        iters: int = field(default=20, metadata={"help": "timed iterations"})
+        def __post_init__(self):
+            if self.iters <= 0:
+                raise ValueError(f"--iters must be positive, got {self.iters}")
+
+    cfg = parse_config(Config, description=__doc__)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from typing import Any, Sequence, TypeVar
+
+T = TypeVar("T")
+
+BAD_INPUT = 2  # the exit code for every configuration error, as argparse uses
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage + error over two lines; the project contract is one line."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _base_type(tp: Any) -> Any:
+    """Unwrap Optional[X] / X | None to X."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _tuple_parser(elem: Any):
+    def parse(text: str) -> tuple:
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        try:
+            return tuple(elem(s) for s in items)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {elem.__name__}, got {text!r}")
+
+    parse.__name__ = f"list of {elem.__name__}"
+    return parse
+
+
+def _optional(conv):
+    def parse(text: str):
+        return None if text.lower() in ("none", "") else conv(text)
+
+    parse.__name__ = getattr(conv, "__name__", "value")
+    return parse
+
+
+def build_parser(cls: type, description: str | None = None, prog: str | None = None) -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=prog,
+        description=description,
+        formatter_class=lambda prog: argparse.ArgumentDefaultsHelpFormatter(prog, max_help_position=36, width=110),
+    )
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init or f.metadata.get("cli") is False:
+            continue
+        tp = hints[f.name]
+        base = _base_type(tp)
+        optional = base is not tp
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        kw: dict[str, Any] = {"default": default, "help": f.metadata.get("help", " "), "dest": f.name}
+        if "choices" in f.metadata:
+            kw["choices"] = f.metadata["choices"]
+        if base is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(base) is typing.Literal:
+            kw["choices"] = list(typing.get_args(base))
+            kw["type"] = type(kw["choices"][0])
+        elif typing.get_origin(base) is tuple:
+            elem = typing.get_args(base)[0]
+            kw["type"] = _tuple_parser(elem)
+            kw["metavar"] = "A,B,..."
+            kw["default"] = default
+        elif base in (int, float, str):
+            kw["type"] = _optional(base) if optional else base
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: unsupported config type {tp!r}")
+        parser.add_argument(_flag(f.name), **kw)
+    return parser
+
+
+def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: str | None = None,
+                 prog: str | None = None) -> T:
+    """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done."""
+    parser = build_parser(cls, description, prog)
+    ns = parser.parse_args(argv)
+    try:
+        return cls(**vars(ns))
+    except (ValueError, TypeError) as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(BAD_INPUT)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """The resolved config as plain JSON-able values (saved beside every result)."""
+    out = {}
+    for k, v in dataclasses.asdict(cfg).items():
+        out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def parse_size(text: str) -> int:
+    """'64', '4K', '1M', '4G' -> bytes (binary units, as nccl-tests' -b/-e)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    s = text.strip().upper()
+    for suffix in ("IB", "B"):  # 4KiB, 4KB, 64B all accepted; K/M/G are binary, as in nccl-tests
+        if s.endswith(suffix) and len(s) > len(suffix):
+            s = s[: -len(suffix)]
+            break
+    num, unit = (s[:-1], s[-1]) if s and s[-1] in units else (s, "")
+    try:
+        value = float(num) * units[unit]
+    except ValueError:
+        raise ValueError(f"cannot read size {text!r}; use a number with an optional K/M/G suffix, e.g. 64K or 4G")
+    if value != int(value) or value <= 0:
+        raise ValueError(f"size {text!r} must be a positive whole number of bytes")
+    return int(value)
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B" if nbytes < 1024 else f"{nbytes / 1024:.1f}K"

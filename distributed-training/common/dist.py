@@ -1,0 +1,114 @@
+"""The torchrun environment contract, implemented once for every lab.
+
+A process is part of a distributed job if and only if torchrun (or anything that speaks its
+contract: Slurm + torchrun, the test helper in `common.testing`) set RANK, LOCAL_RANK and
+WORLD_SIZE. Otherwise it runs as a single process, still inside a one-rank process group so
+that lab code can call collectives unconditionally.
+
+    with distributed(device="auto", timeout_s=300) as env:
+        print0(f"rank {env.rank} of {env.world_size} on {env.device} ({env.backend})")
+
+Backend: NCCL only when CUDA is there (the CPU wheel has no NCCL at all, and asking for
+"cpu:gloo,cuda:nccl" raises), gloo otherwise. The device is set *before* init_process_group so
+NCCL binds its communicator to the right GPU, and an explicit timeout makes a dead or stuck
+peer an error instead of a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Who this process is. Passed around instead of globals."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def nnodes(self) -> int:
+        # torchrun starts the same number of workers on every node (--nproc-per-node).
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_torchrun() -> bool:
+    return all(v in os.environ for v in _TORCHRUN_VARS)
+
+
+def resolve_device(device: str, local_rank: int) -> torch.device:
+    """'auto' -> cuda:<local_rank> when CUDA is there, else cpu; 'cpu' / 'cuda' force one."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda was asked for but torch sees no CUDA device (see `make doctor`)")
+    if device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+@contextmanager
+def distributed(device: str = "auto", timeout_s: float = 300.0) -> Iterator[DistInfo]:
+    """Initialise the default process group from the torchrun environment and tear it down.
+
+    Without torchrun variables this is a one-rank group on an in-memory store, so the same
+    lab code runs as `python run.py` and as `torchrun --nproc-per-node N run.py`.
+    """
+    if launched_by_torchrun():
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    else:
+        rank, world, local_rank, local_world = 0, 1, 0, 1
+    dev = resolve_device(device, local_rank)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    kwargs: dict = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        kwargs["device_id"] = dev  # eager NCCL init: a missing peer fails here, not mid-sweep
+    if not launched_by_torchrun():
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+    already = dist.is_initialized()
+    if not already:
+        dist.init_process_group(**kwargs)
+    try:
+        yield DistInfo(rank, local_rank, world, local_world, dev, backend)
+    finally:
+        if not already and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+
+
+def print0(*args, **kwargs) -> None:
+    """print() on global rank 0 only, flushed so logs interleave sensibly under torchrun."""
+    if get_rank() == 0:
+        kwargs.setdefault("flush", True)
+        print(*args, **kwargs)
+
+
+def fail(msg: str, code: int = 1) -> None:
+    """Stop with one clear line on stderr (rank 0 prints it; every rank exits)."""
+    if get_rank() == 0:
+        print(f"error: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(code)

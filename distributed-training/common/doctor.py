@@ -1,0 +1,101 @@
+"""`make doctor`: what this machine has, for the labs.
+
+    make doctor                       # or: PYTHONPATH=distributed-training python -m common.doctor
+
+Prints Python, torch, CUDA, NCCL, the GPUs and their NVLink/P2P links (through NVML), which FP8
+backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
+GPU=auto picks. Never fails for a missing GPU or library: it says what is missing and how to
+get it. Exit code 0 unless Python/torch themselves are unusable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+
+import torch
+import torch.distributed as dist
+
+from .hardware import NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, nvml
+
+
+def _try_import(name: str) -> str:
+    try:
+        mod = importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - TE raises OSError/FileNotFoundError for a missing .so
+        return f"not importable ({type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''})"
+    return f"importable, version {getattr(mod, '__version__', '?')}"
+
+
+def _links(pynvml, n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        active = 0
+        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                active += pynvml.nvmlDeviceGetNvLinkState(h, link) == pynvml.NVML_FEATURE_ENABLED
+            except pynvml.NVMLError:
+                break
+        peers = []
+        for j in range(n):
+            if j == i:
+                continue
+            # Decide NVLink connectivity from the P2P NVLink status, not the remote PCI bus id
+            # (on NVSwitch systems that id is the switch, not the peer GPU).
+            try:
+                st = pynvml.nvmlDeviceGetP2PStatus(h, pynvml.nvmlDeviceGetHandleByIndex(j),
+                                                   pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+                if st == pynvml.NVML_P2P_STATUS_OK:
+                    peers.append(str(j))
+            except pynvml.NVMLError:
+                pass
+        out.append(f"GPU{i}: {active} NVLink links active; NVLink peers: {','.join(peers) or 'none'}")
+    return out
+
+
+def report() -> list[str]:
+    lines = [f"python      {platform.python_version()} ({sys.executable})",
+             f"torch       {torch.__version__}",
+             f"cpu         {cpu_model()}, {cpu_count()} cores usable",
+             f"backends    gloo={'yes' if dist.is_gloo_available() else 'no'}  "
+             f"nccl={'yes' if dist.is_nccl_available() else 'no'}"]
+    if torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else "n/a"
+        lines.append(f"cuda        {torch.version.cuda}  cudnn {torch.backends.cudnn.version()}  nccl {nccl}")
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            lines.append(f"gpu {i}       {p.name}, {p.total_memory / 2**30:.1f} GiB, sm_{p.major}{p.minor}, "
+                         f"{p.multi_processor_count} SMs")
+    else:
+        lines.append("cuda        not available (CPU presets and gloo will be used)")
+    try:
+        with nvml() as pynvml:
+            lines.append(f"nvml        driver {pynvml.nvmlSystemGetDriverVersion()}")
+            lines += ["            " + s for s in _links(pynvml, pynvml.nvmlDeviceGetCount())]
+    except NVMLUnavailable as e:
+        lines.append(f"nvml        {e}")
+    fp8_hw = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
+    lines += [
+        f"fp8 hw      {'yes (sm_89+)' if fp8_hw else 'no FP8 tensor cores here (native/emulated FP8 still run)'}",
+        f"fp8 te      transformer_engine.pytorch: {_try_import('transformer_engine.pytorch')}",
+        f"fp8 torchao torchao.float8: {_try_import('torchao.float8')}",
+        f"fp8 torch   torch._scaled_mm: {'present' if hasattr(torch, '_scaled_mm') else 'missing'}",
+    ]
+    preset = detect_preset()
+    lines.append(f"preset      GPU=auto -> {preset.name} ({preset.label}; peak bf16 "
+                 f"{fmt(preset.bf16_tflops, '.0f', ' TFLOP/s')}, fp8 {fmt(preset.fp8_tflops, '.0f', ' TFLOP/s')})")
+    return lines
+
+
+def main() -> int:
+    for line in report():
+        print(line)
+    print("hint        TransformerEngine/torchao are optional: `make setup-fp8` (torchao) and "
+          "distributed-training/fp8-train/README.md (TransformerEngine)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

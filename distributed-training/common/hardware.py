@@ -1,0 +1,157 @@
+"""The hardware table: one row per GPU preset, and the NVML access that degrades without a GPU.
+
+Peak figures are dense (no 2:4 sparsity) vendor numbers, per GPU, as collected in
+../shared/reference/parallelism-formulas.md section 6 (Scaling Book gpus.md tables;
+glennklockwood.com H100/B200 pages; the Megatron SC21 paper for A100). NVLink bandwidth is
+*per direction* (the vendors' headline figures are bidirectional: H100 "900 GB/s" is 450 each
+way), because that is what the alpha-beta collective formulas and nccl-tests' busbw compare with.
+
+A figure we do not know is None, and everything downstream prints "unknown" for it rather than
+guessing (the CPU row, FP8 on A100, FP4 before Blackwell).
+
+`GPU=auto` picks the row whose name matches torch.cuda.get_device_name(0); an unrecognised GPU
+gets a row of unknowns instead of a borrowed guess.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+
+@dataclass(frozen=True)
+class GPUPreset:
+    name: str  # the GPU= value
+    label: str  # what reports print
+    bf16_tflops: float | None  # dense peak
+    fp8_tflops: float | None  # dense peak; None = no FP8 tensor cores
+    fp4_tflops: float | None
+    memory_gb: float | None  # HBM capacity, GB = 1e9 bytes as vendors quote it
+    hbm_tbps: float | None
+    nvlink_gbps: float | None  # per direction, per GPU; None = no NVLink (PCIe only)
+    nvlink_domain: int  # GPUs that share one NVLink/NVSwitch fabric
+    net_gbits: float | None  # scale-out per GPU in the DGX/HGX reference design, Gbit/s
+    device_names: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that select this row
+
+    @property
+    def supports_fp8(self) -> bool:
+        return self.fp8_tflops is not None
+
+    @property
+    def supports_fp4(self) -> bool:
+        return self.fp4_tflops is not None
+
+    def peak_tflops(self, precision: str) -> float | None:
+        """Peak dense TFLOP/s used for MFU; bf16 and fp16 share the tensor-core rate."""
+        return {"bf16": self.bf16_tflops, "fp16": self.bf16_tflops, "fp8": self.fp8_tflops,
+                "fp4": self.fp4_tflops}.get(precision)
+
+
+PRESETS: dict[str, GPUPreset] = {p.name: p for p in (
+    GPUPreset("cpu", "CPU (gloo)", None, None, None, None, None, None, 1, None),
+    GPUPreset("a100-40gb", "A100 SXM4 40GB", 312.0, None, None, 40.0, 1.555, 300.0, 8, 200.0,
+              ("A100-SXM4-40GB",)),
+    GPUPreset("a100", "A100 SXM4 80GB", 312.0, None, None, 80.0, 2.0, 300.0, 8, 200.0,
+              ("A100-SXM4-80GB", "A100-SXM-80GB")),
+    GPUPreset("h100", "H100 SXM 80GB", 989.4, 1978.9, None, 80.0, 3.35, 450.0, 8, 400.0,
+              ("H100 80GB HBM3", "H100 SXM")),
+    GPUPreset("h200", "H200 SXM 141GB", 989.4, 1978.9, None, 141.0, 4.8, 450.0, 8, 400.0,
+              ("H200",)),
+    GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 192.0, 8.0, 900.0, 8, 400.0,
+              ("B200",)),
+    GPUPreset("gb200", "GB200 NVL72 (B200 at 1200 W)", 2500.0, 5000.0, 10000.0, 192.0, 8.0, 900.0, 72, 400.0,
+              ("GB200",)),
+)}
+ALIASES = {"a100-80gb": "a100"}
+CHOICES = ("auto", *PRESETS, *ALIASES)
+
+# Variants that share a marketing name with a preset but not its clocks, power or links: never
+# auto-matched to the SXM row (an H100 PCIe peaks near 756 TFLOP/s, not 989).
+_NOT_SXM = ("PCIE", "NVL", "H100 SXM5 64GB")
+
+
+def get_preset(name: str) -> GPUPreset:
+    """A preset by GPU= name, or ValueError listing the valid names (callers turn it into exit 2)."""
+    key = ALIASES.get(name.lower(), name.lower())
+    if key == "auto":
+        return detect_preset()
+    if key not in PRESETS:
+        raise ValueError(f"unknown GPU preset {name!r}; valid: {', '.join(CHOICES)}")
+    return PRESETS[key]
+
+
+def detect_preset() -> GPUPreset:
+    """The preset for this machine's GPU 0; the CPU row without CUDA; unknowns for other GPUs."""
+    if not torch.cuda.is_available():
+        return PRESETS["cpu"]
+    device_name = torch.cuda.get_device_name(0)
+    upper = device_name.upper()
+    if not any(tag in upper for tag in _NOT_SXM):
+        for preset in PRESETS.values():
+            if any(tag.upper() in upper for tag in preset.device_names):
+                if preset.name == "h200" and "GH200" in upper:
+                    continue
+                return preset
+    return GPUPreset(f"unknown:{device_name}", device_name, None, None, None, None, None, None, 1, None)
+
+
+def fmt(value: float | None, spec: str = ".1f", unit: str = "") -> str:
+    """Format a table figure, printing 'unknown' instead of a guess."""
+    return "unknown" if value is None else f"{value:{spec}}{unit}"
+
+
+class NVMLUnavailable(RuntimeError):
+    pass
+
+
+@contextmanager
+def nvml() -> Iterator[object]:
+    """Yield an initialised pynvml module, or raise NVMLUnavailable with a one-line reason.
+
+    nvidia-ml-py imports everywhere (pure Python) but nvmlInit() raises NVMLError_LibraryNotFound
+    on a machine with no NVIDIA driver; that becomes "no NVML on this machine".
+    """
+    try:
+        import pynvml
+    except ImportError as e:
+        raise NVMLUnavailable(f"nvidia-ml-py is not installed ({e})") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        raise NVMLUnavailable(f"no NVML on this machine ({e})") from None
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def describe_hardware() -> str:
+    """One line naming the hardware, with no host name: '1x NVIDIA H100 80GB HBM3' or the CPU model."""
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        uniq = sorted(set(names))
+        return "; ".join(f"{names.count(n)}x {n}" for n in uniq)
+    return f"{cpu_model()} ({cpu_count()} cores)"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_count() -> int:
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

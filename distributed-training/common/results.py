@@ -1,0 +1,168 @@
+"""Tidy CSV results with provenance, appended one row at a time, resumable.
+
+One row per measurement; units in column names (time_us, busbw_GBps, peak_mem_GiB); then the
+provenance columns, the same in every lab, so any number in any report can be traced to the
+code, hardware and software that produced it:
+
+    bench_version  git_commit  timestamp_utc  hardware  world_size  nnodes  backend
+    torch_version  cuda_version  nccl_version  python_version
+
+Host names never appear (results are committed). Rows are flushed and fsync'ed as they are
+measured, so a sweep killed halfway keeps every finished row, and `resume=True` skips the rows
+whose key columns are already in the file. The resolved config is saved beside the CSV as
+<name>.config.json; resuming with a different config is an error, not a silent mix.
+
+    writer = ResultsWriter(path, columns=["collective", "size_bytes", "time_us"],
+                           key=["collective", "size_bytes"], provenance=provenance(env, "1"),
+                           config=config_dict(cfg), resume=cfg.resume)
+    if not writer.done({"collective": "all_reduce", "size_bytes": 1024}):
+        writer.write({"collective": "all_reduce", "size_bytes": 1024, "time_us": 12.5})
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from .dist import DistInfo
+from .hardware import describe_hardware
+
+PROVENANCE_COLUMNS = ["bench_version", "git_commit", "timestamp_utc", "hardware", "world_size", "nnodes", "backend",
+                      "torch_version", "cuda_version", "nccl_version", "python_version"]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def git_commit() -> str:
+    """Short commit of the code that ran; '+dirty' when tracked code differs from it."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        # Only code counts as dirt: results and reports change on every run by design.
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "*.py", "Makefile", "*.mk"],
+                               cwd=REPO_ROOT, capture_output=True, timeout=10).returncode == 1
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def nccl_version() -> str:
+    if not torch.cuda.is_available():
+        return "none"
+    try:
+        v = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError):
+        return "unknown"
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def provenance(env: DistInfo, bench_version: str) -> dict[str, Any]:
+    """The provenance columns for this process (call on every rank; only rank 0 writes)."""
+    return {
+        "bench_version": bench_version,
+        "git_commit": git_commit(),
+        "timestamp_utc": "",  # filled per row
+        "hardware": describe_hardware(),
+        "world_size": env.world_size,
+        "nnodes": env.nnodes,
+        "backend": env.backend,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda or "none",
+        "nccl_version": nccl_version(),
+        "python_version": platform.python_version(),
+    }
+
+
+def format_value(v: Any) -> str:
+    """Exact and tidy: floats by shortest round-trip repr (so resumed losses compare bit for bit)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else repr(v)
+    return str(v)
+
+
+class SchemaMismatch(ValueError):
+    pass
+
+
+class ResultsWriter:
+    """Append-only CSV writer for one run. Rank 0 creates it; other ranks pass enabled=False."""
+
+    def __init__(self, path: str | Path, columns: Iterable[str], key: Iterable[str], provenance: dict[str, Any],
+                 config: dict[str, Any] | None = None, resume: bool = False, enabled: bool = True,
+                 config_ignore: Iterable[str] = ("resume",)):
+        self.path = Path(path)
+        self.columns = list(columns) + [c for c in PROVENANCE_COLUMNS if c not in columns]
+        self.key = list(key)
+        self.provenance = provenance
+        self.enabled = enabled
+        self._done: set[tuple[str, ...]] = set()
+        missing = [k for k in self.key if k not in self.columns]
+        if missing:
+            raise ValueError(f"key columns {missing} are not among the columns")
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        config_path = self.path.with_suffix(".config.json")
+        if resume and self.path.exists():
+            with open(self.path, newline="") as f:
+                reader = csv.DictReader(f)
+                if reader.fieldnames != self.columns:
+                    raise SchemaMismatch(f"{self.path} has columns {reader.fieldnames}, this run writes "
+                                         f"{self.columns}; move the file away or run without --resume")
+                for row in reader:
+                    self._done.add(tuple(row[k] for k in self.key))
+            if config is not None and config_path.exists():
+                _check_same_config(json.loads(config_path.read_text()), config, set(config_ignore), self.path)
+        else:
+            with open(self.path, "w", newline="") as f:
+                csv.writer(f).writerow(self.columns)
+        if config is not None:
+            config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+    def _key_of(self, row: dict[str, Any]) -> tuple[str, ...]:
+        merged = {**self.provenance, **row}
+        return tuple(format_value(merged[k]) for k in self.key)
+
+    def done(self, row: dict[str, Any]) -> bool:
+        """True if a row with these key values is already in the file (resume)."""
+        return self._key_of(row) in self._done
+
+    @property
+    def n_done(self) -> int:
+        return len(self._done)
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        merged = {**self.provenance, "timestamp_utc": utc_now(), **row}
+        unknown = set(row) - set(self.columns)
+        if unknown:
+            raise ValueError(f"row has columns not in the schema: {sorted(unknown)}")
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow([format_value(merged.get(c)) for c in self.columns])
+            f.flush()
+            os.fsync(f.fileno())
+        self._done.add(self._key_of(row))
+
+
+def _check_same_config(old: dict, new: dict, ignore: set[str], path: Path) -> None:
+    changed = sorted(k for k in set(old) | set(new) if k not in ignore and old.get(k) != new.get(k))
+    if changed:
+        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
+        raise SchemaMismatch(f"cannot resume {path}: the config changed ({diffs}); rerun without --resume")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,57 @@
+"""The config contract: generated flags, defaults in --help, one-line errors with exit code 2."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from common.config import build_parser, config_dict, format_size, parse_config, parse_size
+
+
+@dataclass(frozen=True)
+class Cfg:
+    iters: int = field(default=20, metadata={"help": "timed iterations"})
+    dtype: str = field(default="fp32", metadata={"help": "element type", "choices": ("fp32", "bf16")})
+    collectives: tuple[str, ...] = field(default=("all_reduce",), metadata={"help": "which collectives"})
+    resume: bool = field(default=False, metadata={"help": "skip rows already measured"})
+    limit: float | None = field(default=None, metadata={"help": "optional cap"})
+
+    def __post_init__(self):
+        if self.iters <= 0:
+            raise ValueError(f"--iters must be positive, got {self.iters}")
+
+
+def test_flags_are_generated_from_fields():
+    cfg = parse_config(Cfg, ["--iters", "5", "--dtype", "bf16", "--collectives", "all_reduce,broadcast",
+                             "--resume", "--limit", "2.5"])
+    assert cfg == Cfg(5, "bf16", ("all_reduce", "broadcast"), True, 2.5)
+    assert parse_config(Cfg, ["--no-resume", "--limit", "none"]).limit is None
+    assert config_dict(cfg)["collectives"] == ["all_reduce", "broadcast"]
+
+
+def test_help_shows_defaults():
+    text = build_parser(Cfg).format_help()
+    assert "--iters ITERS" in text and "(default: 20)" in text and "(default: fp32)" in text
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--iters", "0"], "--iters must be positive, got 0"),  # __post_init__
+    (["--dtype", "fp64"], "invalid choice: 'fp64'"),  # argparse choices
+    (["--iters", "x"], "invalid int value"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
+    with pytest.raises(SystemExit) as e:
+        parse_config(Cfg, argv, prog="bench.py")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_sizes():
+    assert [parse_size(s) for s in ("64", "64B", "1K", "4KiB", "1M", "4G", "0.5K")] == \
+        [64, 64, 1024, 4096, 1 << 20, 4 << 30, 512]
+    for bad in ("", "-1K", "1.5", "abc", "1X"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert [format_size(n) for n in (512, 1024, 3 << 20, 4 << 30)] == ["512B", "1K", "3M", "4G"]

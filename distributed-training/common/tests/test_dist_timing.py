@@ -1,0 +1,64 @@
+"""The torchrun contract and the timing method, on real forked gloo ranks."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from common.dist import distributed
+from common.testing import RankFailed, run_ranks
+from common.timing import StepTimer, time_iterations
+
+
+def _identity(env):
+    t = torch.tensor([float(env.rank)])
+    dist.all_reduce(t)
+    return env.rank, env.world_size, env.backend, str(env.device), t.item()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_see_the_torchrun_contract(world):
+    got = run_ranks(_identity, world)
+    assert got == [(r, world, "gloo", "cpu", sum(range(world))) for r in range(world)]
+
+
+def _slow_rank_timing(env):
+    # Rank 1 sleeps 20 ms per iteration, the others 1 ms: the reduced samples must show the slow rank.
+    delay = 0.02 if env.rank == 1 else 0.001
+    t = time_iterations(lambda: time.sleep(delay), warmup=1, iters=4, device=env.device)
+    return t.samples_s, t.method, t.reduction
+
+
+def test_timing_takes_the_max_over_ranks():
+    results = run_ranks(_slow_rank_timing, 3)
+    for samples, method, reduction in results:
+        assert len(samples) == 4 and min(samples) >= 0.02
+        assert method == "perf_counter" and reduction == "max over 3 ranks"
+    assert results[0][0] == results[2][0]  # every rank holds the same reduced samples
+
+
+def _boom(env):
+    if env.rank == 1:
+        raise ValueError("rank one exploded")
+    dist.barrier()
+
+
+def test_a_failing_rank_is_reported_with_its_traceback():
+    with pytest.raises(RankFailed, match="rank 1 of 2 failed:(.|\n)*rank one exploded"):
+        run_ranks(_boom, 2, timeout_s=30)
+
+
+def test_single_process_group_and_step_timer():
+    with distributed(device="cpu") as env:
+        assert (env.rank, env.world_size, env.nnodes, env.is_main) == (0, 1, 1, True)
+        t = torch.ones(2)
+        dist.all_reduce(t)  # collectives work unconditionally in a one-rank group
+        timing = time_iterations(lambda: None, warmup=0, iters=3, device=env.device)
+        assert timing.reduction == "single rank" and len(timing.samples_s) == 3
+    assert not dist.is_initialized()
+    with StepTimer(torch.device("cpu")) as st:
+        time.sleep(0.01)
+    assert st.elapsed_s >= 0.01
+    with pytest.raises(ValueError, match="iters must be > 0"):
+        time_iterations(lambda: None, warmup=0, iters=0, device=torch.device("cpu"))

@@ -1,0 +1,48 @@
+"""The preset table and the NVML guard."""
+
+import pytest
+import torch
+
+from common.hardware import PRESETS, NVMLUnavailable, detect_preset, fmt, get_preset, nvml
+
+
+def test_presets_carry_the_reference_figures():
+    # parallelism-formulas.md section 6: dense peaks and per-direction NVLink.
+    h100 = get_preset("h100")
+    assert (h100.bf16_tflops, h100.fp8_tflops, h100.nvlink_gbps, h100.memory_gb) == (989.4, 1978.9, 450.0, 80.0)
+    assert get_preset("a100-80gb") is get_preset("a100") and not get_preset("a100").supports_fp8
+    assert get_preset("B200").supports_fp4 and not h100.supports_fp4
+    assert get_preset("gb200").nvlink_domain == 72
+    assert get_preset("cpu").peak_tflops("bf16") is None
+    assert set(PRESETS) >= {"cpu", "a100-40gb", "a100", "h100", "h200", "b200"}
+
+
+def test_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown GPU preset 'v100'; valid: auto, cpu, .*h100"):
+        get_preset("v100")
+
+
+def test_auto_detection_and_unknowns():
+    if not torch.cuda.is_available():
+        assert detect_preset().name == "cpu" and get_preset("auto").name == "cpu"
+    assert fmt(None) == "unknown" and fmt(989.4, ".0f", " TFLOP/s") == "989 TFLOP/s"
+
+
+def test_detect_never_borrows_a_sxm_row(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name, expect in [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-40GB",
+                         "a100-40gb"), ("NVIDIA B200", "b200"), ("NVIDIA H100 PCIe", None), ("NVIDIA H100 NVL", None),
+                         ("NVIDIA GH200 480GB", None), ("Tesla V100-SXM2-32GB", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0, n=name: n)
+        preset = detect_preset()
+        if expect:
+            assert preset.name == expect, name
+        else:
+            assert preset.name.startswith("unknown:") and preset.bf16_tflops is None, name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_nvml_without_a_gpu_is_a_clear_error():
+    with pytest.raises(NVMLUnavailable, match="no NVML on this machine"):
+        with nvml():
+            pass

@@ -1,0 +1,127 @@
+"""Timing, done the same way in every lab.
+
+    t = time_iterations(lambda: dist.all_reduce(x), warmup=5, iters=20, device=env.device)
+    t.median_s, t.min_s, t.max_s, t.samples_s, t.method, t.reduction
+
+The method (after nccl-tests' BenchTime and the ml-engineering benchmarks):
+- `warmup` untimed iterations first (first calls pay for connection set-up, allocator growth,
+  NCCL channel creation, autotuning);
+- a barrier before each timed iteration so every rank starts it together; the barrier itself is
+  outside the timed region;
+- on GPU the iteration is bracketed by CUDA events on the current stream (device time, not host
+  launch time); on CPU by time.perf_counter (gloo collectives return when they are complete);
+- the raw per-iteration samples are kept, and after the loop they are reduced across ranks with
+  one all-reduce: by default MAX, because a collective is only as fast as its slowest rank.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+REDUCTIONS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_s: tuple[float, ...]  # per timed iteration, already reduced across ranks
+    method: str  # "cuda_event" or "perf_counter"
+    reduction: str  # e.g. "max over 4 ranks"
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.samples_s)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.samples_s)
+
+    @property
+    def mean_s(self) -> float:
+        return statistics.fmean(self.samples_s)
+
+
+def _barrier(group) -> None:
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.barrier(group=group)
+
+
+def time_iterations(fn: Callable[[], object], *, warmup: int, iters: int, device: torch.device,
+                    group=None, reduce: str = "max", barrier: bool = True) -> Timing:
+    """Run fn warmup+iters times and return the timed iterations' durations.
+
+    Collective: every rank of `group` must call it with the same warmup/iters.
+    """
+    if iters <= 0 or warmup < 0:
+        raise ValueError(f"iters must be > 0 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    cuda = device.type == "cuda"
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+    samples: list[float] = []
+    if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        for start, end in events:
+            if barrier:
+                _barrier(group)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize(device)
+        samples = [s.elapsed_time(e) / 1e3 for s, e in events]
+    else:
+        for _ in range(iters):
+            if barrier:
+                _barrier(group)
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    return Timing(tuple(reduce_across_ranks(samples, reduce, group)), "cuda_event" if cuda else "perf_counter",
+                  _reduction_label(reduce, group))
+
+
+def reduce_across_ranks(values: list[float], reduce: str = "max", group=None) -> list[float]:
+    """Element-wise max (or min) of a list of floats over the ranks of `group`."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return list(values)
+    backend = dist.get_backend(group)
+    dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    t = torch.tensor(values, dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=REDUCTIONS[reduce], group=group)
+    return t.tolist()
+
+
+def _reduction_label(reduce: str, group) -> str:
+    n = dist.get_world_size(group) if dist.is_initialized() else 1
+    return f"{reduce} over {n} ranks" if n > 1 else "single rank"
+
+
+class StepTimer:
+    """Wall time of a training step, synchronising the device first so queued GPU work counts."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._t0 = 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __enter__(self) -> "StepTimer":
+        self._sync()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sync()
+        self.elapsed_s = time.perf_counter() - self._t0
