@@ -65,7 +65,7 @@ class Config:
     max_bytes: str = field(default="auto", metadata={"help": "largest message (-e); auto = 64M on CPU, 4G on GPU"})
     step_factor: int = field(default=2, metadata={"help": "size multiplier between rows (-f)"})
     iters: int = field(default=20, metadata={"help": "most timed iterations per size (-n)"})
-    min_iters: int = field(default=3, metadata={"help": "fewest timed iterations per size"})
+    min_iters: int = field(default=5, metadata={"help": "fewest timed iterations per size"})
     warmup: int = field(default=5, metadata={"help": "most warm-up calls per size, after the first call (-w)"})
     target_ms: float = field(default=150.0, metadata={"help": "timed work per size the iteration count aims at"})
     barrier: bool = field(default=False, metadata={"help": "barrier before every timed iteration (-z 1)"})

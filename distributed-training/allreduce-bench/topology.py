@@ -110,7 +110,7 @@ def _direct_links(nv, h, peer_bus: str | None, max_links: int) -> int:
     for link in range(max_links):
         remote = _try(nv, "nvmlDeviceGetNvLinkRemotePciInfo", h, link)
         if remote is None:
-            break
+            continue  # an inactive or absent link
         bus = getattr(remote, "busId", None)
         bus = bus.decode() if isinstance(bus, bytes) else bus
         count += bool(peer_bus) and bus == peer_bus and \

@@ -121,3 +121,15 @@ def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
     assert {r["collective"] for r in rows} == set(COLLECTIVES) - {"send_recv"}  # no peer to send to
     assert all(r["busbw_GBps"] == "0.0" and float(r["algbw_GBps"]) > 0 and r["note"] == bench.ONE_RANK_NOTE
                for r in rows)
+
+
+@pytest.mark.gpu
+def test_one_gpu_sweep_over_nccl(tmp_path):
+    out = tmp_path / "sweep.csv"
+    with distributed(device="cuda") as env:
+        cfg, preset = bench.resolve(bench.Config(min_bytes="1K", max_bytes="1M", dtypes=("fp32", "bf16"),
+                                                 out=str(out), **FAST))
+        assert bench.run(cfg, env, preset) == 0
+    rows = _rows(out)
+    assert rows and all(r["wrong"] == "0" and r["backend"] == "nccl" and r["timing"].startswith("cuda_event")
+                        and r["busbw_GBps"] == "0.0" for r in rows)

@@ -50,11 +50,11 @@ def test_shapes_follow_nccl_tests_rounding():
 
 
 def test_iterations_adapt_to_the_first_call():
-    cfg = bench.Config(target_ms=150, iters=20, min_iters=3, warmup=5)
+    cfg = bench.Config(target_ms=150, iters=20, min_iters=5, warmup=5)
     assert bench.plan_iterations(0.001, cfg) == (5, 20)  # small: capped at nccl-tests' 20 iterations
     assert bench.plan_iterations(0.010, cfg) == (4, 15)
-    assert bench.plan_iterations(0.100, cfg) == (1, 3)  # big: the floor
-    assert bench.plan_iterations(0.100, bench.Config(warmup=0)) == (0, 3)
+    assert bench.plan_iterations(0.100, cfg) == (1, 5)  # big: the floor
+    assert bench.plan_iterations(0.100, bench.Config(warmup=0)) == (0, 5)
 
 
 def _sizes():
