@@ -41,7 +41,7 @@ class Config:
     collectives: tuple[str, ...] = field(default=("all_reduce", "all_gather"), metadata={"help": "collectives"})
     min_bytes: str = field(default="1M", metadata={"help": "smallest size (the target is stated for >= 1 MiB)"})
     max_bytes: str = field(default="auto", metadata={"help": "largest size; auto = 64M on CPU, 4G on GPU"})
-    rounds: int = field(default=3, metadata={"help": "alternations of ours and bare per size"})
+    rounds: int = field(default=5, metadata={"help": "alternations of ours and bare per size"})
     target_ms: float = field(default=150.0, metadata={"help": "as bench.py --target-ms"})
     gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)})"})
     out: str = field(default="", metadata={"help": "CSV path; default results/overhead_<hw>_ws<N>.csv"})

@@ -97,6 +97,8 @@ def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("busbw (GB/s)")
     for ax in list(axes.flat)[len(colls):]:
         ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("message size S")
     axes.flat[0].legend()
     save(fig, path, footer=describe_runs(df) + "  dashed: algbw of a 1-rank run (busbw is 0 there)")
 
@@ -120,6 +122,8 @@ def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("time (us)")
     for ax in list(axes.flat)[len(colls):]:
         ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("message size S")
     axes.flat[0].legend()
     save(fig, path, footer=describe_runs(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
 
@@ -128,7 +132,7 @@ def nccl_tests_section(df: pd.DataFrame, nt: pd.DataFrame) -> list[str]:
     if nt.empty:
         return ["No nccl-tests run is stored (`make allreduce-bench NCCL_TESTS=1` on a GPU node adds one)."]
     ours = df[df.collective == "all_reduce"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
-    theirs = nt[nt.placement == "out-of-place"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
+    theirs = nt[nt.placement == "in-place"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
     m = ours.merge(theirs, on=["hardware", "world_size", "dtype", "size_bytes"], suffixes=("_ours", "_nccl_tests"))
     lines = ["| hardware | ranks | dtype | size | ours busbw | all_reduce_perf busbw | ours / theirs |",
              "|---|---|---|---|---|---|---|"]
@@ -214,7 +218,7 @@ def report(cfg: Config) -> str:
     else:
         L.append("None: published busbw figures exist for 8-GPU A100/H100/H200/B200 nodes (published.py), and no run "
                  "here is on such hardware. gloo on loopback has no published reference.")
-    L += ["", "## nccl-tests beside ours (all_reduce, out-of-place)", ""] + nccl_tests_section(
+    L += ["", "## nccl-tests beside ours (all_reduce in place, as torch does it)", ""] + nccl_tests_section(
         df, load(results, "nccl_tests_*.csv"))
     L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
         load(results, "overhead_*.csv"))

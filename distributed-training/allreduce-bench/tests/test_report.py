@@ -53,7 +53,11 @@ def test_report_from_fixture_csvs(tmp_path):
     # A GPU run on matching hardware: published figures and the link fraction appear beside it.
     _sweep_csv(res / "sweep_h100_ws8.csv", "h100", "8x NVIDIA H100 80GB HBM3", 8, "nccl", alpha_us=20, bw=360)
     _sweep_csv(res / "sweep_h100_ws1.csv", "h100", "1x NVIDIA H100 80GB HBM3", 1, "nccl", alpha_us=8, bw=1000)
+    nt = pd.DataFrame(parse_perf_output((FIXTURES / "all_reduce_perf.txt").read_text())[1])
+    nt.assign(hardware="8x NVIDIA H100 80GB HBM3", world_size=8, nnodes=1, backend="nccl", preset="h100").to_csv(
+        res / "nccl_tests_h100_ws8.csv", index=False)
     text = report.report(cfg)
+    assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 73.1 | 50.0 | 1.46 |" in text  # its in-place busbw
     assert "No GPU run exists yet" not in text and "One-rank runs: no byte crosses a link" in text
     one = next(ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | broadcast |"))
     assert "(algbw) |" in one and "| n/a |" in one  # a 1-rank run is shown as algbw, with no link fraction
