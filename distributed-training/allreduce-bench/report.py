@@ -150,6 +150,12 @@ def overhead_section(ov: pd.DataFrame) -> list[str]:
     lines = ["overhead.py times each size both ways in one job: ratio = bare time / our time, the median over "
              "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
              "| run | collective | sizes | median ratio | worst size | rounds' spread |", "|---|---|---|---|---|---|"]
+    if (ov.backend == "gloo").any():
+        lines[:0] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
+                     "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
+                     "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
+                     "GPU runs, where CUDA events time the device and ranks do not share cores"
+                     + ("" if (ov.backend == "nccl").any() else "; none has been measured yet") + ".", ""]
     for (run, coll), g in ov.groupby(["run", "collective"], sort=False):
         worst = g.loc[g.ratio.idxmin()]
         sizes = f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}"
