@@ -100,7 +100,8 @@ def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
     for ax in axes[-1]:
         ax.set_xlabel("message size S")
     axes.flat[0].legend()
-    save(fig, path, footer=describe_runs(df) + "  dashed: algbw of a 1-rank run (busbw is 0 there)")
+    save(fig, path, footer=_footer(df) + ("  dashed: algbw of a 1-rank run (busbw is 0 there)"
+                                          if (df.world_size == 1).any() else ""))
 
 
 def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
@@ -125,7 +126,12 @@ def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
     for ax in axes[-1]:
         ax.set_xlabel("message size S")
     axes.flat[0].legend()
-    save(fig, path, footer=describe_runs(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
+    save(fig, path, footer=_footer(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
+
+
+def _footer(df: pd.DataFrame) -> str:
+    return describe_runs(df, columns=("hardware", "world_size", "nnodes", "backend", "torch_version", "cuda_version",
+                                      "nccl_version"))
 
 
 def nccl_tests_section(df: pd.DataFrame, nt: pd.DataFrame) -> list[str]:
@@ -151,7 +157,7 @@ def overhead_section(ov: pd.DataFrame) -> list[str]:
              "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
              "| run | collective | sizes | median ratio | worst size | rounds' spread |", "|---|---|---|---|---|---|"]
     if (ov.backend == "gloo").any():
-        lines[:0] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
+        lines[2:2] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
                      "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
                      "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
                      "GPU runs, where CUDA events time the device and ranks do not share cores"
@@ -187,17 +193,18 @@ def report(cfg: Config) -> str:
         L += ["**CPU caveat.** On a CPU machine every rank is a process sharing a few cores, and gloo moves bytes "
               "over TCP on loopback: memory copies and the kernel's socket stack, no link. These curves show the "
               "harness works and the shape of latency- vs bandwidth-bound regimes; their values measure core "
-              "contention (4 ranks on 2 cores wait for each other), not an interconnect, and do not predict a GPU "
+              "contention (more ranks than cores take turns), not an interconnect, and do not predict a GPU "
               "cluster. A CPU run with nnodes = 2 made by `make allreduce-bench-2agents` is two torchrun agents on "
               "one machine: a test of the multi-node path, not of a network.", ""]
     if (df.world_size == 1).any():
         L += ["One-rank runs: no byte crosses a link, so busbw is 0 by definition; their tables and plots show "
               "algbw (a local copy), marked as such.", ""]
-    L += ["## Runs", "", "| run | hardware | timing | torch | NCCL | rows | wrong |", "|---|---|---|---|---|---|---|"]
+    L += ["## Runs", "", "| run | hardware | timing | torch | NCCL | commit | measured (UTC) | rows | wrong |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for run, g in df.groupby("run", sort=False):
         r = g.iloc[0]
-        L.append(f"| {run} | {r.hardware} | {r.timing} | {r.torch_version} | {r.nccl_version} "
-                 f"| {len(g)} | {int(g.wrong.sum())} |")
+        L.append(f"| {run} | {r.hardware} | {r.timing} | {r.torch_version} | {r.nccl_version} | {r.git_commit} "
+                 f"| {str(g.timestamp_utc.min())[:16]} | {len(g)} | {int(g.wrong.sum())} |")
     L += ["", "## Peak bandwidth and the alpha-beta fit", "",
           "Fit: time = alpha + factor(n) S / B by least squares on relative residuals over every size of the run "
           "(fit.py, after Hockney; ring cost forms of Thakur, Rabenseifner & Gropp 2005), so B is the asymptotic "
