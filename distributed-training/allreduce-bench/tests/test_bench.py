@@ -60,7 +60,7 @@ def _stuck_rank_1(env, cfg):
 
         def make_call(coll, bufs, rank, n, group=None):
             call = real(coll, bufs, rank, n, group)
-            return (lambda: (time.sleep(3 * cfg.timeout_s), call())) if bufs.inp.numel() > 256 else call
+            return (lambda: (time.sleep(2 * cfg.timeout_s), call())) if bufs.inp.numel() > 256 else call
         C.make_call = make_call
     return bench.run(cfg, env, PRESETS["cpu"])
 
