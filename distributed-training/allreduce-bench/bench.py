@@ -1,0 +1,293 @@
+"""allreduce-bench: what the interconnect really delivers, measured the way nccl-tests does it.
+
+Sweeps all_reduce, all_gather, reduce_scatter, broadcast, all_to_all and send/recv (a ring shift)
+over message sizes (x2 steps) through torch.distributed: NCCL on GPUs, gloo over TCP on CPUs. Per
+size it times the collective, takes the max over ranks of every iteration, and writes one CSV row:
+median/min/max time, algbw and busbw exactly as nccl-tests defines them (collectives.py), and
+`wrong`, the elements that differ from an exact expectation after the timed loop. report.py fits
+the alpha-beta model and draws the plots from the CSVs; topology.py documents the links.
+
+    make allreduce-bench                         # CPU: 4 gloo ranks, 1 KiB..64 MiB, report included
+    make allreduce-bench-gpu                     # 1 GPU (algbw only: busbw is 0 on one rank)
+    make allreduce-bench                         # on a GPU node: one rank per GPU, 1 KiB..4 GiB, NCCL
+    make allreduce-bench-run NNODES=2 MASTER_ADDR=node0      # on every node, then -report once
+    sbatch --nodes=2 slurm/lab.sbatch allreduce-bench        # the same under Slurm
+    make allreduce-bench NCCL_TESTS=1            # also nccl-tests' all_reduce_perf, side by side
+    torchrun --nproc-per-node 4 bench.py --collectives all_reduce --dtypes fp32,bf16 --max-bytes 1G
+
+Timing (common.timing.time_iterations): one untimed first call per size (connection set-up,
+allocation) whose time, max over ranks, sets the warm-up and iteration counts so every size costs
+about --target-ms; then back-to-back iterations, each timed on its own (CUDA events or
+perf_counter) and reduced by max over ranks, as nccl-tests -I 1. --barrier puts a barrier before
+every iteration instead (nccl-tests -z 1, ml-engineering's all_reduce_bench). A rank that dies or
+stops answering ends the run after --timeout-s with a message and exit code 1; the rows measured so
+far stay in the CSV and --resume continues from there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+import collectives as C
+from busbw import COLLECTIVES, bus_bandwidth
+from common.config import config_dict, format_size, parse_config, parse_size
+from common.dist import DistInfo, distributed, fail, print0
+from common.hardware import CHOICES, GPUPreset, get_preset
+from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.timing import Timing, time_iterations
+
+BENCH_VERSION = "1"
+LAB_DIR = Path(__file__).resolve().parent
+# Other labs (fsdp-scaling's projection, the planner's --calibrate) read these columns from
+# results/sweep_*.csv: keep their names and meaning stable.
+COLUMNS = ["collective", "size_bytes", "count", "dtype", "world_size", "nnodes", "backend", "hardware", "time_us",
+           "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong", "warmup", "iters", "timing", "preset",
+           "nccl_env", "note"]
+KEY = ["collective", "dtype", "size_bytes"]
+DEFAULT_MAX = {"cpu": "64M", "gpu": "4G"}
+ONE_RANK_NOTE = "1 rank: no byte crosses a link, busbw is 0 by definition"
+
+
+@dataclass(frozen=True)
+class Config:
+    collectives: tuple[str, ...] = field(default=COLLECTIVES, metadata={"help": "collectives to sweep"})
+    dtypes: tuple[str, ...] = field(default=("fp32",), metadata={"help": "dtypes: fp32, bf16, fp16"})
+    min_bytes: str = field(default="1K", metadata={"help": "smallest message (nccl-tests -b; K/M/G binary)"})
+    max_bytes: str = field(default="auto", metadata={"help": "largest message (-e); auto = 64M on CPU, 4G on GPU"})
+    step_factor: int = field(default=2, metadata={"help": "size multiplier between rows (-f)"})
+    iters: int = field(default=20, metadata={"help": "most timed iterations per size (-n)"})
+    min_iters: int = field(default=5, metadata={"help": "fewest timed iterations per size"})
+    warmup: int = field(default=5, metadata={"help": "most warm-up calls per size, after the first call (-w)"})
+    target_ms: float = field(default=150.0, metadata={"help": "timed work per size the iteration count aims at"})
+    barrier: bool = field(default=False, metadata={"help": "barrier before every timed iteration (-z 1)"})
+    gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"})
+    timeout_s: float = field(default=120.0, metadata={"help": "a collective waiting longer ends the run"})
+    out: str = field(default="", metadata={"help": "CSV path; default results/sweep_<hw>_ws<N>[_n<nodes>].csv"})
+    resume: bool = field(default=False, metadata={"help": "skip rows already in the CSV"})
+    topology: bool = field(default=True, metadata={"help": "also write results/topology_<hw>.md (rank 0)"})
+
+    def __post_init__(self):
+        bad = [c for c in self.collectives if c not in COLLECTIVES]
+        if bad or not self.collectives:
+            raise ValueError(f"unknown collective {bad[0] if bad else '(none)'!r}; valid: {', '.join(COLLECTIVES)}")
+        bad = [d for d in self.dtypes if d not in C.DTYPES]
+        if bad or not self.dtypes:
+            raise ValueError(f"unknown dtype {bad[0] if bad else '(none)'!r}; valid: {', '.join(C.DTYPES)}")
+        lo = parse_size(self.min_bytes)
+        if self.max_bytes != "auto" and parse_size(self.max_bytes) < lo:
+            raise ValueError(f"size range reversed: --min-bytes {self.min_bytes} > --max-bytes {self.max_bytes}")
+        for flag, value in (("--iters", self.iters), ("--min-iters", self.min_iters)):
+            if value < 1:
+                raise ValueError(f"{flag} must be a positive integer, got {value}")
+        if self.step_factor < 2:
+            raise ValueError(f"--step-factor must be an integer >= 2, got {self.step_factor}")
+        if self.warmup < 0:
+            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
+        for flag, value in (("--target-ms", self.target_ms), ("--timeout-s", self.timeout_s)):
+            if value <= 0:
+                raise ValueError(f"{flag} must be > 0, got {value:g}")
+
+
+def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
+    """Preset and default size range for this machine: bad input raises ValueError (exit 2)."""
+    preset = get_preset(cfg.gpu)
+    if preset.name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    max_bytes = DEFAULT_MAX["cpu" if preset.name == "cpu" else "gpu"] if cfg.max_bytes == "auto" else cfg.max_bytes
+    if parse_size(max_bytes) < parse_size(cfg.min_bytes):
+        raise ValueError(f"size range reversed: --min-bytes {cfg.min_bytes} > --max-bytes {max_bytes}")
+    return replace(cfg, max_bytes=max_bytes, gpu=preset.name), preset
+
+
+def hardware_tag(preset: GPUPreset) -> str:
+    """cpu, h100, ... or a slug of an unrecognised GPU's name: the <hw> of the file names."""
+    return re.sub(r"[^a-z0-9]+", "-", preset.name.lower()).strip("-")
+
+
+def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
+    if cfg.out:
+        return Path(cfg.out)
+    nodes = f"_n{env.nnodes}" if env.nnodes > 1 else ""
+    return LAB_DIR / "results" / f"sweep_{hardware_tag(preset)}_ws{env.world_size}{nodes}.csv"
+
+
+def comm_env() -> dict[str, str]:
+    """The NCCL settings in force (NCCL_*, TORCH_NCCL_*); paths and addresses masked (they may name hosts)."""
+    def shown(k: str, v: str) -> str:
+        return "<masked>" if "/" in v or k == "NCCL_COMM_ID" or "ADDR" in k or "HOST" in k else v
+    return {k: shown(k, v) for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+
+
+def sizes(cfg: Config) -> list[int]:
+    out, s, hi = [], parse_size(cfg.min_bytes), parse_size(cfg.max_bytes)
+    while s <= hi:
+        out.append(s)
+        s *= cfg.step_factor
+    return out
+
+
+def sweep_plan(cfg: Config, n: int) -> list[dict]:
+    """Every row to measure: collective, dtype, actual size and count (nccl-tests' rounding)."""
+    rows, seen = [], set()
+    for coll in cfg.collectives:
+        if coll == "send_recv" and n < 2:
+            continue  # no peer to send to
+        for dt in cfg.dtypes:
+            for req in sizes(cfg):
+                count, size = C.shape(coll, req, n, C.DTYPES[dt])
+                if count > 0 and (coll, dt, size) not in seen:
+                    seen.add((coll, dt, size))
+                    rows.append({"collective": coll, "dtype": dt, "size_bytes": size, "count": count})
+    return rows
+
+
+def plan_iterations(first_call_s: float, cfg: Config) -> tuple[int, int]:
+    """(warm-up calls, timed iterations) so a size costs about target_ms: 20 small calls, 3 big ones."""
+    budget = cfg.target_ms / 1e3 / max(first_call_s, 1e-9)
+    iters = max(min(cfg.min_iters, cfg.iters), min(cfg.iters, round(budget)))
+    warmup = max(min(1, cfg.warmup), min(cfg.warmup, round(budget / 4)))
+    return warmup, iters
+
+
+def time_collective(call, cfg: Config, env: DistInfo, group) -> tuple[Timing, int]:
+    """Time one prepared call: first call (max over ranks) -> warm-up and iterations -> the timed loop."""
+    first = time_iterations(call, warmup=0, iters=1, device=env.device, group=group)
+    warmup, iters = plan_iterations(first.max_s, cfg)
+    t = time_iterations(call, warmup=warmup, iters=iters, device=env.device, group=group, barrier=cfg.barrier)
+    return t, warmup + 1
+
+
+def measure(row: dict, cfg: Config, env: DistInfo, group) -> dict:
+    """Time one (collective, dtype, size) and check its result; returns the CSV row (every rank)."""
+    coll, n, dtype = row["collective"], env.world_size, C.DTYPES[row["dtype"]]
+    bufs = C.allocate(coll, row["count"], n, dtype, env.device)
+    C.fill(coll, bufs, env.rank, n)
+    call = C.make_call(coll, bufs, env.rank, n, group)
+    t, warmup = time_collective(call, cfg, env, group)
+    # The check, after the timed loop as nccl-tests does: fresh exact data, one call, compare.
+    C.fill(coll, bufs, env.rank, n)
+    call()
+    wrong = torch.tensor([C.count_wrong(bufs.out, C.expected(coll, row["count"], env.rank, n, dtype, env.device))],
+                         dtype=torch.int64, device=env.device)
+    dist.all_reduce(wrong, group=group)  # summed over ranks, as nccl-tests' #wrong
+    algbw, busbw = bus_bandwidth(coll, row["size_bytes"], t.median_s, n)
+    return {**row, "time_us": _us(t.median_s), "time_min_us": _us(t.min_s), "time_max_us": _us(t.max_s),
+            "algbw_GBps": _sig(algbw), "busbw_GBps": _sig(busbw) if n > 1 else 0.0, "wrong": int(wrong.item()),
+            "warmup": warmup, "iters": len(t.samples_s),
+            "timing": f"{t.method}, {'barrier each' if cfg.barrier else 'back-to-back'}, {t.reduction}",
+            "note": ONE_RANK_NOTE if n == 1 else ""}
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _sig(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def _broadcast(obj, group):
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=group)
+    return box[0]
+
+
+def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
+    """The sweep on every rank; rank 0 writes the CSV. Returns the exit code."""
+    # Our own group, so the timeout is --timeout-s whatever launched us (torchrun, tests).
+    group = dist.new_group(timeout=timedelta(seconds=cfg.timeout_s))
+    path = sweep_path(cfg, env, preset)
+    nccl = comm_env()
+    writer, todo, error = None, None, None
+    if env.is_main:
+        try:
+            writer = ResultsWriter(path, COLUMNS, KEY, provenance(env, BENCH_VERSION),
+                                   config={**config_dict(cfg), "nccl_env": nccl}, resume=cfg.resume)
+            todo = [r for r in sweep_plan(cfg, env.world_size) if not writer.done(r)]
+        except SchemaMismatch as e:
+            error = str(e)
+    todo, error = _broadcast((todo, error), group)
+    if error:
+        fail(error, 2)
+    if env.is_main and cfg.topology:
+        from topology import write_topology
+        write_topology(path.parent / f"topology_{hardware_tag(preset)}.md", env)
+    if writer:
+        print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
+              f"{env.device.type}) -> {_shown(path)}" + (f" ({writer.n_done} already there)" if cfg.resume else ""),
+              flush=True)
+    if env.world_size == 1:
+        print0(f"note: {ONE_RANK_NOTE}; algbw is still measured")
+    wrong_rows, header = 0, None
+    for row in tqdm(todo, unit="row", disable=True if not env.is_main else None, leave=False):
+        what = f"{row['collective']} of {format_size(row['size_bytes'])} {row['dtype']}"
+        try:
+            result = measure(row, cfg, env, group)
+        except torch.cuda.OutOfMemoryError:
+            print(f"error: rank {env.rank}: out of GPU memory for {what}; lower --max-bytes", file=sys.stderr)
+            return 1
+        except RuntimeError as e:  # gloo raises on its timeout or a closed peer socket; NCCL via its watchdog
+            kept = f"{writer.n_done} row(s)" if writer else "rows"
+            print(f"error: rank {env.rank}: {what} failed: {_short(e)}. A rank died or stopped answering "
+                  f"(--timeout-s {cfg.timeout_s:g}); the CSV keeps the {kept} measured before; rerun with --resume "
+                  "to continue.", file=sys.stderr, flush=True)
+            return 1
+        result.update(preset=preset.name, nccl_env=";".join(f"{k}={v}" for k, v in nccl.items()) or "default")
+        wrong_rows += result["wrong"] > 0
+        if writer:
+            writer.write(result)
+            if header != (row["collective"], row["dtype"]):
+                header = (row["collective"], row["dtype"])
+                tqdm.write(f"# {row['collective']} {row['dtype']}\n" + _line(dict(zip(TABLE, TABLE))))
+            tqdm.write(_line(result))
+    if wrong_rows:
+        print0(f"error: {wrong_rows} rows returned wrong data (column `wrong`): the collective is broken here")
+        return 1
+    print0(f"done: {_shown(path)}")
+    return 0
+
+
+TABLE = ("size_bytes", "count", "time_us", "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong", "iters")
+
+
+def _line(r: dict) -> str:
+    """One row of the stdout table, nccl-tests style (the header when given the column names)."""
+    cells = [f"{r[c]:.1f}" if isinstance(r[c], float) and c.startswith("time") else
+             f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in TABLE]
+    return " ".join(f"{c:>{w}}" for c, w in zip(cells, (12, 11, 11, 11, 11, 10, 10, 5, 5)))
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[[^\]]*\]\s*", "", msg)[:200]  # drop gloo's "[/path/to/file.cc:78] " prefix
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="bench.py")
+    try:
+        cfg, preset = resolve(cfg)
+    except ValueError as e:
+        print(f"bench.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2)
+    with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=cfg.timeout_s) as env:
+        return run(cfg, env, preset)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

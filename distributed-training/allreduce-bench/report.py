@@ -1,0 +1,262 @@
+"""REPORT.md, its plots and TOPOLOGY.md, from results/ alone: sweep_*.csv, nccl_tests_*.csv, topology_*.md.
+
+    make allreduce-bench-report          # or: python report.py [--results DIR] [--out REPORT.md]
+
+Runs on different hardware, rank counts, node counts or dtypes are drawn side by side. Per run and
+collective: peak busbw, the alpha-beta fit (fit.py), the peak as a fraction of the link's
+per-direction rate from common.hardware's table (single-node GPU runs), and the published figures
+for the same hardware and rank count (published.py) where one exists.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from busbw import COLLECTIVES
+from common.config import parse_config
+from common.hardware import PRESETS
+from common.plotting import describe_runs, log2_size_axis, new_figure, save
+from fit import fit_alpha_beta, wire_factor
+from published import matching
+
+LAB_DIR = Path(__file__).resolve().parent
+RUN = ["preset", "hardware", "world_size", "nnodes", "backend", "dtype"]
+
+
+@dataclass(frozen=True)
+class Config:
+    results: str = field(default=str(LAB_DIR / "results"), metadata={"help": "folder with sweep_*.csv"})
+    out: str = field(default=str(LAB_DIR / "REPORT.md"), metadata={"help": "report to write (plots beside the CSVs)"})
+
+
+def size_str(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def num(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def load(results: Path, pattern: str = "sweep_*.csv") -> pd.DataFrame:
+    frames = [pd.read_csv(p) for p in sorted(results.glob(pattern))]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    df["run"] = [f"{r.preset} {r.world_size} rank{'s' if r.world_size > 1 else ''}"
+                 + (f" on {r.nnodes} nodes" if r.nnodes > 1 else "") + f", {r.backend}, {r.dtype}"
+                 for r in df[RUN].itertuples()]
+    return df
+
+
+def link_fraction(preset: str, backend: str, ws: int, nnodes: int, peak: float) -> str:
+    p = PRESETS.get(preset)
+    if backend != "nccl" or ws < 2 or p is None:
+        return "n/a"
+    if nnodes > 1:
+        return "n/a (across nodes)"
+    if p.nvlink_gbps is None:
+        return "unknown link rate"
+    return f"{peak / p.nvlink_gbps:.0%} of {p.nvlink_gbps:.0f}"
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, collective): peak bandwidth and the alpha-beta fit."""
+    out = []
+    for (run, coll), g in df.groupby(["run", "collective"], sort=False):
+        g = g.sort_values("size_bytes")
+        r = g.iloc[0]
+        bw = g["busbw_GBps"] if r.world_size > 1 else g["algbw_GBps"]
+        peak = g.loc[bw.idxmax()]
+        fit = fit_alpha_beta(coll, int(r.world_size), g["size_bytes"], g["time_us"] * 1e-6) if len(g) > 1 else None
+        out.append({"run": run, "collective": coll, "kind": "busbw" if r.world_size > 1 else "algbw",
+                    "peak": float(bw.max()), "peak_at": size_str(peak.size_bytes),
+                    "link": link_fraction(r.preset, r.backend, int(r.world_size), int(r.nnodes), float(bw.max())),
+                    "fit": fit, "wrong": int(g["wrong"].sum()), "rows": len(g), "preset": r.preset,
+                    "ws": int(r.world_size), "nnodes": int(r.nnodes)})
+    return pd.DataFrame(out)
+
+
+def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
+    colls = [c for c in COLLECTIVES if c in set(df.collective)]
+    fig, axes = new_figure(2, 3, sharex=True)
+    for ax, coll in zip(axes.flat, colls):
+        for run, g in df[df.collective == coll].groupby("run", sort=False):
+            g = g.sort_values("size_bytes")
+            one = g.world_size.iloc[0] == 1
+            ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
+        ax.set_title(coll)
+        log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
+        ax.set_ylabel("busbw (GB/s)")
+    for ax in list(axes.flat)[len(colls):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("message size S")
+    axes.flat[0].legend()
+    save(fig, path, footer=_footer(df) + ("  dashed: algbw of a 1-rank run (busbw is 0 there)"
+                                          if (df.world_size == 1).any() else ""))
+
+
+def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
+    colls = [c for c in COLLECTIVES if c in set(df.collective)]
+    fig, axes = new_figure(2, 3, sharex=True)
+    for ax, coll in zip(axes.flat, colls):
+        for run, g in df[df.collective == coll].groupby("run", sort=False):
+            g = g.sort_values("size_bytes")
+            err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
+            line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
+            fit = summ[(summ.run == run) & (summ.collective == coll)].fit.iloc[0]
+            if fit is not None:
+                s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
+                ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
+                        color=line[0].get_color(), lw=1)
+        ax.set_title(coll)
+        ax.set_yscale("log")
+        log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
+        ax.set_ylabel("time (us)")
+    for ax in list(axes.flat)[len(colls):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("message size S")
+    axes.flat[0].legend()
+    save(fig, path, footer=_footer(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
+
+
+def _footer(df: pd.DataFrame) -> str:
+    return describe_runs(df, columns=("hardware", "world_size", "nnodes", "backend", "torch_version", "cuda_version",
+                                      "nccl_version"))
+
+
+def nccl_tests_section(df: pd.DataFrame, nt: pd.DataFrame) -> list[str]:
+    if nt.empty:
+        return ["No nccl-tests run is stored (`make allreduce-bench NCCL_TESTS=1` on a GPU node adds one)."]
+    ours = df[df.collective == "all_reduce"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
+    theirs = nt[nt.placement == "in-place"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
+    m = ours.merge(theirs, on=["hardware", "world_size", "dtype", "size_bytes"], suffixes=("_ours", "_nccl_tests"))
+    lines = ["| hardware | ranks | dtype | size | ours busbw | all_reduce_perf busbw | ours / theirs |",
+             "|---|---|---|---|---|---|---|"]
+    for r in m[m.size_bytes >= 2**20].itertuples():
+        ratio = r.busbw_GBps_ours / r.busbw_GBps_nccl_tests if r.busbw_GBps_nccl_tests else float("nan")
+        lines.append(f"| {r.hardware} | {r.world_size} | {r.dtype} | {size_str(r.size_bytes)} | "
+                     f"{r.busbw_GBps_ours:.1f} | {r.busbw_GBps_nccl_tests:.1f} | {ratio:.2f} |")
+    return lines if len(lines) > 2 else ["nccl-tests rows exist but none matches a run of ours (same hardware, "
+                                         "ranks, dtype and size >= 1 MiB)."]
+
+
+def overhead_section(ov: pd.DataFrame) -> list[str]:
+    if ov.empty:
+        return ["Not measured yet: `make allreduce-bench-overhead` writes results/overhead_<hw>_ws<N>.csv."]
+    lines = ["overhead.py times each size both ways in one job: ratio = bare time / our time, the median over "
+             "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
+             "| run | collective | sizes | median ratio | worst size | rounds' spread |", "|---|---|---|---|---|---|"]
+    if (ov.backend == "gloo").any():
+        lines[2:2] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
+                     "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
+                     "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
+                     "GPU runs, where CUDA events time the device and ranks do not share cores"
+                     + ("" if (ov.backend == "nccl").any() else "; none has been measured yet") + ".", ""]
+    for (run, coll), g in ov.groupby(["run", "collective"], sort=False):
+        worst = g.loc[g.ratio.idxmin()]
+        sizes = f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}"
+        lines.append(f"| {run.rsplit(',', 1)[0]} | {coll} | {sizes} | {g.ratio.median():.3f} | {worst.ratio:.3f} at "
+                     f"{size_str(worst.size_bytes)} | {g.ratio_min.min():.2f}..{g.ratio_max.max():.2f} |")
+    return lines
+
+
+def report(cfg: Config) -> str:
+    results, out = Path(cfg.results), Path(cfg.out)
+    df = load(results)
+    if df.empty:
+        raise SystemExit(f"error: no sweep_*.csv in {results}; run `make allreduce-bench-run` first")
+    summ = summary(df)
+    plot_bandwidth(df, results / "busbw.png")
+    plot_time_fit(df, summ, results / "time_fit.png")
+    rel = lambda p: p.resolve().relative_to(out.resolve().parent).as_posix()  # noqa: E731
+    gpu = df[df.backend == "nccl"]
+    L = ["# allreduce-bench report", "",
+         "Generated by `make allreduce-bench-report` from `results/sweep_*.csv` alone; regenerate it, do not edit it.",
+         "Metrics as nccl-tests defines them (busbw.py): algbw = S/t, busbw = algbw x 2(n-1)/n for all_reduce, "
+         "(n-1)/n for all_gather, reduce_scatter and all_to_all (S = the whole n-part buffer), 1 for broadcast and "
+         "send_recv; GB = 1e9 bytes. Time is the median over iterations of the max over ranks.", ""]
+    if gpu.empty:
+        L += ["**No GPU run exists yet.** Every number below was measured on CPUs with gloo; the GPU path "
+              "(`make allreduce-bench-gpu`, or `make allreduce-bench` on a GPU node) has not been run for this "
+              "repository, and no GPU figure is quoted as ours.", ""]
+    if (df.backend == "gloo").any():
+        L += ["**CPU caveat.** On a CPU machine every rank is a process sharing a few cores, and gloo moves bytes "
+              "over TCP on loopback: memory copies and the kernel's socket stack, no link. These curves show the "
+              "harness works and the shape of latency- vs bandwidth-bound regimes; their values measure core "
+              "contention (more ranks than cores take turns), not an interconnect, and do not predict a GPU "
+              "cluster. A CPU run with nnodes = 2 made by `make allreduce-bench-2agents` is two torchrun agents on "
+              "one machine: a test of the multi-node path, not of a network.", ""]
+    if (df.world_size == 1).any():
+        L += ["One-rank runs: no byte crosses a link, so busbw is 0 by definition; their tables and plots show "
+              "algbw (a local copy), marked as such.", ""]
+    L += ["## Runs", "", "| run | hardware | timing | torch | NCCL | commit | measured (UTC) | rows | wrong |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for run, g in df.groupby("run", sort=False):
+        r = g.iloc[0]
+        L.append(f"| {run} | {r.hardware} | {r.timing} | {r.torch_version} | {r.nccl_version} | {r.git_commit} "
+                 f"| {str(g.timestamp_utc.min())[:16]} | {len(g)} | {int(g.wrong.sum())} |")
+    L += ["", "## Peak bandwidth and the alpha-beta fit", "",
+          "Fit: time = alpha + factor(n) S / B by least squares on relative residuals over every size of the run "
+          "(fit.py, after Hockney; ring cost forms of Thakur, Rabenseifner & Gropp 2005), so B is the asymptotic "
+          "busbw. n_1/2 is the size at which busbw reaches B/2; alpha/step divides alpha by the ring's latency steps "
+          "(2(n-1) for all_reduce, n-1 for the others). A large fit error means the curve has regimes (protocol or "
+          "algorithm switches) that one line cannot follow. Link fraction: peak busbw over the per-direction NVLink "
+          "rate in common/hardware.py (single-node GPU runs only).", "",
+          "| run | collective | peak busbw (GB/s) | at size | B fit (GB/s) | alpha (us) | alpha/step (us) | n_1/2 | fit err "
+          "| link fraction | wrong |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summ.itertuples():
+        f = r.fit
+        fit_cols = (f"{num(f.bw_GBps)} | {num(f.alpha_us)} | {num(f.alpha_step_us)} | {size_str(f.n_half_bytes)} | "
+                    f"{f.rms_rel_err:.0%}" if f is not None and not np.isnan(f.bw_GBps) else "- | - | - | - | -")
+        peak = num(r.peak) + ("" if r.kind == "busbw" else " (algbw)")
+        L.append(f"| {r.run} | {r.collective} | {peak} | {r.peak_at} | {fit_cols} | {r.link} | {r.wrong} |")
+    L += ["", "## Published figures for the same hardware", ""]
+    refs = [(r, p) for r in summ.itertuples() for p in matching(r.preset, r.collective, r.ws, r.nnodes)]
+    if refs:
+        L += ["Published figures are large-message plateaus (1-16 GiB); ours is the peak over the sizes swept.", "",
+              "| run | collective | ours peak (GB/s) | at size | published (GB/s) | setting | source |",
+              "|---|---|---|---|---|---|---|"]
+        L += [f"| {r.run} | {r.collective} | {num(r.peak)} | {r.peak_at} | {num(p.busbw_GBps)} | {p.setting} "
+              f"| {p.source} |" for r, p in refs]
+    else:
+        L.append("None: published busbw figures exist for 8-GPU A100/H100/H200/B200 nodes (published.py), and no run "
+                 "here is on such hardware. gloo on loopback has no published reference.")
+    L += ["", "## nccl-tests beside ours (all_reduce in place, as torch does it)", ""] + nccl_tests_section(
+        df, load(results, "nccl_tests_*.csv"))
+    L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
+        load(results, "overhead_*.csv"))
+    L += ["", "## Plots", "", f"![busbw vs size]({rel(results / 'busbw.png')})", "",
+          f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "",
+          "The machines' links are in [TOPOLOGY.md](TOPOLOGY.md)."]
+    text = "\n".join(L) + "\n"
+    out.write_text(text)
+    write_topology_index(results, out.parent / "TOPOLOGY.md")
+    return text
+
+
+def write_topology_index(results: Path, path: Path) -> None:
+    parts = [p.read_text() for p in sorted(results.glob("topology_*.md"))]
+    head = ["# Topology", "", "Generated by topology.py on rank 0 of each run (node 0 of multi-node runs), one section "
+            "per machine kind in results/topology_<hw>.md; `make allreduce-bench-report` gathers them here.", ""]
+    path.write_text("\n".join(head) + "\n" + ("\n".join(parts) if parts else "No topology recorded yet.\n"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="report.py")
+    report(cfg)
+    print(f"wrote {cfg.out} and its plots", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
