@@ -9,6 +9,7 @@ batch rule of batch_for) are stated in guide_template.md.
 from __future__ import annotations
 
 import re
+import textwrap
 from functools import lru_cache
 
 import numpy as np
@@ -55,6 +56,11 @@ def knobs(c: dict) -> str:
     return f"Z{c['zero']}, {c['microbatch']}×{c['num_microbatches']}{v}, {c['recompute']}"
 
 
+def prose(text: str) -> str:
+    """A generated paragraph, wrapped like the hand-written ones."""
+    return textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False)
+
+
 def table(header: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
     return "\n".join(out + ["| " + " | ".join(str(x) for x in row) + " |" for row in rows])
@@ -87,15 +93,16 @@ def rule_tp() -> str:
     best = {net: min((tp for tp, n in steps if n == net), key=lambda tp: steps[tp, net]) for net in (400, 100)}
     scale = _calibration()[0]
     cal = {tp: plan("175B", 512, pins=Pins(tp=tp), matmul_scale=scale).best["step_s"] for tp in (4, 8, 16)}
-    text = (f"\n\nAt 400 Gb/s the fastest TP degree is {best[400]}; TP 16, half of each group on another node, "
-            f"takes {steps[16, 400] / steps[8, 400]:.2f}x the step time of TP 8 and TP 32 (four nodes) "
-            f"{steps[32, 400] / steps[8, 400]:.2f}x. At 100 Gb/s the fastest is {best[100]}, and TP 16 costs "
-            f"{steps[16, 100] / steps[8, 100]:.2f}x, TP 32 {steps[32, 100] / steps[8, 100]:.2f}x. On a PCIe-only "
-            f"machine even TP 8 takes {pcie['step_s'] / steps[8, 400]:.2f}x as long as with NVLink. With the "
-            f"matmul rate calibrated on Megatron's A100 runs (section 5), TP 16 costs {cal[16] / cal[8]:.2f}x "
-            f"TP 8 at 400 Gb/s and TP 4 {cal[4] / cal[8]:.2f}x.")
+    text = prose(
+        f"At 400 Gb/s the fastest TP degree is {best[400]}; TP 16, half of each group on another node, takes "
+        f"{steps[16, 400] / steps[8, 400]:.2f}x the step time of TP 8 and TP 32 (four nodes) "
+        f"{steps[32, 400] / steps[8, 400]:.2f}x. At 100 Gb/s the fastest is {best[100]}, and TP 16 costs "
+        f"{steps[16, 100] / steps[8, 100]:.2f}x, TP 32 {steps[32, 100] / steps[8, 100]:.2f}x. On a PCIe-only "
+        f"machine even TP 8 takes {pcie['step_s'] / steps[8, 400]:.2f}x as long as with NVLink. With the matmul "
+        f"rate calibrated on Megatron's A100 runs (section 5), TP 16 costs {cal[16] / cal[8]:.2f}x TP 8 at "
+        f"400 Gb/s and TP 4 {cal[4] / cal[8]:.2f}x.")
     return table(["TP", "400 Gb/s: TP·PP·DP (ZeRO, micro-batch×m, recompute)", "step s", "exposed TP s",
-                  "100 Gb/s: TP·PP·DP (...)", "step s", "exposed TP s"], rows) + text
+                  "100 Gb/s: TP·PP·DP (...)", "step s", "exposed TP s"], rows) + "\n\n" + text
 
 
 def rule_pp() -> str:
@@ -141,9 +148,10 @@ def rule_zero3_vs_pp() -> str:
                                f"{degrees(pp)}: {pp['step_s']:.2f} s" if pp else "no fit", wins[0]]
                 same += wins[0] == wins[1]
                 rows.append(row)
-    text = (f"\n\nWith the matmul rate calibrated on Megatron's A100 runs (section 5) the faster option is the same "
-            f"in {same} of these {len(rows)} cases.")
-    return table(["model", "GPUs", "Gb/s", "tokens/GPU", "ZeRO-3, no PP", "PP + ZeRO-1", "faster"], rows) + text
+    text = prose(f"With the matmul rate calibrated on Megatron's A100 runs (section 5) the faster option is the "
+                 f"same in {same} of these {len(rows)} cases.")
+    return table(["model", "GPUs", "Gb/s", "tokens/GPU", "ZeRO-3, no PP", "PP + ZeRO-1", "faster"], rows) \
+        + "\n\n" + text
 
 
 def rule_bubble() -> str:
@@ -239,11 +247,12 @@ def accuracy() -> str:
         cerrs = [abs(k["error"]) for k in cal if k["source"] == src and k["name"] != anchor]
         summary.append(f"{src}: mean |error| {np.mean(errs):.0%} as shipped, {np.mean(cerrs):.0%} calibrated")
     a100 = scale * get_preset("a100").achievable_matmul_tflops("bf16")
-    text = (f"\n\nCalibrated column: the matmul rate scaled by {scale:.3f} ({a100:.0f} TFLOP/s on A100, "
-            f"`--matmul-tflops {a100:.0f}`), the value at which the planner reproduces the "
-            f"'{anchor}' iteration time exactly; every other row is out of sample. " + "; ".join(summary) + ".")
+    text = prose(
+        f"Calibrated column: the matmul rate scaled by {scale:.3f} ({a100:.0f} TFLOP/s on A100, `--matmul-tflops "
+        f"{a100:.0f}`), the value at which the planner reproduces the '{anchor}' iteration time exactly; every "
+        f"other row is out of sample. " + "; ".join(summary) + ".")
     return table(["source", "run", "GPUs", "metric", "published", "planner", "error", "calibrated",
-                  "planner's choice"], rows) + text
+                  "planner's choice"], rows) + "\n\n" + text
 
 
 def memory_accuracy() -> str:

@@ -66,10 +66,11 @@ def matrix_notes() -> str:
                              f"than the best TP-8 plan ({degrees(alt)}, {experiments.knobs(alt)})")
     if not notes:
         return "No plan in the table runs TP across nodes."
-    return ("Plans with TP beyond the 8-GPU node: " + "; ".join(notes) + ". The model prices a DGX H100 node's "
-            "eight 400 Gb/s NICs as carrying a ring all-reduce almost as fast as NVLink (as nccl-tests measures), so "
-            "a second node of TP costs little; it does not model NICs shared with DP and PP traffic or network "
-            "jitter, which is why practitioners stop TP at the node. Where the margin is this small, prefer TP 8.")
+    return experiments.prose(
+        "Plans with TP beyond the 8-GPU node: " + "; ".join(notes) + ". The model prices a DGX H100 node's eight "
+        "400 Gb/s NICs as carrying a ring all-reduce almost as fast as NVLink (as nccl-tests measures), so a second "
+        "node of TP costs little; it does not model NICs shared with DP and PP traffic or network jitter, which is "
+        "why practitioners stop TP at the node. Where the margin is this small, prefer TP 8.")
 
 
 def matrix_network() -> str:
@@ -104,7 +105,7 @@ class GuideConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(GuideConfig, argv, description=__doc__, prog="guide.py")
+    cfg = parse_config(GuideConfig, argv, description=__doc__.split("\n\n")[0], prog="guide.py")
     out = Path(cfg.out) if cfg.out else OUT
     text = render()
     out.write_text(text)

@@ -164,7 +164,7 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(PlanConfig, argv, description=__doc__, prog="plan.py")
+    cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
     w, cl, pins = cfg.resolve()
     res = search(w, cl, pins, top=cfg.top)
     print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))

@@ -8,7 +8,9 @@ divides the global batch, b divides the per-replica batch (b <= MAX_MICROBATCH),
 v > 1 needs p > 1, v | L/p and m a multiple of p (Megatron's interleaved schedule). Each structure is
 then evaluated with every ZeRO stage and recompute setting allowed (vectorised over numpy arrays:
 thousands of configurations in milliseconds), and the fastest setting that fits in memory represents
-it; ties go to the smaller memory. A pin (--tp 8 ...) restricts its dimension to one value.
+it; ties go to the smaller memory. With FlashAttention, selective recompute is skipped unless pinned:
+it saves nothing that FlashAttention stores and costs time. A pin (--tp 8 ...) restricts its
+dimension to one value; rejected configurations are reported with the reason, memory first.
 """
 
 from __future__ import annotations
