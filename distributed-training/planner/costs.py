@@ -108,8 +108,10 @@ def step_costs(shape: Shape, cl: Cluster, t, p, c, d, b, v, m, zero, recompute, 
     rec = np.where(r == 2, fwd, np.where(r == 1, lc["attn"] + lc["scores"], 0.0))
     layers = shape.layers / p
     tokens = b * shape.seq / c
-    logits = 3 * gemm_time(2 * tokens * shape.hidden * shape.vocab / t, cl.matmul_tflops) \
-        + 24 * tokens * shape.vocab / t / (cl.hbm_gbps * 1e9)  # fp32 logits and cross-entropy, 3 passes
+    # LM head in bf16 even under FP8 (the first and last layers usually stay in high precision), then fp32
+    # logits and cross-entropy read and written in 3 passes.
+    logits = 3 * gemm_time(2 * tokens * shape.hidden * shape.vocab / t, cl.bf16_matmul_tflops) \
+        + 24 * tokens * shape.vocab / t / (cl.hbm_gbps * 1e9)
     compute_mb = layers * (fwd + bwd + rec) + logits
 
     act = 2.0 * tokens * shape.hidden  # bytes of one b x s x h bf16 activation on one CP rank

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -167,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
     w, cl, pins = cfg.resolve()
     res = search(w, cl, pins, top=cfg.top)
-    print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))
+    try:
+        print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `plan.py | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if res.best else 1
 
 
