@@ -29,11 +29,12 @@ NETWORKS = (100, 200, 400, 800)
 
 
 def short(res) -> str:
-    """One matrix cell: degrees, ZeRO stage (R = full recompute), MFU; or that nothing fits."""
+    """One matrix cell: degrees, ZeRO stage (R = full recompute), memory per GPU, MFU; or that nothing fits."""
     c = res.best
     if c is None:
         return "no fit"
-    return f"{degrees(c)} Z{c['zero']}{' R' if c['recompute'] == 'full' else ''} {c['mfu']:.0%}"
+    return f"{degrees(c)} Z{c['zero']}{' R' if c['recompute'] == 'full' else ''}, {c['memory_gb']['total']:.0f} GB, " \
+        f"{c['mfu']:.0%}"
 
 
 def matrix_main() -> str:
@@ -81,6 +82,26 @@ def matrix_network() -> str:
     return table(["model", "GPUs"] + [f"{n} Gb/s" for n in NETWORKS], rows)
 
 
+def _no_pp_share(results) -> str:
+    found = [r.best for r in results if r.best]
+    return f"{sum(c['pp'] == 1 for c in found)} of {len(found)}"
+
+
+def matrix_network_note() -> str:
+    """How often the plan needs no pipeline, per network speed (the matrix_network cells)."""
+    cells = {net: [plan(m, g, net=net) for m in MODELS for g in GPU_COUNTS[1:4]] for net in NETWORKS}
+    return experiments.prose("Plans without a pipeline, by network: " + ", ".join(
+        f"{_no_pp_share(cells[net])} at {net} Gb/s" for net in NETWORKS) + ".")
+
+
+def matrix_domain_note() -> str:
+    """How often the plan needs no pipeline, per NVLink domain (the matrix_domain cells)."""
+    doms = {"PCIe only": 1, "8-GPU NVLink": 8, "NVL72": 72}
+    cells = {k: [plan(m, g, gpu="gb200", domain=d) for m in MODELS for g in GPU_COUNTS[1:4]] for k, d in doms.items()}
+    return experiments.prose("Plans without a pipeline, by domain: " + ", ".join(
+        f"{_no_pp_share(cells[k])} with {k}" for k in doms) + ".")
+
+
 def matrix_domain() -> str:
     rows = []
     for model in MODELS:
@@ -90,7 +111,8 @@ def matrix_domain() -> str:
 
 
 SECTIONS = {"matrix_main": matrix_main, "matrix_notes": matrix_notes, "matrix_network": matrix_network,
-            "matrix_domain": matrix_domain, **experiments.SECTIONS}
+            "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
+            "matrix_domain_note": matrix_domain_note, **experiments.SECTIONS}
 
 
 def render() -> str:
