@@ -4,8 +4,8 @@ Compute. Each GEMM costs T0 + F / R (a Hockney form for kernels): R is the measu
 (MAMF, cluster.py) and T0 = 2 us a fixed cost per kernel (launch, prologue/epilogue, the last partial
 wave). T0 = 2 us reproduces Calculon's A100 GEMM-efficiency table (0.6 / 0.9 / 0.95 of peak at 1 /
 16 / 128 GFLOP, calculon-ai/calculon systems/a100_80g.json) to within 0.05 at R = 0.95·peak, so the
-achievable fraction of peak falls for small GEMMs: a 1-GFLOP GEMM runs at 60% of R on an A100 and at
-31% on an H100. Backward = 2x the forward GEMMs (input and weight gradients). Attention's QK^T and
+achievable fraction of peak falls for small GEMMs: a 1-GFLOP GEMM runs at 65% of R on an A100 and at
+39% on an H100 (faster GPUs need bigger GEMMs). Backward = 2x the forward GEMMs (input and weight gradients). Attention's QK^T and
 AV are batched GEMMs in bf16 even under FP8 (TransformerEngine keeps attention in high precision);
 FP8 linear layers run at the FP8 MAMF with FP8_CAST_OVERHEAD for amax/cast kernels (TE GEMM
 profiling: ~17% of current-scaling time is quantization). Everything else (LayerNorm, GeLU, dropout,
