@@ -2,7 +2,7 @@
 planner computes now (decision matrices, one experiment per rule, accuracy against published runs).
 
     make guide                                      # rewrite distributed-training/PARALLELISM_GUIDE.md
-    python distributed-training/planner/guide.py --out /tmp/guide.md
+    python distributed-training/planner/guide.py --out guide-draft.md   # somewhere else
 
 Deterministic: the same code gives the same bytes (no dates, no machine names, no timings; the cost
 model uses only +, -, x, / and exact frexp, so results do not depend on the CPU's math library).
