@@ -9,6 +9,12 @@ way), because that is what the alpha-beta collective formulas and nccl-tests' bu
 A figure we do not know is None, and everything downstream prints "unknown" for it rather than
 guessing (the CPU row, FP8 on A100, FP4 before Blackwell).
 
+The achievable matmul rates (MAMF, "maximum achievable matmul FLOPS") are measured, not vendor
+figures: the best mean TFLOP/s that ml-engineering's mamf-finder.py found over a search of GEMM
+shapes (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+comparison table"; its "A100 SXM" row names no memory size, and it states H200 = H100 for BF16).
+Cost models (the planner) use them as the large-GEMM ceiling instead of a guessed fraction of peak.
+
 `GPU=auto` picks the row whose name matches torch.cuda.get_device_name(0); an unrecognised GPU
 gets a row of unknowns instead of a borrowed guess.
 """
@@ -35,6 +41,8 @@ class GPUPreset:
     nvlink_domain: int  # GPUs that share one NVLink/NVSwitch fabric
     net_gbits: float | None  # scale-out per GPU in the DGX/HGX reference design, Gbit/s
     device_names: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that select this row
+    bf16_mamf_tflops: float | None = None  # measured achievable dense BF16 matmul TFLOP/s (see module docstring)
+    fp8_mamf_tflops: float | None = None  # the same for FP8 (e4m3) matmuls
 
     @property
     def supports_fp8(self) -> bool:
@@ -49,21 +57,26 @@ class GPUPreset:
         return {"bf16": self.bf16_tflops, "fp16": self.bf16_tflops, "fp8": self.fp8_tflops,
                 "fp4": self.fp4_tflops}.get(precision)
 
+    def achievable_matmul_tflops(self, precision: str) -> float | None:
+        """Measured large-GEMM TFLOP/s (MAMF) for bf16/fp16/fp8; None where nobody measured it."""
+        return {"bf16": self.bf16_mamf_tflops, "fp16": self.bf16_mamf_tflops,
+                "fp8": self.fp8_mamf_tflops}.get(precision)
+
 
 PRESETS: dict[str, GPUPreset] = {p.name: p for p in (
     GPUPreset("cpu", "CPU (gloo)", None, None, None, None, None, None, 1, None),
     GPUPreset("a100-40gb", "A100 SXM4 40GB", 312.0, None, None, 40.0, 1.555, 300.0, 8, 200.0,
-              ("A100-SXM4-40GB",)),
+              ("A100-SXM4-40GB",), bf16_mamf_tflops=271.2),
     GPUPreset("a100", "A100 SXM4 80GB", 312.0, None, None, 80.0, 2.0, 300.0, 8, 200.0,
-              ("A100-SXM4-80GB", "A100-SXM-80GB")),
+              ("A100-SXM4-80GB", "A100-SXM-80GB"), bf16_mamf_tflops=271.2),
     GPUPreset("h100", "H100 SXM 80GB", 989.4, 1978.9, None, 80.0, 3.35, 450.0, 8, 400.0,
-              ("H100 80GB HBM3", "H100 SXM")),
+              ("H100 80GB HBM3", "H100 SXM"), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1402.6),
     GPUPreset("h200", "H200 SXM 141GB", 989.4, 1978.9, None, 141.0, 4.8, 450.0, 8, 400.0,
-              ("H200",)),
+              ("H200",), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1453.4),
     GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 192.0, 8.0, 900.0, 8, 400.0,
-              ("B200",)),
+              ("B200",), bf16_mamf_tflops=1745.0, fp8_mamf_tflops=3432.5),
     GPUPreset("gb200", "GB200 NVL72 (B200 at 1200 W)", 2500.0, 5000.0, 10000.0, 192.0, 8.0, 900.0, 72, 400.0,
-              ("GB200",)),
+              ("GB200",), bf16_mamf_tflops=1822.0, fp8_mamf_tflops=3615.6),
 )}
 ALIASES = {"a100-80gb": "a100"}
 CHOICES = ("auto", *PRESETS, *ALIASES)

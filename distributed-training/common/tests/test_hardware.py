@@ -46,3 +46,16 @@ def test_nvml_without_a_gpu_is_a_clear_error():
     with pytest.raises(NVMLUnavailable, match="no NVML on this machine"):
         with nvml():
             pass
+
+
+def test_achievable_matmul_rates_are_measured_or_unknown():
+    # ml-engineering MAMF table (mamf-finder.py): measured, so always below the dense peak.
+    h100, b200 = get_preset("h100"), get_preset("b200")
+    assert (h100.achievable_matmul_tflops("bf16"), h100.achievable_matmul_tflops("fp8")) == (794.5, 1402.6)
+    assert h100.achievable_matmul_tflops("fp16") == 794.5 and b200.achievable_matmul_tflops("bf16") == 1745.0
+    assert get_preset("a100").achievable_matmul_tflops("fp8") is None  # no FP8 tensor cores: no guess
+    assert get_preset("cpu").achievable_matmul_tflops("bf16") is None
+    for p in PRESETS.values():
+        for prec in ("bf16", "fp8"):
+            mamf, peak = p.achievable_matmul_tflops(prec), p.peak_tflops(prec)
+            assert mamf is None or (peak is not None and 0.5 * peak < mamf < peak), (p.name, prec)

@@ -1,0 +1,139 @@
+"""Generate ../PARALLELISM_GUIDE.md: the hand-written narrative of guide_template.md around tables the
+planner computes now (decision matrices, one experiment per rule, accuracy against published runs).
+
+    make guide                                      # rewrite distributed-training/PARALLELISM_GUIDE.md
+    python distributed-training/planner/guide.py --out guide-draft.md   # somewhere else
+
+Deterministic: the same code gives the same bytes (no dates, no machine names, no timings; the cost
+model uses only +, -, x, / and exact frexp, so results do not depend on the CPU's math library).
+Every number in the guide is a cost-model projection; no GPU was measured to produce it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import experiments
+from common.config import parse_config
+from experiments import degrees, no_fit, plan, shape_of, table
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE / "guide_template.md"
+OUT = HERE.parent / "PARALLELISM_GUIDE.md"
+MODELS = ("1B", "8B", "70B", "405B", "1T")
+GPU_COUNTS = (8, 64, 512, 4096, 16384)
+NETWORKS = (100, 200, 400, 800)
+
+
+def short(res) -> str:
+    """One matrix cell: degrees, ZeRO stage (R = full recompute), memory per GPU, MFU; or that nothing fits."""
+    c = res.best
+    if c is None:
+        return "no fit"
+    return f"{degrees(c)} Z{c['zero']}{' R' if c['recompute'] == 'full' else ''}, {c['memory_gb']['total']:.0f} GB, " \
+        f"{c['mfu']:.0%}"
+
+
+def matrix_main() -> str:
+    rows = []
+    for model in MODELS:
+        for gpus in GPU_COUNTS:
+            res = plan(model, gpus)
+            c = res.best
+            if c is None:
+                rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, no_fit(res)] + [""] * 6)
+                continue
+            rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, degrees(c), c["zero"],
+                         f"{c['microbatch']} × {c['num_microbatches']}"
+                         + (f", v={c['interleave']}" if c["interleave"] > 1 else ""),
+                         c["recompute"], f"{c['memory_gb']['total']:.0f}", f"{c['bubble_fraction']:.0%}",
+                         f"{c['mfu']:.1%}"])
+    return table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
+                  "MFU"], rows)
+
+
+def matrix_notes() -> str:
+    """A sentence for every main-matrix cell whose TP group leaves the NVLink domain, with the TP-8 price."""
+    notes = []
+    for model in MODELS:
+        for gpus in GPU_COUNTS:
+            c = plan(model, gpus).best
+            if c and c["tp"] > 8:
+                alt = plan(model, gpus, pins=experiments.Pins(tp=8)).best
+                notes.append(f"{model} on {gpus} GPUs: TP {c['tp']}, {alt['step_s'] / c['step_s'] - 1:.1%} faster "
+                             f"than the best TP-8 plan ({degrees(alt)}, {experiments.knobs(alt)})")
+    if not notes:
+        return "No plan in the table runs TP across nodes."
+    return experiments.prose(
+        "Plans with TP beyond the 8-GPU node: " + "; ".join(notes) + ". The model prices a DGX H100 node's eight "
+        "400 Gb/s NICs as carrying a ring all-reduce almost as fast as NVLink (as nccl-tests measures), so a second "
+        "node of TP costs little; it does not model NICs shared with DP and PP traffic or network jitter, which is "
+        "why practitioners stop TP at the node. Where the margin is this small, prefer TP 8.")
+
+
+def matrix_network() -> str:
+    rows = []
+    for model in MODELS:
+        for gpus in GPU_COUNTS[1:4]:
+            rows.append([model, gpus] + [short(plan(model, gpus, net=net)) for net in NETWORKS])
+    return table(["model", "GPUs"] + [f"{n} Gb/s" for n in NETWORKS], rows)
+
+
+def _no_pp_share(results) -> str:
+    found = [r.best for r in results if r.best]
+    return f"{sum(c['pp'] == 1 for c in found)} of {len(found)}"
+
+
+def matrix_network_note() -> str:
+    """How often the plan needs no pipeline, per network speed (the matrix_network cells)."""
+    cells = {net: [plan(m, g, net=net) for m in MODELS for g in GPU_COUNTS[1:4]] for net in NETWORKS}
+    return experiments.prose("Plans without a pipeline, by network: " + ", ".join(
+        f"{_no_pp_share(cells[net])} at {net} Gb/s" for net in NETWORKS) + ".")
+
+
+def matrix_domain_note() -> str:
+    """How often the plan needs no pipeline, per NVLink domain (the matrix_domain cells)."""
+    doms = {"PCIe only": 1, "8-GPU NVLink": 8, "NVL72": 72}
+    cells = {k: [plan(m, g, gpu="gb200", domain=d) for m in MODELS for g in GPU_COUNTS[1:4]] for k, d in doms.items()}
+    return experiments.prose("Plans without a pipeline, by domain: " + ", ".join(
+        f"{_no_pp_share(cells[k])} with {k}" for k in doms) + ".")
+
+
+def matrix_domain() -> str:
+    rows = []
+    for model in MODELS:
+        for gpus in GPU_COUNTS[1:4]:
+            rows.append([model, gpus] + [short(plan(model, gpus, gpu="gb200", domain=d)) for d in (1, 8, 72)])
+    return table(["model", "GPUs", "PCIe only", "8-GPU NVLink", "NVL72"], rows)
+
+
+SECTIONS = {"matrix_main": matrix_main, "matrix_notes": matrix_notes, "matrix_network": matrix_network,
+            "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
+            "matrix_domain_note": matrix_domain_note, **experiments.SECTIONS}
+
+
+def render() -> str:
+    text = TEMPLATE.read_text()
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: SECTIONS[m.group(1)]().rstrip(), text)
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    out: str | None = field(default=None, metadata={"help": "where to write (default distributed-training/"
+                                                             "PARALLELISM_GUIDE.md)"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(GuideConfig, argv, description=__doc__.split("\n\n")[0], prog="guide.py")
+    out = Path(cfg.out) if cfg.out else OUT
+    text = render()
+    out.write_text(text)
+    print(f"wrote {out.name} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Parallelism planner: which TP / PP / DP / CP degrees, ZeRO stage, micro-batch, interleaving and
+activation recompute to use for a transformer on a GPU cluster, and what it costs.
+
+A cost model, not a measurement: memory per GPU (ZeRO model states, Korthikanti activations,
+buffers), compute (FLOPs over an achievable matmul rate that depends on GEMM size), communication
+(alpha-beta with ring factors on NVLink and the network, overlap where schedules allow) and the
+pipeline bubble, for every configuration whose degrees divide; the fastest that fits wins. Every
+term and its source is in memory.py, costs.py, cluster.py and ../PARALLELISM_GUIDE.md.
+
+    make plan ARGS="--params 70B --gpus 512 --gpu h100"                 # what to run
+    make plan ARGS="--params 70B --gpus 512 --tp 8 --pp 4 --zero 1"     # price today's config
+    python distributed-training/planner/plan.py --layers 80 --hidden 8192 --heads 64 --kv-heads 8 \\
+        --ffn 43008 --vocab 128256 --seq 8192 --global-batch 512 --gpus 256 --json
+    make plan ARGS="--params 8B --gpus 64 --calibrate distributed-training/allreduce-bench/results/sweep_*.csv"
+
+Output: a table of the best configurations (or one JSON object with --json: best, ranked
+candidates, rejected configurations with reasons). Exit 0 with a plan, 1 if nothing fits in
+memory, 2 for bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+from cluster import Cluster, calibrate, make_cluster
+from common.config import config_dict, parse_config
+from common.hardware import get_preset
+from memory import MEMORY_HEADROOM, RECOMPUTE
+from search import Pins, Result, Workload, enumerate_structures, search
+from shapes import Shape, parse_count, standard_shape
+
+
+def _f(default, text, **kw):
+    return field(default=default, metadata={"help": text, **kw})
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    params: str | None = _f(None, "model size (e.g. 7B, 1.5T) for a standard shape; or give --layers/--hidden/--heads")
+    layers: int | None = _f(None, "transformer blocks")
+    hidden: int | None = _f(None, "model width h")
+    heads: int | None = _f(None, "attention heads")
+    kv_heads: int | None = _f(None, "key/value heads (GQA); default = heads")
+    vocab: int = _f(51200, "vocabulary size")
+    seq: int = _f(4096, "sequence length (tokens)")
+    ffn: int | None = _f(None, "MLP width; default 4*hidden (a SwiGLU of width F plans as 1.5*F)")
+    global_batch: int | None = _f(None, "sequences per optimizer step; default ~1M tokens")
+    precision: str = _f("bf16", "matmul precision", choices=("bf16", "fp8"))
+    gpus: int = _f(8, "GPUs in the job")
+    gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h200, b200, gb200)")
+    gpus_per_node: int | None = _f(None, "NVLink domain size (8 HGX, 72 NVL72, 1 = PCIe only); default from --gpu")
+    inter_node_gbps: float | None = _f(None, "network per GPU, Gbit/s; default from --gpu")
+    nvlink_gbps: float | None = _f(None, "NVLink GB/s per direction per GPU (0 = PCIe only); default from --gpu")
+    peak_tflops: float | None = _f(None, "dense peak TFLOP/s of --precision (MFU denominator); default from --gpu")
+    matmul_tflops: float | None = _f(None, "achievable large-GEMM TFLOP/s; default the measured MAMF of --gpu")
+    memory_gb: float | None = _f(None, "GPU memory in GB; default from --gpu")
+    calibrate: str | None = _f(None, "allreduce-bench sweep CSV(s), comma-separated or a glob: measured busbw")
+    tp: int | None = _f(None, "pin tensor-parallel degree")
+    pp: int | None = _f(None, "pin pipeline-parallel degree")
+    dp: int | None = _f(None, "pin data-parallel degree")
+    cp: int | None = _f(None, "pin context-parallel degree")
+    zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
+    microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
+    interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
+    recompute: str | None = _f(None, "pin activation recompute", choices=RECOMPUTE)
+    grad_bytes: int = _f(2, "bytes per gradient element (4 = fp32 accumulation, Megatron)", choices=(2, 4))
+    sequence_parallel: bool = _f(True, "sequence parallelism with TP (Korthikanti)")
+    flash_attention: bool = _f(True, "fused attention: the a*s^2 scores are never stored")
+    dropout: bool = _f(False, "dropout masks in the activations (Megatron's GPT default)")
+    top: int = _f(10, "candidates to show")
+    json: bool = _f(False, "print one JSON object instead of the table")
+
+    def __post_init__(self):
+        self.resolve()  # every bad input raises ValueError here: one line, exit 2 (common.config)
+
+    def shape(self) -> Shape:
+        if self.params is not None:
+            if any(x is not None for x in (self.layers, self.hidden, self.heads)):
+                raise ValueError("give either --params or --layers/--hidden/--heads, not both")
+            return standard_shape(parse_count(self.params), self.vocab, self.seq)
+        if None in (self.layers, self.hidden, self.heads):
+            raise ValueError("give the model as --params (e.g. 7B) or all of --layers, --hidden, --heads")
+        return Shape(self.layers, self.hidden, self.heads, self.kv_heads or self.heads, self.vocab, self.seq,
+                     self.ffn or 4 * self.hidden)
+
+    def resolve(self) -> tuple[Workload, Cluster, Pins]:
+        for flag in ("tp", "pp", "dp", "cp", "microbatch", "interleave", "global_batch", "top"):
+            value = getattr(self, flag)
+            if value is not None and value <= 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be positive, got {value}")
+        if self.zero is not None and self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
+        shape = self.shape()
+        batch = self.global_batch or max(1, round(2**20 / shape.seq))
+        cl = make_cluster(get_preset(self.gpu), self.gpus, self.precision, self.gpus_per_node, self.nvlink_gbps,
+                          self.inter_node_gbps, self.peak_tflops, self.matmul_tflops, self.memory_gb)
+        if self.calibrate:
+            paths = sorted({p for pat in self.calibrate.split(",") for p in (glob.glob(pat.strip()) or [pat.strip()])})
+            cl = calibrate(cl, paths)
+        w = Workload(shape, batch, self.precision, float(self.grad_bytes), self.sequence_parallel,
+                     self.flash_attention, self.dropout)
+        pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
+        structures, rejected = enumerate_structures(w, cl, pins)
+        if len(structures["t"]) == 0:
+            reasons = list(dict.fromkeys(r["reason"] for r in sorted(rejected, key=len)))  # fewest degrees first
+            raise ValueError("no configuration divides: " + "; ".join(reasons[:3]))
+        return w, cl, pins
+
+
+def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
+    return {
+        "model": {**{k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")},
+                  "params": w.shape.params},
+        "cluster": {"gpu": cl.gpu, "gpus": cl.gpus, "gpus_per_domain": cl.domain, "peak_tflops": cl.peak_tflops,
+                    "matmul_tflops": cl.matmul_tflops, "memory_gb": cl.memory_gb,
+                    "usable_memory_gb": round(MEMORY_HEADROOM * cl.memory_gb, 2),
+                    "intra_busbw_GBps": round(cl.intra_gbps, 2), "inter_busbw_GBps_per_gpu": round(cl.inter_gbps, 2),
+                    "notes": list(cl.notes)},
+        "workload": {"global_batch_sequences": w.global_batch, "tokens_per_step": w.global_batch * w.shape.seq,
+                     "precision": w.precision},
+        "definitions": {
+            "mfu": "model FLOPs (6N' + 12·L·h·s per token; PaLM, torchtitan) / step / GPUs / dense peak of "
+                   "the precision",
+            "hfu": "hardware FLOPs (model + activation recompute; Megatron SC21 eq. 3 counting) / step / GPUs / peak",
+            "memory_gb": "GB = 1e9 bytes per GPU on the busiest GPU", "times": "seconds per optimizer step"},
+        "config": config_dict(cfg),
+        "projection": "cost-model projection, not a measurement",
+        "best": res.best, "candidates": res.candidates, "rejected": res.rejected,
+        "rejected_total": res.rejected_total, "evaluated": res.evaluated,
+    }
+
+
+def table(w: Workload, cl: Cluster, res: Result) -> str:
+    lines = [f"model    {w.shape.describe()}",
+             f"cluster  {cl.describe()}" + "".join(f"\n         note: {n}" for n in cl.notes),
+             f"workload {w.global_batch} sequences x {w.shape.seq} = {w.global_batch * w.shape.seq:,} tokens/step, "
+             f"{w.precision}; {res.evaluated:,} configurations evaluated (a cost-model projection)", ""]
+    head = (f"{'#':>2} {'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'Z':>1} {'mb':>3} {'m':>5} {'v':>2} {'recomp':>9} "
+            f"{'mem GB':>7} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'HFU':>6} {'bubble':>6}  exposed TP/PP/DP/CP s")
+    lines += [head, "-" * len(head)]
+    for i, c in enumerate(res.candidates, 1):
+        exposed = "/".join(f"{c[k + '_comm_s'] - c[k + '_hidden_s']:.3g}" for k in ("tp", "pp", "dp", "cp"))
+        lines.append(f"{i:>2} {c['tp']:>3} {c['pp']:>3} {c['dp']:>5} {c['cp']:>3} {c['zero']:>1} {c['microbatch']:>3} "
+                     f"{c['num_microbatches']:>5} {c['interleave']:>2} {c['recompute']:>9} "
+                     f"{c['memory_gb']['total']:>7.1f} {c['step_s']:>8.3f} {c['tokens_per_s_per_gpu']:>10.0f} "
+                     f"{c['mfu']:>6.1%} {c['hfu']:>6.1%} {c['bubble_fraction']:>6.1%}  {exposed}")
+    if res.best:
+        b = res.best
+        mem = ", ".join(f"{k} {v:.1f}" for k, v in b["memory_gb"].items())
+        lines += ["", f"best: memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
+                  f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
+                  + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
+                              for k in ("tp", "pp", "dp", "cp"))]
+    else:
+        lines += ["", "nothing fits in memory: see the rejected configurations below"]
+    if res.rejected:
+        lines += ["", f"rejected: {res.rejected_total:,} (first {min(5, len(res.rejected))} shown; --json lists more)"]
+        lines += [f"  {r['reason']}  [" + ", ".join(f"{k}={v}" for k, v in r.items() if k != "reason") + "]"
+                  for r in res.rejected[:5]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
+    w, cl, pins = cfg.resolve()
+    res = search(w, cl, pins, top=cfg.top)
+    try:
+        print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `plan.py | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0 if res.best else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The search never returns a configuration that does not fit or does not divide; pins hold; calibration."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster import calibrate, make_cluster
+from common.hardware import get_preset
+from memory import MEMORY_HEADROOM
+from search import Pins, Workload, evaluate, search
+from shapes import Shape, standard_shape
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sweep_fixture.csv"
+SHAPES = {"gqa-odd": Shape(layers=12, hidden=1536, heads=12, kv_heads=4, vocab=32000, seq=2048, ffn=6144),
+          "13B": standard_shape(13e9, 51200, 4096), "70B": standard_shape(70e9, 51200, 4096)}
+GRID = [("gqa-odd", "a100-40gb", 24, 48, 8, Pins()), ("gqa-odd", "h100", 64, 256, 8, Pins(tp=4)),
+        ("13B", "a100", 96, 192, 8, Pins()), ("13B", "h200", 64, 64, 1, Pins(zero=3)),
+        ("70B", "h100", 512, 256, 8, Pins()), ("70B", "gb200", 576, 576, 72, Pins(pp=4, recompute="full")),
+        ("70B", "b200", 128, 128, 8, Pins(cp=2, microbatch=1)), ("70B", "h100", 32, 32, 8, Pins())]
+
+
+def check_divides_and_fits(w: Workload, cl, c: dict, pins: Pins) -> None:
+    sh = w.shape
+    t, p, d, cp, b, v, m = (c[k] for k in ("tp", "pp", "dp", "cp", "microbatch", "interleave", "num_microbatches"))
+    assert sh.heads % t == 0 and sh.kv_heads % t == 0 and sh.layers % p == 0
+    assert t * p * d * cp == cl.gpus and w.global_batch % d == 0 and (w.global_batch // d) == b * m
+    assert (sh.layers // p) % v == 0 and (v == 1 or (p > 1 and m % p == 0))
+    assert cp == 1 or sh.seq % (2 * cp) == 0
+    assert c["memory_gb"]["total"] <= MEMORY_HEADROOM * cl.memory_gb + 1e-6
+    parts = sum(c["memory_gb"][k] for k in ("params", "grads", "optimizer", "activations", "buffers"))
+    assert parts == pytest.approx(c["memory_gb"]["total"], abs=0.01)
+    assert c["bubble_fraction"] == pytest.approx((p - 1) / (v * m), abs=1e-6)
+    for dim, key in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("zero", "zero"),
+                     ("microbatch", "microbatch"), ("interleave", "interleave"), ("recompute", "recompute")):
+        pinned = getattr(pins, dim)
+        assert pinned is None or c[key] == pinned
+    assert 0 < c["mfu"] <= c["hfu"] < 1
+
+
+@pytest.mark.parametrize("name, gpu, gpus, batch, domain, pins", GRID)
+def test_every_candidate_divides_and_fits(name, gpu, gpus, batch, domain, pins):
+    w = Workload(SHAPES[name], batch)
+    cl = make_cluster(get_preset(gpu), gpus, gpus_per_node=domain)
+    res = search(w, cl, pins, top=1000, max_rejected=1000)
+    assert res.candidates, "every grid point has a plan"
+    steps = [c["step_s"] for c in res.candidates]
+    assert steps == sorted(steps) and res.best is res.candidates[0]
+    for c in res.candidates:
+        check_divides_and_fits(w, cl, c, pins)
+    for r in res.rejected:
+        assert r["reason"]
+    # The best plan priced on its own (every dimension pinned) costs exactly what the search said.
+    b = res.best
+    alone = search(w, cl, Pins(b["tp"], b["pp"], b["dp"], b["cp"], b["zero"], b["microbatch"], b["interleave"],
+                               b["recompute"]), top=1).best
+    assert alone["step_s"] == b["step_s"] and alone["memory_gb"] == b["memory_gb"]
+
+
+def test_nothing_fits_is_reported_with_reasons():
+    w = Workload(standard_shape(405e9, 51200, 4096), 64)
+    res = search(w, make_cluster(get_preset("a100-40gb"), 16), top=5)
+    assert res.best is None and res.candidates == []
+    assert res.rejected and all("does not fit" in r["reason"] for r in res.rejected[:3])
+    need = [float(r["reason"].split("needs ")[1].split(" GB")[0]) for r in res.rejected if "needs" in r["reason"]]
+    assert need == sorted(need) and need[0] > 0.9 * 40
+
+
+def test_evaluate_is_elementwise():
+    # Vectorised evaluation of many configurations equals evaluating each on its own.
+    w = Workload(SHAPES["13B"], 128)
+    cl = make_cluster(get_preset("h100"), 64)
+    s = {"t": np.array([1, 2, 4, 8]), "p": np.array([1, 2, 4, 1]), "c": np.array([1, 1, 2, 1]),
+         "d": np.array([64, 16, 2, 8]), "b": np.array([2, 1, 4, 2]), "v": np.array([1, 2, 1, 1]),
+         "m": np.array([1, 8, 16, 8])}
+    zero, rec = np.array([3, 1, 0, 2]), np.array([0, 2, 1, 0])
+    many = evaluate(w, cl, s, zero, rec)
+    for i in range(4):
+        one = evaluate(w, cl, {k: v[i:i + 1] for k, v in s.items()}, zero[i:i + 1], rec[i:i + 1])
+        assert one["step_s"][0] == many["step_s"][i]
+        assert one["memory"]["total"][0] == many["memory"]["total"][i]
+
+
+def test_calibration_from_an_allreduce_bench_csv():
+    cl = calibrate(make_cluster(get_preset("h100"), 64), [str(FIXTURE)])
+    # In-node: mean busbw of the three largest 8-rank sizes; alpha = 42 us / (2 x 7 steps).
+    assert cl.intra_gbps == pytest.approx(360.0) and cl.alpha_intra_us == pytest.approx(3.0)
+    # Two nodes of 8: one ring per NIC, so per-GPU network = busbw / 8; alpha = (122 - 42) us / 2 (1 level).
+    assert cl.inter_gbps == pytest.approx(336.0 / 8) and cl.alpha_inter_us == pytest.approx(40.0)
+    assert len(cl.notes) == 2
+    with pytest.raises(ValueError, match="no such file"):
+        calibrate(cl, ["missing.csv"])
