@@ -98,7 +98,7 @@ class BenchConfig:
     iters: int | None = field(default=None, metadata={"help": "timed iterations per implementation"})
     correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
     require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (make tp-attention-gpu)"})
-    out_dir: str = field(default=str(RESULTS), metadata={"help": "where the CSVs go"})
+    out_dir: str = field(default="", metadata={"help": "where the CSVs go (default: results/ in this lab)"})
     resume: bool = field(default=False, metadata={"help": "skip rows already in the CSVs"})
     # (None means: the preset's value; the resolved config is what gets saved beside the CSV)
 
@@ -126,7 +126,8 @@ def resolve(cfg: BenchConfig, kind: str, world: int) -> BenchConfig:
     preset = PRESETS[kind]
     filled = {k: (v if getattr(cfg, k) in (None, ()) else getattr(cfg, k)) for k, v in preset.items()}
     tps = cfg.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if world % t == 0)
-    cfg = dataclasses.replace(cfg, tp=tps, **filled)
+    gpu = re.sub(r"[^A-Za-z0-9.-]+", "-", get_preset(cfg.gpu).name)  # auto -> cpu, h100, ...: names the CSVs
+    cfg = dataclasses.replace(cfg, tp=tps, gpu=gpu, out_dir=cfg.out_dir or str(RESULTS), **filled)
     for t in cfg.tp:
         if world % t:
             raise ValueError(f"--tp {t} must divide the number of ranks ({world})")
@@ -251,13 +252,14 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as e:
             fail(str(e), 2)
         torch.set_float32_matmul_precision("highest")
-        tag = f"{re.sub(r'[^A-Za-z0-9.-]+', '-', get_preset(cfg.gpu).name)}_w{env.world_size}"  # e.g. cpu_w4, h100_w8
+        tag = f"{cfg.gpu}_w{env.world_size}"  # e.g. cpu_w4, h100_w8
         prov, main_rank = provenance(env, BENCH_VERSION), env.rank == 0
+        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}  # no machine paths in results/
         meshes = {t: init_device_mesh(kind, (env.world_size // t, t), mesh_dim_names=("replica", "tp"))["tp"]
                   for t in cfg.tp}
         try:
             corr, bench = (ResultsWriter(Path(cfg.out_dir) / f"{name}_{tag}.csv", columns=columns, key=columns[:key],
-                                         provenance=prov, config=config_dict(cfg), resume=cfg.resume, enabled=main_rank)
+                                         provenance=prov, config=saved, resume=cfg.resume, enabled=main_rank)
                            for name, columns, key in (("correctness", CORRECTNESS_COLUMNS, 5),
                                                       ("bench", BENCH_COLUMNS, 4)))
         except SchemaMismatch as e:
@@ -269,8 +271,7 @@ def main(argv: list[str] | None = None) -> None:
             for t, case, vcfg in tqdm(grid, desc="correctness", disable=not main_rank):
                 row_key = {"case": case, "impl": vcfg.impl, "tp": t, "sp": vcfg.sp, "dtype": vcfg.dtype}
                 if not _rank0_decides(corr.done(row_key)):
-                    corr.write(correctness_row(case, check(dataclasses.replace(vcfg, gpu=cfg.gpu), meshes[t],
-                                                           env.device)))
+                    corr.write(correctness_row(case, check(vcfg, meshes[t], env.device)))
         runs = [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))]
         for t, s, d, sp in tqdm(runs, desc="timing", disable=not main_rank):
             if not _rank0_decides(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
