@@ -22,8 +22,10 @@ tp-verify: $(SETUP) ## TP vs single-device: one JSON line of errors and collecti
 	@$(PYRUN) $(TP_ATTENTION)/tp_config.py $(TP_VERIFY_FLAGS)
 	$(TORCHRUN) --nproc-per-node $(TP) $(TP_ATTENTION)/verify.py $(TP_VERIFY_FLAGS)
 
-tp-attention-gpu: $(SETUP) ## TP attention on one GPU: t = 1 vs the plain block vs DTensor (wrapper overhead)
+# One GPU: t = 1, the wrappers' overhead. On a node with more GPUs, then the sweep over t on all of them.
+tp-attention-gpu: $(SETUP) ## TP attention on GPUs: t = 1 vs the plain block vs DTensor, then t up to the node's GPUs
 	$(PYRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) --require-gpu $(ARGS)
+	$(if $(filter-out 0 1,$(NGPUS)),$(TORCHRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) --require-gpu $(ARGS))
 
 REPORT_TARGETS += tp-attention-report
 GPU_SUITE_TARGETS += tp-attention-gpu

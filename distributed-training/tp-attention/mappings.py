@@ -92,7 +92,7 @@ def _reduce_scatter_seq(x: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     if not _communicate:
         return chunks[tp.rank].contiguous()
     out = x.new_empty((B, T // tp.size, d))
-    _reduce_scatter(out, chunks.reshape(tp.size * B, T // tp.size, d), group=tp.group)  # rank r gets rows r*B..
+    _reduce_scatter(out, chunks.reshape(tp.size * B, T // tp.size, d), group=tp.group)  # rank r: summed chunks[r]
     return out
 
 
