@@ -1,0 +1,86 @@
+"""Bad input (one line, exit 2), the runner end to end with resume, and the report from its CSVs alone."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import bench
+import report
+from common.config import parse_config
+from common.testing import run_ranks
+from tp_config import VerifyConfig
+
+LAB = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tp", "4", "--n-heads", "6", "--n-kv-heads", "6", "--d-model", "96"],
+     "n_heads (6) must be divisible by tp (4)"),
+    (["--tp", "4", "--n-heads", "8", "--n-kv-heads", "2"], "n_kv_heads (2) must be divisible by tp (4)"),
+    (["--tp", "2", "--sp", "--seq-len", "7"], "seq_len (7) must be divisible by tp (2) with sequence parallelism"),
+    (["--tp", "2", "--impl", "dtensor-naive", "--sp"], "has no sequence-parallel plan"),
+    (["--dtype", "float16"], "invalid choice"),
+])
+def test_bad_verify_input_is_one_line_and_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_config(VerifyConfig, argv, prog="verify.py")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_the_verify_command_refuses_bad_input():
+    """The real entry point in a fresh interpreter (torch imported): one line on stderr, exit 2."""
+    cmd = [sys.executable, str(LAB / "verify.py"), "--tp", "2", "--n-heads", "6", "--n-kv-heads", "3",
+           "--d-model", "96"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(LAB.parent)})
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["verify.py: error: n_kv_heads (3) must be divisible by tp (2): every "
+                                             "rank holds whole K/V heads (replicating them when n_kv_heads < tp is "
+                                             "not implemented)"]
+
+
+def test_bad_sweeps_are_refused():
+    with pytest.raises(ValueError, match=r"--tp 3 must divide the number of ranks \(4\)"):
+        bench.resolve(bench.BenchConfig(tp=(3,)), "cpu", 4)
+    with pytest.raises(ValueError, match=r"seq_len \(6\) must be divisible by tp \(4\)"):
+        bench.resolve(bench.BenchConfig(seq_lens=(6,)), "cpu", 4)
+    with pytest.raises(ValueError, match="multiple of --head-dim 48"):
+        bench.BenchConfig(head_dim=48, d_models=(128,))
+    cfg = bench.resolve(bench.BenchConfig(d_models=(64, 128)), "cpu", 2)  # unset flags take the CPU preset
+    assert cfg.tp == (1, 2) and cfg.seq_len == 128 and cfg.shapes()[-2:] == [(128, 64), (128, 128)]
+
+
+TINY_SWEEP = ["--gpu", "cpu", "--seq-lens", "8,16", "--d-models", "32", "--seq-len", "8", "--d-model", "32",
+              "--head-dim", "8", "--batch", "1", "--warmup", "0", "--iters", "1"]
+
+
+def _bench_twice(env, out):
+    bench.main(TINY_SWEEP + ["--out-dir", out])
+    first = Path(out, "bench_cpu_w2.csv").read_text() if env.rank == 0 else ""
+    bench.main(TINY_SWEEP + ["--out-dir", out, "--resume"])  # everything is done: nothing is measured again
+    return first
+
+
+def test_runner_end_to_end_with_resume_then_report(tmp_path):
+    first = run_ranks(_bench_twice, 2, str(tmp_path), timeout_s=240)[0]
+    assert Path(tmp_path, "bench_cpu_w2.csv").read_text() == first  # the resumed run appended nothing
+    b, c = pd.read_csv(tmp_path / "bench_cpu_w2.csv"), pd.read_csv(tmp_path / "correctness_cpu_w2.csv")
+    assert len(b) == 2 * 3 and b["verified"].all() and c["pass"].all()  # 2 shapes x (t=1, t=2, t=2+SP)
+    assert (b["comm_bytes_ours"] == b["comm_bytes_analytic"]).all()
+    t2 = b[b["tp"] == 2]
+    assert (t2["ours_fwd_collectives"] == t2["sp"].map({False: "all_reduce:2",
+                                                       True: "all_gather:2 reduce_scatter:2"})).all()
+    assert b["ref_ms"].notna().tolist() == (b["tp"] == 1).tolist()
+    assert (b["world_size"] == 2).all() and (b["backend"] == "gloo").all()
+
+    report.main(["--results", str(tmp_path), "--out", str(tmp_path / "REPORT.md")])
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "## Correctness `cpu_w2`" in text and "## Benchmark `cpu_w2`" in text and "No GPU run" in text
+    assert "**NO**" not in text and str(tmp_path) not in text and "/tmp/" not in text
+    for png in ("time_vs_tp_cpu_w2.png", "time_vs_shape_cpu_w2.png", "comm_cpu_w2.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
