@@ -119,7 +119,10 @@ def instrumented_step(trainer: Trainer, micro: list[Batch], comms: bool = True, 
     """One optimizer step with every collective logged (comms), under torch's memory tracker (memory),
     and the state bytes taken after backward, while the gradients are alive.
 
-    Returns (state bytes, peak bytes by tracker category and 'total' or {}, the collective log)."""
+    Returns (state bytes, memory, the collective log). memory (empty without the tracker) holds the
+    bytes per category at the moment of the step's peak ('total' is that peak), and 'max_<category>':
+    the most each category reached in any of the tracker's per-module snapshots (the peak of gathered
+    parameters, 'max_unsharded_param', can come at another moment than the overall peak)."""
     tracker: MemTracker | None = None
     if memory and trainer.fsdp:
         tracker = FSDPMemTracker(trainer.model, trainer.opt)
@@ -127,14 +130,23 @@ def instrumented_step(trainer: Trainer, micro: list[Batch], comms: bool = True, 
         tracker = MemTracker()
         tracker.track_external(trainer.model, trainer.optimizer_states())
     log = CollectiveLog()
+    maxima: dict[str, int] = {}
+
+    def keep_maxima() -> None:
+        for stats in tracker.memory_tracking.values():  # snapshots: state -> [{device: {category: bytes}}]
+            for snaps in stats.snapshots.values():
+                for per_device in (snap[trainer.device] for snap in snaps if trainer.device in snap):
+                    for k, v in per_device.items():
+                        maxima[f"max_{_name(k)}"] = max(maxima.get(f"max_{_name(k)}", 0), int(v))
 
     @contextlib.contextmanager
     def around():
         with log if comms else contextlib.nullcontext():
             yield
         # The trackers refuse a module that runs twice in one context (gradient accumulation): their
-        # per-module stats are reset between micro-steps; the peak by category is kept.
+        # per-module stats are reset between micro-steps (after keeping their maxima); the peak is kept.
         if tracker is not None:
+            keep_maxima()
             tracker.reset_mod_stats()
 
     with tracker if tracker is not None else contextlib.nullcontext(), warnings.catch_warnings():
@@ -145,6 +157,11 @@ def instrumented_step(trainer: Trainer, micro: list[Batch], comms: bool = True, 
         trainer.optimizer_step(around)
     if tracker is None:
         return held, {}, log
-    peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    # Keys are enum members such as _FSDPRefType.UNSHARDED_PARAM; keep the bare category name.
-    return held, {str(getattr(k, "name", k)).lower(): int(v) for k, v in peak.items()}, log
+    # The snapshot is per device; on GPU the CPU side (input batches) has its own entry.
+    peak = tracker.get_tracker_snapshot("peak").get(trainer.device, {})
+    return held, {**{_name(k): int(v) for k, v in peak.items()}, **maxima}, log
+
+
+def _name(key) -> str:
+    """Tracker keys are enum members such as _FSDPRefType.UNSHARDED_PARAM: the bare name, lower case."""
+    return str(getattr(key, "name", key)).lower()

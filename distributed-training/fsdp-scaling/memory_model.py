@@ -106,10 +106,12 @@ def model_states(strategy: str, cfg: GPTConfig, world: int, prec: Precision, sha
     return {"param": prec.param * local, "grad": prec.grad * local, "opt": prec.opt * local}
 
 
-def unsharded_peak(strategy: str, cfg: GPTConfig, prec: Precision) -> float:
-    """Bytes of gathered parameters alive at the peak (FSDP's max-unit term); 0 for DDP/ZeRO-1."""
+def unsharded_peak(strategy: str, cfg: GPTConfig, prec: Precision, shard: int | None = None) -> float:
+    """Bytes of gathered parameters alive at the peak (FSDP's max-unit term); 0 for DDP/ZeRO-1.
+    With `shard`, the all-gather buffers' padding is counted (shard x the padded shard)."""
     root, block = unit_shapes(cfg)
-    r, b = sum(map(numel, root)), sum(map(numel, block))
+    size = (lambda s: shard * shard_numel(s, shard)) if shard else (lambda s: sum(map(numel, s)))  # noqa: E731
+    r, b = size(root), size(block)
     if strategy == "zero2":
         return prec.compute * (r + cfg.n_layers * b)
     if strategy in ("zero3", "hsdp"):

@@ -58,7 +58,7 @@ class Config:
     preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, clear old results, exit"))
     append: bool = field(default=False, metadata=_h("add rows to this preset's CSVs (the make sweep's later launches)"))
     resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
-    scale_worlds: tuple[int, ...] = field(default=(8, 16, 32, 64, 128, 256, 512, 1024),
+    scale_worlds: tuple[int, ...] = field(default=(8, 16, 32, 64, 128, 1024),
                                           metadata=_h("at_scale.py: simulated world sizes (fake process group)"))
     node_size: int = field(default=8, metadata=_h("GPUs per node assumed at scale (HSDP shard group, projection)"))
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))

@@ -28,7 +28,7 @@ from typing import Callable, ContextManager
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -62,8 +62,8 @@ class Trainer:
     """One strategy's model + optimizer, with a step that accumulates gradients over micro-batches."""
 
     def __init__(self, strategy: str, cfg: GPTConfig, device: torch.device, *, optimizer: str = "adamw",
-                 lr: float = 3e-4, mesh_shape: tuple[int, ...] | None = None, param_dtype: torch.dtype | None = None,
-                 prefetch: bool = False, seed: int = 0):
+                 lr: float = 3e-4, mesh_shape: tuple[int, ...] | None = None, mesh: DeviceMesh | None = None,
+                 param_dtype: torch.dtype | None = None, prefetch: bool = False, seed: int = 0):
         self.strategy, self.device, self.param_dtype = strategy, device, param_dtype
         torch.manual_seed(seed)  # every rank builds the same full model before wrapping or sharding it
         model = GPT(cfg).to(device)
@@ -80,9 +80,7 @@ class Trainer:
             if dist.get_backend() == "fake":
                 self.model.register_comm_hook(None, _passthrough_hook)
         else:
-            shape = mesh_shape or (world,)
-            names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
-            mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+            mesh = mesh or build_mesh(device, mesh_shape or (world,))
             self.model = apply_fsdp(model, mesh, reshard_after_forward=strategy != "zero2", param_dtype=param_dtype)
             if prefetch:
                 set_explicit_prefetch(model)
@@ -138,6 +136,13 @@ class Trainer:
             t = p.full_tensor() if hasattr(p, "full_tensor") else p
             out[name] = t.detach().float().cpu()
         return out
+
+
+def build_mesh(device: torch.device, shape: tuple[int, ...]) -> DeviceMesh:
+    """1-D (shard) or 2-D (replicate, shard) mesh; a runner builds each once and reuses it (a 2-D mesh
+    creates new process groups, i.e. new NCCL communicators, every time)."""
+    names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
+    return init_device_mesh(device.type, shape, mesh_dim_names=names)
 
 
 def set_explicit_prefetch(model: GPT, depth: int = 1) -> None:

@@ -41,6 +41,12 @@ def test_model_states_per_stage_by_hand():
     assert mm.unsharded_peak("zero3", cfg, FP32_ADAMW) == 4 * (4640 + 12352)
     assert mm.unsharded_peak("zero2", cfg, FP32_ADAMW) == 4 * psi
     assert mm.unsharded_peak("ddp", cfg, FP32_ADAMW) == 0
+    # all-gather buffers are padded like the shards: nothing at 4 ranks; at 64 every tensor with fewer
+    # than 64 rows grows to 64: root +48x32 (positions) +32 (norm); block +2x32 (norms) +4x32x32 (attn)
+    # +32x128 (w2); w1 (128 rows) and the 64-row tables need none
+    assert mm.unsharded_peak("zero3", cfg, FP32_ADAMW, shard=4) == mm.unsharded_peak("zero3", cfg, FP32_ADAMW)
+    padded = (4640 + 48 * 32 + 32) + (12352 + 2 * 32 + 4 * 32 * 32 + 32 * 128)
+    assert mm.unsharded_peak("zero3", cfg, FP32_ADAMW, shard=64) == 4 * padded
 
 
 def test_padding_and_whole_tensor_partition_by_hand():
