@@ -153,7 +153,7 @@ class Run:
         dist.all_reduce(mx, op=dist.ReduceOp.MAX)
         first_last = torch.stack([losses[0], losses[-1]]).float()
         dist.all_reduce(first_last, op=dist.ReduceOp.AVG)
-        cuda_peak, pb, gb, ob, tracker, unsharded, act = mx.tolist()
+        cuda_peak, pb, gb, ob, tracker, unsharded, act = (int(v) for v in mx.tolist())
         tokens = micro * cfg.grad_accum * env.world_size * self.gcfg.seq_len
         tps = tokens / t.median_s
         peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None

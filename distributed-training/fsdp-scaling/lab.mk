@@ -1,7 +1,7 @@
 # fsdp-scaling: DDP vs ZeRO-1/2/3 and HSDP (README.md is the runbook).
 FSDP_DIR := $(LABS_DIR)/fsdp-scaling
 # One torchrun launch per world size: 1, 2, 4, ... up to NPROC on one node; on several nodes a
-# single launch at NNODES x NPROC ranks (a scaling study across nodes is one job per node count).
+# single launch at NNODES x NPROC ranks (a study across node counts is one job per node count).
 ifeq ($(NNODES),1)
   FSDP_WORLDS ?= $(shell n=1; while [ $$n -le $(NPROC) ]; do printf '%s ' $$n; n=$$((n * 2)); done)
 else
@@ -9,22 +9,27 @@ else
 endif
 FSDP_FLAGS = --gpu $(GPU) --worlds "$(shell echo $(FSDP_WORLDS) | tr ' ' ',')"
 
-.PHONY: fsdp-scaling fsdp-scaling-run fsdp-scaling-launch fsdp-scaling-report fsdp-scaling-gpu
+.PHONY: fsdp-scaling fsdp-scaling-run fsdp-scaling-launch fsdp-scaling-at-scale fsdp-scaling-report fsdp-scaling-gpu
 
 fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale, collectives, projection, report
 	$(MAKE) fsdp-scaling-run fsdp-scaling-report
 
-fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes, then the fake-PG study
+# Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
+# it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
+fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
 	NNODES=$(NNODES) NPROC=$(NPROC) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
 ifeq ($(NNODES),1)
 	for n in $(FSDP_WORLDS); do $(MAKE) fsdp-scaling-launch NPROC=$$n FSDP_WORLDS="$(FSDP_WORLDS)"; done
+	$(MAKE) fsdp-scaling-at-scale
 else
 	$(MAKE) fsdp-scaling-launch
 endif
-	$(PYRUN) $(FSDP_DIR)/at_scale.py $(FSDP_FLAGS) $(ARGS)
 
 fsdp-scaling-launch: $(SETUP)
 	PYTHONPATH=$(LABS_DIR) $(TORCHRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --append $(ARGS)
+
+fsdp-scaling-at-scale: $(SETUP) ## memory and collectives per rank at 8..1024 ranks (fake process group, CPU)
+	$(PYRUN) $(FSDP_DIR)/at_scale.py $(FSDP_FLAGS) $(ARGS)
 
 fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs (and the labelled projection)
 	$(PYRUN) $(FSDP_DIR)/project.py --gpu $(GPU) $(ARGS)

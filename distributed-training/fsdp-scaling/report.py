@@ -26,7 +26,12 @@ def read(pattern: str) -> pd.DataFrame:
 
 def table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     cols = list(df.columns)
-    fmt = lambda v: ("–" if v != v else floatfmt.format(v)) if isinstance(v, float) else str(v)  # noqa: E731
+
+    def fmt(v) -> str:
+        if not isinstance(v, float):
+            return str(v)
+        return "–" if v != v else f"{v:,.0f}" if abs(v) >= 1000 and floatfmt == "{:.3g}" else floatfmt.format(v)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)])
 
@@ -163,6 +168,7 @@ def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
     piv = s.assign(peak=s["peak_mem_bytes"] / MiB).pivot_table(index=["mode", "strategy"], columns="world_size",
                                                                values=values)
     piv = piv.reindex(sorted(piv.index, key=lambda k: (k[0], ORDER.index(k[1]))))
+    piv = piv[[c for m in values for c in piv.columns if c[0] == m and (m, c[1]) != ("efficiency", 1)]]
     piv.columns = [f"{names[m]} N={n}" for m, n in piv.columns]
     return ["Same tokens, same losses: every strategy at a given world size and mode trains on the same global "
             "batch, so the loss after the last step must agree (the tests check the same at 1e-5 against one "
