@@ -163,6 +163,7 @@ def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
     over = ", ".join(f"{r.strategy} {r.mode} {r.step_time_ms / single[r.mode] - 1:+.0%}" for r in one.itertuples()
                      if r.mode in single)
     spread = s.groupby(["world_size", "mode"])["loss_last"].agg(["min", "max"]).reset_index()
+    spread_pct = (s["step_time_max_ms"] / s["step_time_min_ms"] - 1).median()
     names = {"tokens_per_s": "tok/s", "efficiency": "E", "peak": "peak MiB", "mfu": "MFU"}
     values = [v for v in names if v != "mfu" or s["mfu"].notna().any()]  # MFU: GPU rows only
     piv = s.assign(peak=s["peak_mem_bytes"] / MiB).pivot_table(index=["mode", "strategy"], columns="world_size",
@@ -174,7 +175,9 @@ def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
             "batch, so the loss after the last step must agree (the tests check the same at 1e-5 against one "
             "process):", "",
             table(spread.assign(spread=spread["max"] - spread["min"]), "{:.6g}"), "",
-            f"Wrapper overhead at world size 1 against plain training (`single`), step time: {over or 'n/a'}.", "",
+            f"Wrapper overhead at world size 1 against plain training (`single`), step time: {over or 'n/a'}. "
+            f"Noise: the timed steps of one row spread by a median of {spread_pct:.0%} (max / min - 1); on a "
+            "shared machine differences below that are not findings.", "",
             "Throughput T (tokens/s, all ranks), efficiency E = T(N) / (N T(1)), and peak memory per rank "
             f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, strong = "
             f"{int(s[s['mode'] == 'strong']['effective_batch'].iloc[0])} sequences per step in all, weak = "
