@@ -19,7 +19,8 @@ Run (make builds the environment and loops over world sizes 1, 2, 4, ... NPROC):
     make fsdp-scaling-run GPU=h100 NPROC=8     # 8 GPUs: one launch per N in 1 2 4 8
     make fsdp-scaling-run NNODES=2 MASTER_ADDR=node0 GPU=h100   # every node; one launch at 16 ranks
     sbatch --nodes=4 slurm/lab.sbatch fsdp-scaling GPU=h100
-    torchrun --standalone --nproc-per-node 4 distributed-training/fsdp-scaling/bench.py --gpu cpu
+    PYTHONPATH=distributed-training torchrun --standalone --nproc-per-node 4 \
+        distributed-training/fsdp-scaling/bench.py --gpu cpu --strategies ddp,zero3 --modes weak
 
 On 2 CPU cores N ranks share 2 cores: timings measure contention, and gloo's reduce-scatter is an
 all-reduce underneath (pytorch/pytorch#118911). Correctness, memory and counts hold anywhere.
@@ -44,7 +45,7 @@ from common.data import load_data
 from common.dist import DistInfo, distributed, fail, print0
 from common.hardware import GPUPreset, get_preset
 from common.model import count_params, mfu
-from common.results import ResultsWriter, provenance
+from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
 from memory_model import comm_plan, precision_for
@@ -101,8 +102,14 @@ class Run:
         prov, keep = provenance(env, BENCH_VERSION), cfg.resume or cfg.append
         kw = dict(provenance=prov, config=config_dict(cfg), resume=keep, enabled=env.is_main,
                   config_ignore=("resume", "append", "preflight", "worlds"))
-        self.rows = ResultsWriter(RESULTS / f"scaling_{tag(preset)}.csv", COLUMNS, KEY, **kw)
-        self.comms = ResultsWriter(RESULTS / f"comms_{tag(preset)}.csv", COMM_COLUMNS, COMM_KEY, **kw)
+        error = None
+        try:  # only rank 0 opens the files: it tells every rank whether resuming is possible
+            self.rows = ResultsWriter(RESULTS / f"scaling_{tag(preset)}.csv", COLUMNS, KEY, **kw)
+            self.comms = ResultsWriter(RESULTS / f"comms_{tag(preset)}.csv", COMM_COLUMNS, COMM_KEY, **kw)
+        except SchemaMismatch as e:
+            error = str(e)
+        if (error := from_rank0(error)) is not None:
+            fail(error, code=2)
 
     def mesh(self, strategy: str) -> tuple[int, int] | None:
         env = self.env
