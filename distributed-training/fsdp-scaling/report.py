@@ -74,7 +74,7 @@ def plot_scaling(s: pd.DataFrame, proj: pd.DataFrame) -> str:
             if not p.empty:
                 ax.plot(p["n_gpus"], p["efficiency_no_overlap"], ":", color=line.get_color(),
                         label=f"{strat} PROJECTION")
-        ax.set(xlabel="ranks", title=f"{mode} scaling", ylim=(0, 1.1))
+        ax.set(xlabel="ranks", title=f"{mode} scaling", ylim=(0, max(1.1, 1.05 * s["efficiency"].max())))
         ax.set_xscale("log", base=2)
     axes[0].set_ylabel("efficiency T(N) / (N T(1))")
     axes[1].legend(fontsize=7)
