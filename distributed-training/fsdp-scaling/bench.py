@@ -1,0 +1,242 @@
+"""fsdp-scaling: DDP vs ZeRO-1/2/3 and HSDP on the common GPT, one torchrun launch per world size.
+
+For every strategy (strategies.py) and scaling mode this measures, at the launch's world size N:
+step time (median of timed optimizer steps after warm-up, max over ranks), tokens/s and tokens/s
+per rank, MFU on GPU (common.model.mfu with the preset's peak; unknown on CPU), memory per rank
+(CUDA max allocated on GPU; on CPU torch's memory tracker peak, plus the exact bytes of params,
+grads and optimizer state), the losses, and the collectives of one step (CommDebugMode). On GPU it
+also profiles a few steps with torch.profiler (overlap.py), explicit prefetch off and on.
+
+    strong scaling  fixed global batch (--global-batch sequences per optimizer step), split over ranks
+    weak scaling    fixed per-rank batch (--micro-batch x --grad-accum sequences per rank per step)
+    effective batch = micro-batch x grad-accum x N sequences, recorded in every row
+
+Scaling efficiency T(N) / (N T(1)) is computed by report.py from these rows (T = tokens/s).
+
+Run (make builds the environment and loops over world sizes 1, 2, 4, ... NPROC):
+    make fsdp-scaling                          # CPU preset: sweep + fake-PG study + report, < 5 min
+    make fsdp-scaling-gpu                      # 1 GPU: overhead vs plain training, MFU, memory, overlap
+    make fsdp-scaling-run GPU=h100 NPROC=8     # 8 GPUs: one launch per N in 1 2 4 8
+    make fsdp-scaling-run NNODES=2 MASTER_ADDR=node0 GPU=h100   # every node; one launch at 16 ranks
+    sbatch --nodes=4 slurm/lab.sbatch fsdp-scaling GPU=h100
+    PYTHONPATH=distributed-training torchrun --standalone --nproc-per-node 4 \
+        distributed-training/fsdp-scaling/bench.py --gpu cpu --strategies ddp,zero3 --modes weak
+
+On 2 CPU cores N ranks share 2 cores: timings measure contention, and gloo's reduce-scatter is an
+all-reduce underneath (pytorch/pytorch#118911). Correctness, memory and counts hold anywhere.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from tqdm import tqdm
+
+import overlap
+from common.config import config_dict, parse_config
+from common.data import load_data
+from common.dist import DistInfo, distributed, fail, print0
+from common.hardware import GPUPreset, get_preset
+from common.model import count_params, mfu
+from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.timing import time_iterations
+from measure import CollectiveLog, instrumented_step
+from memory_model import comm_plan, precision_for
+from settings import FSDP_STRATEGIES, Config, check_world, describe_model, gpt_config, hsdp_mesh_shape, torchrun_world
+from strategies import Trainer, build_mesh, micro_batches
+
+BENCH_VERSION = "1"
+RESULTS = Path(__file__).resolve().parent / "results"
+COLUMNS = ["strategy", "mode", "model", "n_params", "precision", "optimizer", "replicate", "shard", "prefetch",
+           "micro_batch", "grad_accum", "effective_batch", "seq_len", "tokens_per_step", "step_time_ms",
+           "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
+           "mem_method", "param_bytes", "grad_bytes", "opt_bytes", "tracker_peak_bytes", "unsharded_peak_bytes",
+           "act_peak_bytes", "loss_first", "loss_last", "warmup", "steps", "timing"]
+KEY = ["strategy", "mode", "world_size", "nnodes"]
+COMM_COLUMNS = ["strategy", "collective", "group_size", "grad_accum", "count", "payload_bytes", "bus_bytes_per_rank",
+                "model_count", "model_payload_bytes"]
+COMM_KEY = ["strategy", "collective", "group_size", "world_size", "nnodes"]
+
+
+def tag(preset: GPUPreset) -> str:
+    """cpu, h100, ... : the <hw> in results/<kind>_<hw>.csv (allreduce-bench names its files the same way)."""
+    return re.sub(r"[^a-z0-9]+", "-", preset.name.lower()).strip("-")
+
+
+def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
+    preset = get_preset(cfg.gpu)
+    if preset.name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
+    return replace(cfg, gpu=preset.name, precision=precision), preset
+
+
+def preflight(cfg: Config, preset: GPUPreset) -> None:
+    """Check the plan for every world size make will launch; start fresh unless --resume."""
+    # make passes NNODES and NPROC: HSDP's automatic shard group is the ranks of one node.
+    nnodes, nproc = int(os.environ.get("NNODES", 1)), int(os.environ.get("NPROC", 0))
+    for world in cfg.worlds:
+        check_world(cfg, world, nproc or world // nnodes, nnodes)
+    if not cfg.resume:
+        for kind in ("scaling", "comms", "overlap"):
+            for path in (RESULTS / f"{kind}_{tag(preset)}.csv", RESULTS / f"{kind}_{tag(preset)}.config.json"):
+                path.unlink(missing_ok=True)
+
+
+class Run:
+    """One launch: the data, the writers, and a measurement per (strategy, mode)."""
+
+    def __init__(self, cfg: Config, preset: GPUPreset, env: DistInfo):
+        self.cfg, self.preset, self.env = cfg, preset, env
+        self.data = load_data(cfg.data or None, max_bytes=2 << 20)
+        self.gcfg = gpt_config(cfg, env.device.type == "cuda", self.data.vocab_size)
+        self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
+        self.meshes: dict[tuple[int, ...], DeviceMesh] = {}
+        prov, keep = provenance(env, BENCH_VERSION), cfg.resume or cfg.append
+        kw = dict(provenance=prov, config=config_dict(cfg), resume=keep, enabled=env.is_main,
+                  config_ignore=("resume", "append", "preflight", "worlds"))
+        error = None
+        try:  # only rank 0 opens the files: it tells every rank whether resuming is possible
+            self.rows = ResultsWriter(RESULTS / f"scaling_{tag(preset)}.csv", COLUMNS, KEY, **kw)
+            self.comms = ResultsWriter(RESULTS / f"comms_{tag(preset)}.csv", COMM_COLUMNS, COMM_KEY, **kw)
+        except SchemaMismatch as e:
+            error = str(e)
+        if (error := from_rank0(error)) is not None:
+            fail(error, code=2)
+
+    def mesh(self, strategy: str) -> tuple[int, int] | None:
+        env = self.env
+        return hsdp_mesh_shape(env.world_size, self.cfg.hsdp_shard, env.local_world_size, env.nnodes) \
+            if strategy == "hsdp" else None
+
+    def micro_size(self, mode: str) -> int:
+        return self.cfg.global_batch // (self.env.world_size * self.cfg.grad_accum) if mode == "strong" \
+            else self.cfg.micro_batch
+
+    def batches(self, step: int, micro: int) -> list:
+        """This rank's rows of global batch `step`, split into grad-accum micro-batches."""
+        cfg, env = self.cfg, self.env
+        total = micro * cfg.grad_accum * env.world_size
+        x, y = self.data.batch("train", step, total, self.gcfg.seq_len, cfg.seed, env.rank, env.world_size)
+        return micro_batches(x, y, cfg.grad_accum)
+
+    def trainer(self, strategy: str, prefetch: bool) -> Trainer:
+        mesh = None
+        if strategy in FSDP_STRATEGIES:
+            shape = self.mesh(strategy) or (self.env.world_size,)
+            if shape not in self.meshes:
+                self.meshes[shape] = build_mesh(self.env.device, shape)
+            mesh = self.meshes[shape]
+        return Trainer(strategy, self.gcfg, self.env.device, optimizer=self.cfg.optimizer, lr=self.cfg.lr, mesh=mesh,
+                       param_dtype=self.dtype, prefetch=prefetch, seed=self.cfg.seed)
+
+    def measure(self, strategy: str, mode: str) -> dict:
+        cfg, env, dev = self.cfg, self.env, self.env.device
+        micro = self.micro_size(mode)
+        tr = self.trainer(strategy, cfg.prefetch)
+        losses: list[torch.Tensor] = []
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+
+        def one_step() -> None:
+            losses.append(tr.step(self.batches(len(losses), micro)))
+
+        t = time_iterations(one_step, warmup=cfg.warmup, iters=cfg.steps, device=dev)
+        cuda_peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+        log_comms = mode == cfg.modes[0] and env.world_size > 1
+        held, peak, log = instrumented_step(tr, self.batches(len(losses), micro), comms=log_comms)
+        if log_comms:
+            self.write_comms(strategy, tr, log)
+        # Per-rank figures: the largest rank sets the memory a job needs. Losses: mean over ranks.
+        mx = torch.tensor([cuda_peak, held["param_bytes"], held["grad_bytes"], held["opt_bytes"], peak["total"],
+                           peak.get("max_unsharded_param", 0), peak.get("max_act", 0)], dtype=torch.float64, device=dev)
+        dist.all_reduce(mx, op=dist.ReduceOp.MAX)
+        first_last = torch.stack([losses[0], losses[-1]]).float()
+        dist.all_reduce(first_last, op=dist.ReduceOp.AVG)
+        cuda_peak, pb, gb, ob, tracker, unsharded, act = (int(v) for v in mx.tolist())
+        tokens = micro * cfg.grad_accum * env.world_size * self.gcfg.seq_len
+        tps = tokens / t.median_s
+        peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None
+        mesh = self.mesh(strategy)
+        row = {"strategy": strategy, "mode": mode, "model": describe_model(self.gcfg),
+               "n_params": count_params(self.gcfg),
+               "precision": cfg.precision, "optimizer": cfg.optimizer,
+               "replicate": mesh[0] if mesh else 1,
+               "shard": (mesh[1] if mesh else env.world_size) if tr.fsdp else 1,
+               "prefetch": cfg.prefetch and tr.fsdp, "micro_batch": micro, "grad_accum": cfg.grad_accum,
+               "effective_batch": micro * cfg.grad_accum * env.world_size, "seq_len": self.gcfg.seq_len,
+               "tokens_per_step": tokens, "step_time_ms": t.median_s * 1e3, "step_time_min_ms": t.min_s * 1e3,
+               "step_time_max_ms": t.max_s * 1e3, "tokens_per_s": tps, "tokens_per_s_per_rank": tps / env.world_size,
+               "mfu": mfu(tps / env.world_size, self.gcfg, peak_tf),
+               "peak_mem_bytes": cuda_peak if dev.type == "cuda" else tracker,
+               "mem_method": "torch.cuda.max_memory_allocated" if dev.type == "cuda" else "torch MemTracker peak",
+               "param_bytes": pb, "grad_bytes": gb, "opt_bytes": ob, "tracker_peak_bytes": tracker,
+               "unsharded_peak_bytes": unsharded, "act_peak_bytes": act, "loss_first": first_last[0].item(),
+               "loss_last": first_last[1].item(), "warmup": cfg.warmup, "steps": cfg.steps,
+               "timing": f"{t.method}, {t.reduction}"}
+        return row
+
+    def write_comms(self, strategy: str, tr: Trainer, log: CollectiveLog) -> None:
+        """Rows per (collective, group size) of one logged step, beside the analytic plan."""
+        measured = log.per_kind()
+        buckets = sum(r["count"] for r in measured if r["collective"] == "all_reduce") if strategy in ("ddp", "zero1") \
+            else 1
+        prec = precision_for(self.cfg.optimizer, 2 if self.dtype is not None and tr.fsdp else 4)
+        plan = {(c["collective"], c["group_size"]): c for c in comm_plan(
+            strategy, self.gcfg, self.env.world_size, prec, self.cfg.grad_accum, self.mesh(strategy), buckets)}
+        for r in measured:
+            want = plan.get((r["collective"], r["group_size"]), {})
+            self.comms.write({"strategy": strategy, **r, "grad_accum": self.cfg.grad_accum,
+                              "model_count": want.get("count", 0), "model_payload_bytes": want.get("payload_bytes", 0)})
+
+    def run(self) -> None:
+        env, cfg = self.env, self.cfg
+        plan = [(s, m) for s in cfg.strategies for m in cfg.modes if not (s == "single" and env.world_size > 1)]
+        todo = from_rank0([(s, m) for s, m in plan if not self.rows.done({"strategy": s, "mode": m})])
+        for strategy, mode in tqdm(todo, disable=not env.is_main, desc=f"N={env.world_size}", leave=False):
+            row = self.measure(strategy, mode)
+            self.rows.write(row)
+            gc.collect()  # DDP and FSDP hold reference cycles: free this trainer before the next one's peak
+            if env.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if env.is_main:
+                tqdm.write(f"N={env.world_size} {strategy:6s} {mode:6s} step {row['step_time_ms']:8.1f} ms  "
+                           f"{row['tokens_per_s']:9.0f} tok/s  peak {row['peak_mem_bytes'] / 2**20:7.1f} MiB  "
+                           f"loss {row['loss_first']:.3f} -> {row['loss_last']:.3f}")
+        if env.device.type == "cuda" and cfg.profile:
+            overlap.profile_all(self)
+
+
+def from_rank0(obj):
+    """Rank 0's value on every rank (only rank 0 reads the CSVs, so only it knows what --resume skips)."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(Config, argv, description=__doc__)
+    world, local_world, nnodes = torchrun_world()
+    try:
+        cfg, preset = resolve(cfg)
+        if cfg.preflight:
+            preflight(cfg, preset)
+            return 0
+        check_world(cfg, world, local_world, nnodes)
+    except ValueError as e:  # before any process group: one line, exit 2, nothing written
+        fail(str(e), code=2)
+    with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
+        print0(f"fsdp-scaling: N={env.world_size} ({env.nnodes} node(s), {env.backend}, {preset.label})")
+        Run(cfg, preset, env).run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+# fsdp-scaling: DDP vs ZeRO-1/2/3 and HSDP (README.md is the runbook).
+FSDP_DIR := $(LABS_DIR)/fsdp-scaling
+# One torchrun launch per world size: 1, 2, 4, ... up to NPROC on one node; on several nodes a
+# single launch at NNODES x NPROC ranks (a study across node counts is one job per node count).
+ifeq ($(NNODES),1)
+  FSDP_WORLDS ?= $(shell n=1; while [ $$n -le $(NPROC) ]; do printf '%s ' $$n; n=$$((n * 2)); done)
+else
+  FSDP_WORLDS ?= $(shell echo $$(($(NNODES) * $(NPROC))))
+endif
+FSDP_FLAGS = --gpu $(GPU) --worlds "$(shell echo $(FSDP_WORLDS) | tr ' ' ',')"
+
+.PHONY: fsdp-scaling fsdp-scaling-run fsdp-scaling-launch fsdp-scaling-at-scale fsdp-scaling-report fsdp-scaling-gpu
+
+fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale, collectives, projection, report
+	$(MAKE) fsdp-scaling-run fsdp-scaling-report
+
+# Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
+# it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
+fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
+	NNODES=$(NNODES) NPROC=$(NPROC) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
+ifeq ($(NNODES),1)
+	for n in $(FSDP_WORLDS); do $(MAKE) fsdp-scaling-launch NPROC=$$n FSDP_WORLDS="$(FSDP_WORLDS)"; done
+	$(MAKE) fsdp-scaling-at-scale
+else
+	$(MAKE) fsdp-scaling-launch
+endif
+
+fsdp-scaling-launch: $(SETUP)
+	PYTHONPATH=$(LABS_DIR) $(TORCHRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --append $(ARGS)
+
+fsdp-scaling-at-scale: $(SETUP) ## memory and collectives per rank at 8..1024 ranks (fake process group, CPU)
+	$(PYRUN) $(FSDP_DIR)/at_scale.py $(FSDP_FLAGS) $(ARGS)
+
+fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs (and the labelled projection)
+	$(PYRUN) $(FSDP_DIR)/project.py --gpu $(GPU) $(ARGS)
+	$(PYRUN) $(FSDP_DIR)/report.py
+
+fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memory by strategy, overlap
+	$(MAKE) fsdp-scaling-run fsdp-scaling-report NPROC=1 \
+	  ARGS="--warmup 5 --steps 20 --global-batch 32 --micro-batch 8 $(ARGS)"
+
+REPORT_TARGETS += fsdp-scaling-report
+GPU_SUITE_TARGETS += fsdp-scaling-gpu
