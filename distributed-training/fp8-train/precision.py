@@ -206,6 +206,10 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
         if backend == "te" and s.scaling == "delayed":
             notes.append("not compiled: TE DelayedScaling is not supported under torch.compile")
         else:
+            # Keep explicit low-precision round trips (the CPU emulation's .to(bf16).to(fp32)) inside
+            # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
+            import torch._inductor.config as inductor_config
+            inductor_config.emulate_precision_casts = True
             runnable = torch.compile(model)
     return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes)
 
