@@ -101,8 +101,11 @@ def plot_scales(fp8: pd.DataFrame, out: Path, footer: str) -> Path | None:
     runs = list(fp8["run"].unique())
     if not runs:
         return None
-    fig, axes = new_figure(1, len(runs), squeeze=False)
-    for ax, run in zip(axes[0], runs):
+    cols = min(2, len(runs))
+    fig, axes = new_figure((len(runs) + cols - 1) // cols, cols, squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
         g = fp8[fp8["run"] == run]
         for (module, role), h in g.groupby(["module", "role"]):
             ax.plot(h["step"], h["scale"], color=ROLE_STYLE.get(role, "0.5"), lw=0.7, alpha=0.6)
@@ -151,10 +154,12 @@ def preset_section(d: Path, root: Path) -> list[str]:
              f"world size {steps['world_size'].iloc[0]}, torch {steps['torch_version'].iloc[0]}, "
              f"commit {steps['git_commit'].iloc[0]}.", ""]
     if not gpu:
-        lines += ["On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs): "
-                  "this CPU class has no fast bf16 GEMMs. FP8 runs are FP8 linears inside that emulated bf16. CPU "
-                  "tokens/s show the cost of emulation, not FP8 speed, and CPU memory is shown as the activations "
-                  "autograd saved for backward (no allocator counters on CPU).", ""]
+        lines += ["On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs; "
+                  "CPUs without bf16 units run real bf16 GEMMs ~50x slower than fp32), and FP8 runs are FP8 linears "
+                  "inside that emulated bf16. So CPU tokens/s show the cost of emulation, not FP8 speed. CPU memory "
+                  "is the activations autograd saved for backward (no allocator counters on CPU); the emulation's "
+                  "own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native keeps "
+                  "FP8 bytes): a memory comparison that means something needs a GPU run.", ""]
     lines += table(summary, band, gpu) + [""]
     if band:
         lines += [f"BF16 noise band (final val loss over {int((summary.precision == 'bf16').sum())} seeds): "
