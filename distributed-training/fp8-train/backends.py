@@ -187,6 +187,18 @@ def te_delayed_state(model: nn.Module) -> list[tuple[str, str, torch.Tensor, tor
     return out
 
 
+@torch.no_grad()
+def te_scrub(model: nn.Module) -> None:
+    """Zero non-finite entries of TE's amax histories in place (see scaling.scrub_history)."""
+    for m in model.modules():
+        meta = getattr(m, "fp8_meta", None)
+        if isinstance(meta, dict):
+            for key in ("scaling_fwd", "scaling_bwd"):
+                hist = getattr(meta.get(key), "amax_history", None)
+                if hist is not None:
+                    hist.copy_(torch.where(torch.isfinite(hist), hist, torch.zeros_like(hist)))
+
+
 # ---- torchao ---------------------------------------------------------------------------------
 
 def torchao_convert(model: nn.Module, names: list[str], recipe: str) -> None:

@@ -1,5 +1,8 @@
 """fp8-train benchmarks (CSVs, not timed tests): what a step costs in each precision.
 
+    monitor     the training-health monitoring (issue 7): per-step norms, FP8 scale reads, alerts,
+                CSV rows, periodic per-layer and FP8 statistics, dashboard rewrites; wall time per
+                loop iteration with all of it on vs off, interleaved. Target: < 5% of the step.
     step cost   one full training step (forward, backward, AdamW, the per-step metrics) per mode
                 and hidden size, modes interleaved step by step so that a noisy machine slows all
                 of them alike; median of the timed steps. Target (issue 6): on CPU the emulated FP8
@@ -10,14 +13,16 @@
                 an fp32 torch.mm of the same shape, in GFLOP/s: why the native backend calls the
                 public op (on CPU wheels the private one can fall back to a reference kernel).
 
-    make fp8-train-bench GPU=cpu                     # -> results/cpu/bench_step.csv, bench_gemm.csv
+    make fp8-train-bench GPU=cpu                     # -> results/cpu/bench_{step,gemm,monitor}.csv
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu --hidden 128,512
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +36,17 @@ from common.dist import distributed, fail, print0
 from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, provenance
-from precision import PrecisionSettings, RunSpec, parse_runs, prepare
+import train
+from alerts import AlertEngine
+from precision import parse_runs, prepare
+from runloop import RunLoop
+from settings import Config, with_preset
+from train import settings
 from trainer import Trainer
 
 LAB = Path(__file__).resolve().parent
 TARGET_EMULATED_VS_FP32 = 1.5  # issue 6
+TARGET_MONITOR_PCT = 5.0  # issue 7
 
 
 @dataclass(frozen=True)
@@ -49,38 +60,41 @@ class BenchConfig:
     seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
     warmup: int = field(default=3, metadata={"help": "untimed steps per mode"})
     iters: int = field(default=15, metadata={"help": "timed steps per mode"})
+    monitor_run: str = field(default="fp8:emulated", metadata={"help": "run whose monitoring cost is measured"})
+    monitor_hidden: int = field(default=128, metadata={"help": "hidden size for the monitoring benchmark"})
+    monitor_iters: int = field(default=100, metadata={"help": "timed steps with monitoring on and off"})
+    parts: tuple[str, ...] = field(default=("step", "gemm", "monitor"), metadata={"help": "what to measure"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = default)"})
     out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
 
     def __post_init__(self):
         if self.iters < 1 or self.warmup < 0 or self.batch < 1 or self.seq_len < 1 or self.n_layers < 1:
             raise ValueError("--iters/--batch/--seq-len/--n-layers must be >= 1 and --warmup >= 0")
-        if any(h < 16 or h % 16 for h in self.hidden):
+        if not set(self.parts) <= {"step", "gemm", "monitor"}:
+            raise ValueError(f"--parts takes step, gemm, monitor; got {self.parts}")
+        if any(h < 16 or h % 16 for h in self.hidden + (self.monitor_hidden,)):
             raise ValueError(f"--hidden sizes must be multiples of 16 (FP8 GEMM shapes), got {self.hidden}")
 
 
-@dataclass(frozen=True)
-class _TrainArgs:  # the fields Trainer reads
-    batch: int
-    seq_len: int
-    steps: int
-    lr: float = 1e-3
-    warmup: int = 1
-    weight_decay: float = 0.1
-    clip: float = 1.0
-    grad_accum: int = 1
-    stats_every: int = 0
-    val_batches: int = 1
+def _train_cfg(b: BenchConfig, d_model: int, steps: int, **kw) -> Config:
+    c = Config(gpu=b.gpu, batch=b.batch, seq_len=b.seq_len, d_model=d_model, n_layers=b.n_layers,
+               n_heads=max(1, d_model // 64), steps=steps, lr=1e-3, warmup=1, val_every=0, log_every=10 ** 9,
+               progress=False, **kw)
+    return with_preset(c, "cpu" if b.gpu == "cpu" else "h100", explicit_runs=True)
+
+
+def _trainer(cfg: Config, spec, env, data) -> Trainer:
+    mcfg = GPTConfig(vocab_size=data.vocab_size, seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                     n_heads=cfg.n_heads)
+    return Trainer(cfg, spec, prepare(spec, mcfg, settings(cfg), env.device), env, data, mcfg)
 
 
 def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
     specs = parse_runs(cfg.runs, "auto", 0, 1)
     for d in cfg.hidden:
-        mcfg = GPTConfig(vocab_size=data.vocab_size, seq_len=cfg.seq_len, d_model=d, n_layers=cfg.n_layers,
-                         n_heads=max(1, d // 64))
-        targs = _TrainArgs(cfg.batch, cfg.seq_len, cfg.warmup + cfg.iters)
-        trainers = {s.name: Trainer(targs, s, prepare(s, mcfg, PrecisionSettings(), env.device), env, data, mcfg, None)
-                    for s in specs}
+        tcfg = _train_cfg(cfg, d, cfg.warmup + cfg.iters + 1, monitor=False, stats_every=0, fractions_every=0,
+                          health_every=0)
+        trainers = {s.name: _trainer(tcfg, s, env, data) for s in specs}
         times: dict[str, list[float]] = {n: [] for n in trainers}
         for step in range(cfg.warmup + cfg.iters):
             for name, tr in trainers.items():  # interleaved: contention hits every mode alike
@@ -99,6 +113,43 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
                               target_ratio=target, meets_target=None if target is None else ratio <= target))
             print0(f"d_model {d:4d}  {s.name:18s} {med * 1e3:8.1f} ms/step  x{ratio:4.2f} vs {specs[0].name}"
                    + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
+
+
+def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
+    """Wall time per loop iteration with every health feature on vs. the bare step, interleaved.
+
+    "on" = what a run does with the runner's defaults: per-step param/update norms, FP8 scale reads
+    and alerts, CSV rows, FP8 amax/scale rows every 10 steps and underflow/saturation every 50,
+    per-layer norms and activation ranges every 10, the HTML dashboard rewritten every 25 steps
+    but at most every 10 s; the mean over 100 steps covers whole periods. "off" = forward,
+    backward, the grad norm that clipping and NaN detection need anyway, and the optimizer step.
+    """
+    spec = parse_runs((cfg.monitor_run,), "auto", 0, 1)[0]
+    n = cfg.warmup + cfg.monitor_iters
+    with tempfile.TemporaryDirectory() as tmp:
+        on_cfg = _train_cfg(cfg, cfg.monitor_hidden, n + 1)  # the runner's defaults for every health setting
+        off_cfg = dataclasses.replace(on_cfg, monitor=False, stats_every=0, fractions_every=0, health_every=0,
+                                      dashboard_every=0)
+        env_main = env
+        writers = train.writers_for(Path(tmp), env_main, provenance(env, "1"), {}, resume=False)
+        loops = {"on": RunLoop(_trainer(on_cfg, spec, env, data), writers, AlertEngine(on_cfg.thresholds),
+                               Path(tmp) / "dash.html"),
+                 "off": RunLoop(_trainer(off_cfg, spec, env, data), None, AlertEngine(off_cfg.thresholds), None)}
+        times: dict[str, list[float]] = {k: [] for k in loops}
+        for step in range(n):
+            for k, loop in loops.items():
+                t0 = time.perf_counter()
+                loop.one_step(step)
+                if step >= cfg.warmup:
+                    times[k].append(time.perf_counter() - t0)
+    on, off = statistics.fmean(times["on"]), statistics.fmean(times["off"])
+    pct = 100 * (on - off) / off
+    writer.write(dict(run=spec.name, d_model=cfg.monitor_hidden, steps=cfg.monitor_iters, step_time_off_s=off,
+                      step_time_on_s=on, median_off_s=statistics.median(times["off"]),
+                      median_on_s=statistics.median(times["on"]), overhead_pct=pct, target_pct=TARGET_MONITOR_PCT,
+                      meets_target=pct < TARGET_MONITOR_PCT))
+    print0(f"monitoring overhead ({spec.name}, d_model {cfg.monitor_hidden}): {off * 1e3:.1f} -> {on * 1e3:.1f} ms "
+           f"per step = {pct:+.1f}% (target < {TARGET_MONITOR_PCT}%: {'met' if pct < TARGET_MONITOR_PCT else 'MISSED'})")
 
 
 def gemm(env, writer: ResultsWriter, m: int = 1024, k: int = 512, n: int = 512) -> None:
@@ -151,8 +202,16 @@ def main(argv: list[str] | None = None) -> int:
                                key=["d_model", "run"], provenance=prov, config=config_dict(cfg), enabled=env.is_main)
         gemm_w = ResultsWriter(out / "bench_gemm.csv", ["op", "m", "k", "n", "time_us", "gflops", "samples"],
                                key=["op", "m", "k", "n"], provenance=prov, enabled=env.is_main)
-        step_cost(cfg, env, data, step_w)
-        gemm(env, gemm_w)
+        mon_w = ResultsWriter(out / "bench_monitor.csv",
+                              ["run", "d_model", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
+                               "median_on_s", "overhead_pct", "target_pct", "meets_target"],
+                              key=["run", "d_model"], provenance=prov, enabled=env.is_main)
+        if "step" in cfg.parts:
+            step_cost(cfg, env, data, step_w)
+        if "gemm" in cfg.parts:
+            gemm(env, gemm_w)
+        if "monitor" in cfg.parts:
+            monitor_overhead(cfg, env, data, mon_w)
     return 0
 
 

@@ -106,10 +106,15 @@ def current_scale(a: torch.Tensor, fmt: Fp8Format, margin: int = 0) -> torch.Ten
 
 
 def fp8_fractions(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format) -> torch.Tensor:
-    """(underflow, saturation) fractions of x quantized to q at `scale`, as a 2-element fp32 tensor."""
-    xf = x.detach().float()
-    n = max(1, xf.numel())
-    zero_q = (q.view(torch.uint8) & 0x7F) == 0  # +0 and -0: exponent and mantissa bits all zero
-    underflow = (zero_q & (xf != 0)).sum()
-    saturation = ((xf.abs() * scale) > fmt.max).sum()
+    """(underflow, saturation) fractions of x quantized to q at `scale`, as a 2-element fp32 tensor.
+
+    underflow: zeros in q that were not zero in x; as x == 0 implies q == 0, that is
+    count(q == 0) - count(x == 0), and q is one byte per element (cheap to scan).
+    saturation: |x| > fmt.max / scale, i.e. clipped by the clamp in `quantize`.
+    """
+    xd = x.detach()
+    n = max(1, xd.numel())
+    zero_q = ((q.view(torch.uint8) & 0x7F) == 0).sum()  # +0 and -0: exponent and mantissa bits all zero
+    underflow = zero_q - (xd == 0).sum()
+    saturation = (xd.abs() > fmt.max / scale).sum()
     return torch.stack([underflow, saturation]).float() / n

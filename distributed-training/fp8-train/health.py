@@ -47,6 +47,7 @@ class NormTracker:
         self.index = torch.tensor(idx, device=dev)
         self.sharded = any(hasattr(p, "to_local") for p in self.params)
         self.prev: list[torch.Tensor] | None = None
+        self.last_sq: torch.Tensor | None = None
 
     def _group_sq(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """Squared norms summed per group -> (G,), reduced over ranks for sharded parameters."""
@@ -55,6 +56,10 @@ class NormTracker:
         if self.sharded and dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(sq)
         return sq
+
+    def param_sq(self) -> torch.Tensor:
+        self.last_sq = self._group_sq([p.detach() for p in self.params])
+        return self.last_sq
 
     def grad_sq(self) -> torch.Tensor:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -72,12 +77,83 @@ class NormTracker:
     def param_and_update_sq(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(||theta_prev||^2, ||theta||^2, ||theta - theta_prev||^2) per group, after the step."""
         assert self.prev is not None, "snapshot() before the optimizer step"
-        prev_sq = self._group_sq(self.prev)
+        # ||theta_prev|| is last step's ||theta|| unless the weights were replaced since (restore() forgets it)
+        prev_sq = self.last_sq if self.last_sq is not None else self._group_sq(self.prev)
         cur = [_local(p).detach() for p in self.params]
         now_sq = self._group_sq(cur)
         torch._foreach_sub_(self.prev, cur)  # prev := prev - cur = -update (reused as the next snapshot buffer)
         upd_sq = self._group_sq(self.prev)
+        self.last_sq = now_sq
         return prev_sq, now_sq, upd_sq
+
+
+class ActivationProbe:
+    """amax of each block's attention output, MLP output and residual stream, via forward hooks.
+
+    Hooks are attached only for the steps that measure (every --health-every), so other steps pay
+    nothing. Activation outliers are what break FP8 first (Fishman et al. arXiv 2409.12517: SwiGLU
+    outliers diverge FP8 runs after ~200B tokens), and they show here before they show in the loss.
+    """
+
+    def __init__(self, model: nn.Module):
+        n = len(model.layers)
+        self.targets = [(f"layers.{i}.attn", model.layers[i].attn) for i in range(n)] + \
+                       [(f"layers.{i}.mlp", model.layers[i].mlp) for i in range(n)] + \
+                       [(f"layers.{i}.out", model.layers[i]) for i in range(n)]
+        self.names = [t[0] for t in self.targets]
+        self.amax = torch.zeros(len(self.targets), device=next(model.parameters()).device)
+        self.handles: list = []
+
+    def __enter__(self) -> "ActivationProbe":
+        self.amax.zero_()
+        for i, (_, m) in enumerate(self.targets):
+            self.handles.append(m.register_forward_hook(self._hook(i)))
+        return self
+
+    def _hook(self, i: int):
+        def hook(module, args, out):
+            a = out.detach().abs().amax().float()
+            self.amax[i] = torch.maximum(self.amax[i], a)  # max over the step's micro-batches
+        return hook
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+class GradSNR:
+    """||E[g]|| / std(g) across the micro-batches of one step (only with --grad-accum > 1).
+
+    With m micro-batch gradients G_i (each a full-batch-sized estimate), their mean is the step's
+    gradient and the total variance is (sum ||G_i||^2 - m ||mean||^2) / (m - 1). SNR > 1: the
+    micro-batches agree on the direction; << 1: a bigger batch would mostly average out noise
+    (McCandlish et al. arXiv 1812.06162, the gradient noise scale). Costs one gradient copy.
+    """
+
+    def __init__(self, params: list[torch.Tensor], m: int, sharded: bool = False):
+        self.params, self.m, self.sharded = params, m, sharded
+        self.prev: list[torch.Tensor] | None = None
+        self.sum_sq = torch.zeros(())
+
+    @torch.no_grad()
+    def after_micro_batch(self) -> None:
+        grads = [_local(p.grad) for p in self.params]
+        if self.prev is None:
+            self.prev = [torch.zeros_like(g) for g in grads]
+            self.sum_sq = torch.zeros((), device=grads[0].device)
+        diff = torch._foreach_sub(grads, self.prev)  # this micro-batch's share: G_i / m
+        self.sum_sq += torch.stack(torch._foreach_norm(diff)).float().pow(2).sum() * self.m ** 2
+        torch._foreach_copy_(self.prev, grads)
+
+    def result(self, total_grad_sq: torch.Tensor) -> torch.Tensor:
+        m = self.m
+        if self.sharded and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(self.sum_sq)  # FSDP2: each rank holds a disjoint shard of every gradient
+        mean_sq = total_grad_sq  # the accumulated gradient is the mean of the G_i
+        var = (self.sum_sq - m * mean_sq).clamp_min(0) / (m - 1)
+        self.prev = None
+        return mean_sq.sqrt() / var.sqrt()
 
 
 def _group_order(g: str) -> tuple:

@@ -3,7 +3,7 @@
 FP8_DIR := $(LABS_DIR)/fp8-train
 FP8_LAUNCH = $(if $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS))),$(PYRUN),$(TORCHRUN))
 
-.PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu
+.PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo
 
 fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b200) + REPORT.md
 	$(MAKE) fp8-train-run fp8-train-report
@@ -16,6 +16,15 @@ fp8-train-report: $(SETUP)
 
 fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM paths -> results/<preset>/bench_*.csv
 	$(PYRUN) $(FP8_DIR)/bench.py --gpu $(GPU) $(ARGS)
+
+# The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
+# FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.
+FP8_DEMO_ARGS ?= --inject spike@60,nan@100,overflow@140 --on-nan rollback --ckpt-every 25
+fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu-demo, dashboard
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu-demo $(FP8_DEMO_ARGS) $(ARGS)
+	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu:fp8-emulated-s0 \
+	  --run $(FP8_DIR)/results/cpu-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu-demo/overlay.html \
+	  --title "fp8-emulated: clean run vs injected faults"
 
 fp8-train-gpu: $(SETUP)
 	$(MAKE) fp8-train-run fp8-train-bench fp8-train-report

@@ -7,6 +7,8 @@ each precision and records, per step, loss, grad/param norms, update ratio, lr, 
 time and memory (steps.csv), and per FP8 tensor its amax, scale and underflow/saturation
 fractions (fp8.csv). BF16 runs with several seeds give the seed-to-seed noise band that decides
 whether FP8 "matches". On GPU presets a hidden-size sweep (sweep.csv) shows where FP8 starts to pay.
+Around every run (runloop.py): per-layer health (layers.csv), alerts (events.csv), the --on-nan
+policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard.
 
 Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
 backend auto|te|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
@@ -21,6 +23,8 @@ Commands:
     make fp8-train GPU=cpu                                    # CPU preset + report (a few minutes)
     make fp8-train GPU=h100                                   # 1 GPU
     make fp8-train-run GPU=h100 NPROC=8                       # 8 GPUs, FSDP2 (torchrun)
+    make fp8-train-demo                                       # injected faults + recovery (CPU)
+    make fp8-train-run GPU=cpu ARGS="--resume"                # continue after a crash or SIGTERM
     sbatch --nodes=2 slurm/lab.sbatch fp8-train GPU=h100      # N nodes
     PYTHONPATH=distributed-training python distributed-training/fp8-train/train.py --gpu cpu \\
         --runs bf16,fp8:emulated --steps 50                   # by hand; --help lists every flag
@@ -29,116 +33,29 @@ Commands:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 import backends
+import checkpoint
+from alerts import AlertEngine
 from common.config import config_dict, parse_config, parse_size
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, print0
-from common.fsdp import apply_fsdp
-from common.hardware import CHOICES, get_preset
+from common.hardware import get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, provenance
-from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW, PrecisionSettings, RunSpec, parse_runs, prepare, \
-    select_modules
-from scaling import DelayedScaling
-from trainer import FP8_COLUMNS, STEP_COLUMNS, Trainer, Writers
+from faults import parse as parse_faults
+from precision import LOW, PrecisionSettings, RunSpec, parse_runs, prepare, select_modules
+from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
+from settings import Config, with_preset
+from trainer import StopRun, Trainer, Writers
 
 LAB = Path(__file__).resolve().parent
 BENCH_VERSION = "1"
-PRESETS: dict[str, dict] = {
-    "cpu": dict(runs=("fp32", "bf16", "fp8:native", "fp8:emulated", "mxfp8:emulated", "nvfp4:emulated"),
-                noise_seeds=3, steps=200, batch=8, seq_len=128, d_model=128, n_layers=2, n_heads=4, lr=3e-3,
-                warmup=20, compile=False, sweep_hidden=()),
-    "h100": dict(runs=("fp32", "bf16", "fp8:native", "fp8:torchao", "fp8:te"), noise_seeds=2, steps=400, batch=8,
-                 seq_len=1024, d_model=2048, n_layers=8, n_heads=16, lr=3e-4, warmup=40, compile=True,
-                 sweep_hidden=(512, 1024, 2048, 4096)),
-    "a100": dict(runs=("fp32", "bf16", "fp16"), noise_seeds=2, steps=400, batch=8, seq_len=1024, d_model=1024,
-                 n_layers=8, n_heads=8, lr=3e-4, warmup=40, compile=True, sweep_hidden=()),
-}
-PRESETS["h200"] = PRESETS["h100"]
-PRESETS["b200"] = dict(PRESETS["h100"], runs=PRESETS["h100"]["runs"] + ("mxfp8:te", "nvfp4:te"))
-PRESETS["gb200"] = PRESETS["b200"]
-PRESETS["a100-40gb"] = PRESETS["a100"]
-
-
-@dataclass(frozen=True)
-class Config:
-    gpu: str = field(default="auto", metadata={"help": "preset", "choices": CHOICES})
-    runs: tuple[str, ...] = field(default=(), metadata={"help": "precision[:backend] list (empty = preset)"})
-    fp8_backend: str = field(default="auto", metadata={"help": "backend for fp8 runs", "choices": BACKENDS})
-    seed: int = field(default=0, metadata={"help": "seed of every run (weights and batch order)"})
-    noise_seeds: int = field(default=0, metadata={"help": "bf16 seeds for the noise band (0 = preset)"})
-    steps: int = field(default=0, metadata={"help": "optimizer steps (0 = preset)"})
-    batch: int = field(default=0, metadata={"help": "global sequences per step (0 = preset)"})
-    grad_accum: int = field(default=1, metadata={"help": "micro-batches per step"})
-    seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0 = preset)"})
-    d_model: int = field(default=0, metadata={"help": "hidden size (0 = preset)"})
-    n_layers: int = field(default=0, metadata={"help": "blocks (0 = preset)"})
-    n_heads: int = field(default=0, metadata={"help": "attention heads (0 = preset)"})
-    lr: float = field(default=0.0, metadata={"help": "peak AdamW learning rate (0 = preset)"})
-    warmup: int = field(default=-1, metadata={"help": "warm-up steps (-1 = preset)"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices"})
-    clip: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
-    val_every: int = field(default=25, metadata={"help": "validation loss every N steps (0 = only at the end)"})
-    val_batches: int = field(default=4, metadata={"help": "validation batches per evaluation"})
-    log_every: int = field(default=50, metadata={"help": "print a line every N steps"})
-    stats_every: int = field(default=5, metadata={"help": "FP8 tensor statistics every N steps (0 = never)"})
-    fp8_modules: tuple[str, ...] = field(default=DEFAULT_FP8_MODULES, metadata={"help": "modules in low precision"})
-    hp_modules: tuple[str, ...] = field(default=(), metadata={"help": "globs kept high precision anyway"})
-    fp8_scaling: str = field(default="delayed", metadata={"help": "per-tensor scaling",
-                                                          "choices": ["delayed", "current"]})
-    amax_history: int = field(default=16, metadata={"help": "delayed scaling: amax window (TE default 1024)"})
-    amax_algo: str = field(default="max", metadata={"help": "delayed scaling: amax over the window",
-                                                    "choices": ["max", "most_recent"]})
-    fp8_margin: int = field(default=0, metadata={"help": "delayed scaling: scale /= 2^margin"})
-    torchao_recipe: str = field(default="tensorwise", metadata={"help": "torchao recipe",
-                                                                "choices": ["tensorwise", "rowwise"]})
-    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: preset)"})
-    sweep_hidden: tuple[int, ...] | None = field(default=None, metadata={"help": "hidden sizes for the FP8 "
-                                                                         "crossover sweep (default: preset)"})
-    sweep_steps: int = field(default=30, metadata={"help": "steps per sweep point (half warm-up)"})
-    data: str | None = field(default=None, metadata={"help": "nanoGPT train.bin/val.bin dir (default: stdlib)"})
-    data_size: str = field(default="16M", metadata={"help": "bytes of the stdlib corpus to read"})
-    threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)"})
-    out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
-
-    def __post_init__(self):
-        for name in ("steps", "batch", "seq_len", "d_model", "n_layers", "n_heads", "noise_seeds", "threads",
-                     "val_every", "stats_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.grad_accum < 1 or self.val_batches < 1 or self.log_every < 1 or self.sweep_steps < 2:
-            raise ValueError("--grad-accum, --val-batches and --log-every must be >= 1 and --sweep-steps >= 2")
-        if self.batch and self.batch % self.grad_accum:
-            raise ValueError(f"--batch {self.batch} must be divisible by --grad-accum {self.grad_accum}")
-        if self.lr < 0 or self.clip <= 0:
-            raise ValueError(f"--lr must be >= 0 and --clip > 0, got {self.lr}, {self.clip}")
-        DelayedScaling(self.fp8_margin, self.amax_history, self.amax_algo)  # validates the recipe
-        parse_size(self.data_size)
-
-    @property
-    def recipe(self) -> DelayedScaling:
-        return DelayedScaling(self.fp8_margin, self.amax_history, self.amax_algo)
-
-
-def with_preset(cfg: Config, preset_name: str, explicit_runs: bool) -> Config:
-    """Fill every 'from preset' field; the result is what gets saved beside the CSVs."""
-    p = PRESETS.get(preset_name, PRESETS["h100"])
-    upd = {k: p[k] for k in ("steps", "batch", "seq_len", "d_model", "n_layers", "n_heads", "lr", "noise_seeds")
-           if not getattr(cfg, k)}
-    upd.update({k: p[k] for k, unset in (("warmup", cfg.warmup < 0), ("compile", cfg.compile is None),
-                                         ("sweep_hidden", cfg.sweep_hidden is None)) if unset})
-    if not explicit_runs:
-        runs = p["runs"]
-        if cfg.fp8_backend != "auto":  # `--fp8-backend X` alone: the preset's high-precision runs + fp8:X
-            runs = tuple(r for r in runs if r.split(":")[0] not in LOW) + (f"fp8:{cfg.fp8_backend}",)
-        upd["runs"] = runs
-    return dataclasses.replace(cfg, **upd)
 
 
 def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> tuple[list, list[str]]:
@@ -147,6 +64,11 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
     from common.model import GPT
     with torch.device("meta"):
         select_modules(GPT(mcfg), cfg.fp8_modules, cfg.hp_modules)  # a bad precision map fails here
+    if any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
+        hp = [s.name for s in specs if s.precision not in LOW]
+        if hp:
+            raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
+                             "(use --runs with FP8 runs only)")
     keep, skipped = [], []
     for s in specs:
         if s.precision in LOW:
@@ -170,6 +92,8 @@ def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):
     prep = prepare(spec, mcfg, settings(cfg), env.device)
     if env.world_size > 1:  # FSDP2 per block then root (common.fsdp); fp32 params, autocast does bf16
         from torch.distributed.device_mesh import init_device_mesh
+
+        from common.fsdp import apply_fsdp  # imported here: FSDP costs a second of start-up on one rank
         apply_fsdp(prep.raw, init_device_mesh(env.device.type, (env.world_size,)), reshard_after_forward=True)
     return prep
 
@@ -185,7 +109,7 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
         for spec in [s for s in specs if s.precision in ("bf16",) + LOW and s.seed == cfg.seed]:
             prep = build(cfg, spec, mcfg, env)
             sc = dataclasses.replace(cfg, steps=cfg.sweep_steps, stats_every=0)
-            tr = Trainer(sc, spec, prep, env, data, mcfg, None)
+            tr = Trainer(dataclasses.replace(sc, monitor=False), spec, prep, env, data, mcfg)
             times = []
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
@@ -196,6 +120,50 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             w.write(row)
             print0(f"sweep d_model={d:5d} {spec.name:22s} {row['tokens_per_s']:12,.0f} tokens/s")
             del tr, prep
+
+
+@functools.lru_cache(maxsize=2)
+def _load_data(path: str | None, nbytes: int):
+    """The corpus, read once per process (listing the stdlib takes a second; tests call main() often)."""
+    return load_data(path, nbytes)
+
+
+def writers_for(out: Path, env: DistInfo, prov: dict, cfg_json: dict, resume: bool) -> Writers:
+    def w(name, cols, key, config=None):
+        return ResultsWriter(out / name, cols, key=key, provenance=prov, config=config, resume=resume,
+                             enabled=env.is_main, config_ignore=("resume", "progress", "skipped_runs"))
+    return Writers(w("steps.csv", STEP_COLUMNS, ["run", "step"], cfg_json),
+                   w("fp8.csv", FP8_COLUMNS, ["run", "step", "module", "role"]),
+                   w("layers.csv", LAYER_COLUMNS, ["run", "step", "layer"]),
+                   w("events.csv", EVENT_COLUMNS, ["run", "step", "kind", "metric"]))
+
+
+def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
+            ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> None:
+    prep = build(cfg, spec, mcfg, env)
+    print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
+           "".join(f"; {n}" for n in prep.notes))
+    ckpt = ckpt_dir / f"{spec.name}.pt" if (cfg.ckpt_every or cfg.resume) else None
+    tr = Trainer(cfg, spec, prep, env, data, mcfg, peak, ckpt, parse_faults(cfg.inject))
+    loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
+    start = 0
+    if cfg.resume and ckpt is not None and ckpt.exists():
+        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend == "te")
+        tr.restore(state)
+        loop.load_health(state["health"])
+        start = state["step"]
+        print0(f"   resumed from its checkpoint at step {start}")
+    elif cfg.resume and writers.steps.done({"run": spec.name, "step": 0}):
+        if writers.steps.done({"run": spec.name, "step": cfg.steps - 1}):
+            print0("   complete, nothing to resume")
+            return
+        raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
+                                         f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; rerun without --resume")
+    elif ckpt is not None:
+        ckpt.unlink(missing_ok=True)  # a fresh run never resumes from an older run's checkpoint later
+        if cfg.on_nan == "rollback":
+            tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
+    loop.run(start, stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,34 +177,52 @@ def main(argv: list[str] | None = None) -> int:
     if on_gpu and not torch.cuda.is_available():
         fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
     cfg = with_preset(cfg, preset.name, bool(cfg.runs))
+    threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    try:
+        return _run(cfg, preset, on_gpu, explicit)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
     with distributed(device="cuda" if on_gpu else "cpu") as env:
         try:
             mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
             specs, skipped = plan(cfg, env.device, explicit, mcfg)
-            data = load_data(cfg.data, parse_size(cfg.data_size))
+            data = _load_data(cfg.data, parse_size(cfg.data_size))
         except (ValueError, backends.BackendUnavailable) as e:
             fail(str(e), 2)
         mcfg = dataclasses.replace(mcfg, vocab_size=data.vocab_size)
         out = Path(cfg.out) if cfg.out else LAB / "results" / preset.name
-        prov = provenance(env, BENCH_VERSION)
+        ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
         cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
                     data.fingerprint, "skipped_runs": skipped}
-        writers = Writers(
-            ResultsWriter(out / "steps.csv", STEP_COLUMNS, key=["run", "step"], provenance=prov, config=cfg_json,
-                          enabled=env.is_main),
-            ResultsWriter(out / "fp8.csv", FP8_COLUMNS, key=["run", "step", "module", "role"], provenance=prov,
-                          enabled=env.is_main))
+        try:
+            writers = writers_for(out, env, provenance(env, BENCH_VERSION), cfg_json, cfg.resume)
+        except ValueError as e:  # SchemaMismatch: resuming into results written with other settings
+            fail(str(e), 2)
         for note in skipped:
             print0(f"skipped {note}")
-        for spec in specs:
-            prep = build(cfg, spec, mcfg, env)
-            print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
-                   "".join(f"; {n}" for n in prep.notes))
-            Trainer(cfg, spec, prep, env, data, mcfg, writers, preset.peak_tflops("bf16")).run()
+        with checkpoint.GracefulStop() as stop:
+            for spec in specs:
+                try:
+                    run_one(cfg, spec, mcfg, env, data, writers, out, ckpt_dir, preset.peak_tflops("bf16"), stop)
+                except checkpoint.CheckpointError as e:
+                    fail(str(e), 2)
+                except Preempted as e:
+                    print0(str(e))
+                    return 0
+                except StopRun as e:
+                    print0(f"{spec.name}: {e}")
+                    return 3
+        if env.is_main and len(specs) > 1:
+            import dashboard
+            dashboard.write([(out, s.name, None) for s in specs], out / "dashboard.html",
+                            f"fp8-train {out.name}: all runs")
         if cfg.sweep_hidden:
-            sweep(cfg, specs, env, data, out, prov)
+            sweep(cfg, specs, env, data, out, provenance(env, BENCH_VERSION))
     return 0
 
 

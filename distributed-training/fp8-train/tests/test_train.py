@@ -16,7 +16,7 @@ from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
         "--n-heads", "2", "--lr", "1e-2", "--warmup", "1", "--val-every", "4", "--val-batches", "1", "--stats-every",
-        "2", "--data-size", "256K", "--log-every", "100", "--threads", "1"]
+        "2", "--fractions-every", "2", "--data-size", "256K", "--log-every", "100", "--threads", "1"]
 
 
 def test_precision_map():
@@ -106,25 +106,33 @@ def _importable(name: str) -> bool:
         return False
 
 
-def _fsdp_run(env, spec):
-    from common.data import load_data
+def _fsdp_run(env, spec, ckpt):
+    import checkpoint
     from trainer import Trainer
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=3, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
+    cfg = train.with_preset(train.Config(gpu="cpu", steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
                                          lr=1e-2, warmup=1, stats_every=0), "cpu", True)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
-    prep = train.build(cfg, spec, mcfg, env)  # FSDP2 when world_size > 1
-    tr = Trainer(cfg, spec, prep, env, load_data(max_bytes=256 << 10), mcfg, None)
+    data = train._load_data(None, 256 << 10)
+    tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     losses = [tr.train_step(0)["loss"]]
     first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
     losses += [tr.train_step(s)["loss"] for s in (1, 2)]
-    return losses, first_scales
+    tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
+    losses.append(tr.train_step(3)["loss"])
+    again = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again.restore(checkpoint.load(ckpt, again.fingerprint()))
+    return losses, first_scales, again.train_step(3)["loss"]
 
 
-def test_fsdp_fp8_matches_one_process():
+def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
+    import torch.distributed.checkpoint.state_dict  # noqa: F401 - imported before forking, so that the
+    import common.fsdp  # noqa: F401 - ranks do not each import FSDP and DCP (seconds on 2 cores)
     from common.testing import run_ranks
+    train._load_data(None, 256 << 10)  # likewise the corpus
     spec = RunSpec("fp8", "native", 0)
-    (one_loss, one_scales), = run_ranks(_fsdp_run, 1, spec)
-    (l0, s0), (l1, s1) = run_ranks(_fsdp_run, 2, spec)
+    (one_loss, one_scales, _), = run_ranks(_fsdp_run, 1, spec, tmp_path / "one.pt")
+    (l0, s0, r0), (l1, s1, r1) = run_ranks(_fsdp_run, 2, spec, tmp_path / "two.pt")
     assert l0 == l1 and s0 == s1  # amaxes all-reduced (MAX): every rank casts with the same scales
     assert one_loss == pytest.approx(l0, abs=2e-3)
     assert s0 == one_scales  # max over ranks of each shard's amax == the global batch's amax
+    assert r0 == r1 == l0[3]  # restored from the full-state checkpoint: step 3 again, bit for bit
