@@ -108,8 +108,8 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
                          n_heads=max(1, d // 128))
         for spec in [s for s in specs if s.precision in ("bf16",) + LOW and s.seed == cfg.seed]:
             prep = build(cfg, spec, mcfg, env)
-            sc = dataclasses.replace(cfg, steps=cfg.sweep_steps, stats_every=0)
-            tr = Trainer(dataclasses.replace(sc, monitor=False), spec, prep, env, data, mcfg)
+            sc = dataclasses.replace(cfg, steps=cfg.sweep_steps, stats_every=0, fractions_every=0, monitor=False)
+            tr = Trainer(sc, spec, prep, env, data, mcfg)
             times = []
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
@@ -120,6 +120,8 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             w.write(row)
             print0(f"sweep d_model={d:5d} {spec.name:22s} {row['tokens_per_s']:12,.0f} tokens/s")
             del tr, prep
+            if env.device.type == "cuda":
+                torch.cuda.empty_cache()  # the next size starts from a clean allocator
 
 
 @functools.lru_cache(maxsize=2)
