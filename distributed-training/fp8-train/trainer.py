@@ -142,7 +142,10 @@ class Trainer:
                 p.scaler.unscale_(self.opt)
             g_sq = self.norms.grad_sq()
             grad_norm = g_sq.sum().sqrt()
-            loss_ok, grad_ok = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).tolist()
+            ok = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
+            if self.env.world_size > 1:  # every rank must take the same branch (a rollback has collectives)
+                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            loss_ok, grad_ok = (v > 0 for v in ok.tolist())
             action = ""
             if loss_ok and grad_ok:
                 torch.nn.utils.clip_grads_with_norm_(self.norms.params, cfg.clip, grad_norm)
