@@ -219,14 +219,16 @@ class AmaxProbe:
     the real per-tensor encode scale, 448 * 6 / amax). `last` mirrors Fp8Linear.last.
     """
 
-    def __init__(self, modules: list[tuple[str, nn.Module]], fwd_max: float, grad_max: float, kind: str):
+    def __init__(self, modules: list[tuple[str, nn.Module]], fwd_max: float, grad_max: float, kind: str,
+                 backward: bool = True):
         self.modules, self.fwd_max, self.grad_max = modules, fwd_max, grad_max
         self.handles = []
         for _, m in modules:
-            m.register_buffer("last", torch.zeros(3, 2, device=m.weight.device), persistent=False)
+            m.register_buffer("last", torch.full((3, 2), float("nan"), device=m.weight.device), persistent=False)
             m.scale_kind = kind
             self.handles.append(m.register_forward_pre_hook(self._fwd))
-            self.handles.append(m.register_full_backward_pre_hook(self._bwd))
+            if backward:  # full backward hooks break torch.compile graphs: gradient amaxes are eager-only
+                self.handles.append(m.register_full_backward_pre_hook(self._bwd))
 
     @torch.no_grad()
     def _fwd(self, m, args):

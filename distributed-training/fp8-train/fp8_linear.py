@@ -73,12 +73,13 @@ def scaled_mm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: to
     return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype, **kw)
 
 
-def _gemm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, opts: Fp8Options,
-          fast_accum: bool = False) -> torch.Tensor:
+def _gemm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, engine: str,
+          out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
     """(a8 / scale_a) @ (b8 / scale_b) with fp32 accumulation; a8 (M,K), b8 (K,N) -> (M,N)."""
-    if opts.engine == "native":
-        return scaled_mm(a8, b8, inv_a, inv_b, opts.out_dtype, fast_accum)
-    return (a8 @ b8).mul_(inv_a * inv_b).to(opts.out_dtype)  # a8, b8 already widened to fp32
+    if engine == "native":
+        return scaled_mm(a8, b8, inv_a, inv_b, out_dtype, fast_accum)
+    with torch.autocast(a8.device.type, enabled=False):  # the widened FP8 values, multiplied in fp32
+        return (a8 @ b8).mul_(inv_a * inv_b).to(out_dtype)
 
 
 def _col_major(t: torch.Tensor, opts: Fp8Options) -> torch.Tensor:
@@ -118,7 +119,7 @@ class _Fp8LinearFn(torch.autograd.Function):
             # accumulation are exact too). FP8 numerics, fp32 activation memory.
             (x8, mx), (w8, mw) = widen(x8), widen(w8)
             inv_x, inv_w = inv_x * mx * _nan_guard(a_x), inv_w * mw * _nan_guard(a_w)
-        y = _gemm(x8, w8.t(), inv_x, inv_w, opts, fast_accum=True)  # (M,K)@(K,N)
+        y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype, fast_accum=True)  # (M,K)@(K,N)
         ctx.save_for_backward(x8, w8, inv_x, inv_w)
         # Scaling state is kept off the autograd tape: it is written in place between steps.
         ctx.state, ctx.opts, ctx.dtypes = (hist_b, scale_b, last, frac), opts, (x.dtype, w.dtype)
@@ -141,9 +142,11 @@ class _Fp8LinearFn(torch.autograd.Function):
         if opts.engine == "emulated":
             g8, mg = widen(g8)  # E5M2 widens exactly, Inf and NaN included
             inv_g = inv_g * mg
-        dx = _gemm(g8, _col_major(w8, opts), inv_g, inv_w, opts)  # (M,N)@(N,K) -> (M,K)
-        dw = _gemm(_row_major(g8.t(), opts), _col_major(x8, opts), inv_g, inv_x, opts)  # (N,M)@(M,K) -> (N,K)
-        return dx.to(ctx.dtypes[0]), dw.to(ctx.dtypes[1]), None, None, None, None, None, None, None
+        # Gradients come out in the dtypes of x and of the (fp32 master) weight, as TE's dgrad/wgrad do.
+        x_dtype, w_dtype = ctx.dtypes
+        dx = _gemm(g8, _col_major(w8, opts), inv_g, inv_w, opts.engine, x_dtype)  # (M,N)@(N,K) -> (M,K)
+        dw = _gemm(_row_major(g8.t(), opts), _col_major(x8, opts), inv_g, inv_x, opts.engine, w_dtype)  # (N,K)
+        return dx, dw, None, None, None, None, None, None, None
 
 
 class Fp8Linear(nn.Module):

@@ -126,8 +126,11 @@ class BlockScaledLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        y = _BlockLinearFn.apply(x.reshape(-1, self.in_features), self.weight, self.fmt, self.grad_fmt)
-        y = y.reshape(*lead, self.out_features)
+        dev = x.device.type
+        out_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+        with torch.autocast(dev, enabled=False):  # emulation: fp32 GEMMs on the block-quantized values
+            y = _BlockLinearFn.apply(x.reshape(-1, self.in_features).float(), self.weight, self.fmt, self.grad_fmt)
+        y = y.to(out_dtype).reshape(*lead, self.out_features)
         if self.bias is not None:
             y = y + self.bias
         if self.round_output is not None:

@@ -183,10 +183,10 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
         mods = [(n, model.get_submodule(n)) for n in names]
         if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
             gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
-            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current")
+            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current", backward=not s.compile)
         else:
             fmax = backends.BLOCK_MAX[spec.precision]
-            probe = backends.AmaxProbe(mods, fmax, fmax, "derived")
+            probe = backends.AmaxProbe(mods, fmax, fmax, "derived", backward=not s.compile)
     hp_ctx: Callable[[], ContextManager] = nullcontext
     if hp is not None:
         if cpu:
