@@ -15,7 +15,8 @@ Alert saying what it saw, at which step, against which threshold, and what it me
     scale_drop /  an FP8 tensor's scale fell below 1/`factor` of its max (rose above `factor` x its
     scale_rise    min) over the last `window` steps (after `warmup` steps: delayed scaling starts
                   every scale at 1; for E5M2 tensors the factor is scaled to the same fraction of
-                  E5M2's wider dynamic range): an amax jumped (overflow risk now, and under
+                  E5M2's wider dynamic range; block formats are exempt, their scales are per block):
+                  an amax jumped (overflow risk now, and under
                   delayed scaling the low scale stays for the history window: underflow of everything
                   else) or collapsed (values heading into the underflow range).
     nonfinite     loss or grad norm is NaN/Inf this step.
@@ -147,12 +148,15 @@ class ScaleJumpDetector:
         if self.seen <= self.t.warmup:  # the first steps run at the initial scale 1: not a signal
             return alerts
         for key, s in scales.items():
+            fmt = (formats or {}).get(key, "e4m3")
+            if fmt not in RANGE_BINADES:
+                continue  # block formats (MX, NVFP4) scale each block: a tensor-level jump is not a hazard
             h = self.history.setdefault(key, deque(maxlen=self.t.scale_window))
             if len(h) == h.maxlen and math.isfinite(s) and step >= self.quiet_until.get(key, -1):
                 hi, lo = max(h), min(h)
                 # The factor is for E4M3; a wider format tolerates the same fraction of its dynamic range
                 # (E5M2: 31.8 binades vs 17.8, so 8x becomes ~41x): gradients' amax legitimately moves more.
-                binades = RANGE_BINADES.get((formats or {}).get(key, "e4m3"), RANGE_BINADES["e4m3"])
+                binades = RANGE_BINADES[fmt]
                 f = self.t.scale_factor ** (binades / RANGE_BINADES["e4m3"])
                 if s < hi / f:
                     alerts.append(Alert(step, "scale_drop", "warning", f"scale {key}", s, hi / f,

@@ -65,6 +65,8 @@ def test_scale_jumps():
     assert [a for i, s in enumerate(jumpy) for a in d.observe(i, {"g": s}, {"g": "e5m2"})] == []
     d = ScaleJumpDetector(t)
     assert [a.kind for i, s in enumerate(jumpy) for a in d.observe(i, {"g": s}, {"g": "e4m3"})] == ["scale_drop"]
+    d = ScaleJumpDetector(t)  # block formats scale per block: no tensor-level alarm
+    assert [a for i, s in enumerate(crafted) for a in d.observe(i, {"x": s}, {"x": "mxfp8"})] == []
 
 
 def test_nonfinite():
