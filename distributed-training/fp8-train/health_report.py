@@ -93,8 +93,9 @@ def section(d: Path, root: Path) -> list[str]:
     dash = d / "dashboard.html" if (d / "dashboard.html").exists() else None
     runs = list(steps["run"].unique())
     per_run = [d / "dashboards" / f"{r}.html" for r in runs if (d / "dashboards" / f"{r}.html").exists()]
+    others = sorted(p for p in d.glob("*.html") if p.name != "dashboard.html")  # e.g. the demo's overlay
     links = ([f"[all runs overlaid]({_rel(dash, root)})"] if dash else []) + \
-        [f"[{p.stem}]({_rel(p, root)})" for p in per_run]
+        [f"[{p.stem}]({_rel(p, root)})" for p in others + per_run]
     if links:
         lines += ["Dashboards (self-contained HTML, open from disk): " + ", ".join(links) + ".", ""]
     lines += alert_counts(steps, events) + [""]

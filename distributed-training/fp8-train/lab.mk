@@ -19,7 +19,7 @@ fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM pat
 
 # The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
 # FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.
-FP8_DEMO_ARGS ?= --inject spike@60,nan@100,overflow@140 --on-nan rollback --ckpt-every 25
+FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25
 fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu-demo, dashboard
 	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu-demo $(FP8_DEMO_ARGS) $(ARGS)
 	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu:fp8-emulated-s0 \
