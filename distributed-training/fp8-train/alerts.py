@@ -161,7 +161,8 @@ class ScaleJumpDetector:
                 if s < hi / f:
                     alerts.append(Alert(step, "scale_drop", "warning", f"scale {key}", s, hi / f,
                                         f"FP8 scale of {key} fell to {s:.3g}, below 1/{f:.3g} of its {len(h)}-step max "
-                                        f"{hi:.3g}: its amax jumped (an outlier); values beyond the old range saturated, "
+                                        f"{hi:.3g}: its amax jumped (an outlier); values beyond the old range "
+                                        "saturated, "
                                         "and while the outlier stays in the amax history small values underflow"))
                 elif s > lo * f:
                     alerts.append(Alert(step, "scale_rise", "warning", f"scale {key}", s, lo * f,

@@ -25,7 +25,7 @@ from typing import Callable, ContextManager
 import torch
 import torch.nn as nn
 
-from formats import E4M3, E5M2, amax
+from formats import E4M3, amax
 
 TE_HOW = ("install TransformerEngine as distributed-training/fp8-train/README.md says (core wheel "
           "transformer_engine_cu13 + transformer_engine_torch built against your torch)")
@@ -49,7 +49,8 @@ def _fp8_gpu(device: torch.device) -> tuple[bool, str]:
         return False, "no CUDA device"
     cap = torch.cuda.get_device_capability(device)
     if cap < (8, 9):
-        return False, f"{torch.cuda.get_device_name(device)} is sm_{cap[0]}{cap[1]}, FP8 needs sm_89+ (Ada/Hopper/Blackwell)"
+        name = torch.cuda.get_device_name(device)
+        return False, f"{name} is sm_{cap[0]}{cap[1]}, FP8 needs sm_89+ (Ada/Hopper/Blackwell)"
     return True, f"sm_{cap[0]}{cap[1]}"
 
 

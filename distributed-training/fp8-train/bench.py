@@ -149,7 +149,8 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
                       median_on_s=statistics.median(times["on"]), overhead_pct=pct, target_pct=TARGET_MONITOR_PCT,
                       meets_target=pct < TARGET_MONITOR_PCT))
     print0(f"monitoring overhead ({spec.name}, d_model {cfg.monitor_hidden}): {off * 1e3:.1f} -> {on * 1e3:.1f} ms "
-           f"per step = {pct:+.1f}% (target < {TARGET_MONITOR_PCT}%: {'met' if pct < TARGET_MONITOR_PCT else 'MISSED'})")
+           f"per step = {pct:+.1f}% (target < {TARGET_MONITOR_PCT}%: "
+           f"{'met' if pct < TARGET_MONITOR_PCT else 'MISSED'})")
 
 
 def gemm(env, writer: ResultsWriter, m: int = 1024, k: int = 512, n: int = 512) -> None:
@@ -178,7 +179,8 @@ def gemm(env, writer: ResultsWriter, m: int = 1024, k: int = 512, n: int = 512) 
                 torch.cuda.synchronize()
             samples.append(time.perf_counter() - t0)
         t = min(samples)
-        writer.write(dict(op=name, m=m, k=k, n=n, time_us=t * 1e6, gflops=2 * m * k * n / t / 1e9, samples=len(samples)))
+        writer.write(dict(op=name, m=m, k=k, n=n, time_us=t * 1e6, gflops=2 * m * k * n / t / 1e9,
+                          samples=len(samples)))
         print0(f"{name:22s} {m}x{k}x{n}: {t * 1e6:10.0f} us  {2 * m * k * n / t / 1e9:8.2f} GFLOP/s")
 
 

@@ -88,7 +88,9 @@ function chart(id, title, series, opts) {
                           "stroke-dasharray": s.dash || "", opacity: s.opacity || 1}, svg);
     el("title", {}, p).textContent = s.name;
     if (s.dots) s.x.forEach((x, i) => {
-      if (s.y[i] !== null && isFinite(s.y[i])) el("circle", {cx: px(x), cy: py(tf(s.y[i])), r: 2.5, fill: s.color}, svg);
+      if (s.y[i] !== null && isFinite(s.y[i])) {
+        el("circle", {cx: px(x), cy: py(tf(s.y[i])), r: 2.5, fill: s.color}, svg);
+      }
     });
   }
   for (const m of opts.markers || []) {
@@ -107,8 +109,10 @@ function chart(id, title, series, opts) {
 function marker(svg, x, y, color, shape) {
   const g = el("g", {}, svg), s = 6;
   const shapes = {
-    triangle: `M${x} ${y - s}L${x + s} ${y + s}L${x - s} ${y + s}Z`, down: `M${x - s} ${y - s}L${x + s} ${y - s}L${x} ${y + s}Z`,
-    up: `M${x} ${y - s}L${x + s} ${y + s}L${x - s} ${y + s}Z`, square: `M${x - s} ${y - s}h${2 * s}v${2 * s}h${-2 * s}Z`,
+    triangle: `M${x} ${y - s}L${x + s} ${y + s}L${x - s} ${y + s}Z`,
+    down: `M${x - s} ${y - s}L${x + s} ${y - s}L${x} ${y + s}Z`,
+    up: `M${x} ${y - s}L${x + s} ${y + s}L${x - s} ${y + s}Z`,
+    square: `M${x - s} ${y - s}h${2 * s}v${2 * s}h${-2 * s}Z`,
     cross: `M${x - s} ${y - s}L${x + s} ${y + s}M${x + s} ${y - s}L${x - s} ${y + s}`};
   if (shapes[shape]) el("path", {d: shapes[shape], fill: color, stroke: color, "stroke-width": 2.5}, g);
   else el("circle", {cx: x, cy: y, r: s, fill: color}, g);
@@ -124,7 +128,8 @@ function draw() {
   const ev = (r, i, kinds, key) => r.events.filter(e => kinds.includes(e.kind)).map(e => {
     const j = r.steps.step.indexOf(e.step);
     return {x: e.step, y: j >= 0 && key ? r.steps[key][j] : null, color: (EVENT_STYLE[e.kind] || ["#000"])[0],
-            shape: (EVENT_STYLE[e.kind] || [0, "circle"])[1], title: `${r.label} step ${e.step} ${e.kind}: ${e.message}`};
+            shape: (EVENT_STYLE[e.kind] || [0, "circle"])[1],
+            title: `${r.label} step ${e.step} ${e.kind}: ${e.message}`};
   });
   chart("p-loss", "Loss (train, and validation dots)", runs.flatMap((r, i) => [
     {name: `${r.label} train`, x: r.steps.step, y: r.steps.loss, color: runColor(i), width: 1, opacity: 0.8},
@@ -181,7 +186,8 @@ function timeline(runs) {
   const rows = runs.flatMap(r => r.events.map(e =>
     `<tr><td>${r.label}</td><td>${e.step}</td><td>${e.kind}</td><td>${e.message}</td><td>${e.action || ""}</td></tr>`));
   document.getElementById("events").innerHTML = rows.length ?
-    `<table><tr><th>run</th><th>step</th><th>alert</th><th>what it saw and means</th><th>action</th></tr>${rows.join("")}</table>`
+    "<table><tr><th>run</th><th>step</th><th>alert</th><th>what it saw and means</th><th>action</th></tr>" +
+    rows.join("") + "</table>"
     : "<p>No alerts.</p>";
 }
 

@@ -155,8 +155,9 @@ def preset_section(d: Path, root: Path) -> list[str]:
     summary = summarize(steps)
     band = noise_band(summary)
     lines = [f"## Preset `{d.name}`: {steps['hardware'].iloc[0]}", "",
-             f"Model: d_model {steps['d_model'].iloc[0]}, n_layers {steps['n_layers'].iloc[0]}, seq {steps['seq_len'].iloc[0]}"
-             f", {steps['tokens_per_step'].iloc[0]} tokens/step, {summary['steps'].max()} steps; data {cfg.get('data', '?')}; "
+             f"Model: d_model {steps['d_model'].iloc[0]}, n_layers {steps['n_layers'].iloc[0]}, "
+             f"seq {steps['seq_len'].iloc[0]}, {steps['tokens_per_step'].iloc[0]} tokens/step, "
+             f"{summary['steps'].max()} steps; data {cfg.get('data', '?')}; "
              f"world size {steps['world_size'].iloc[0]}, torch {steps['torch_version'].iloc[0]}, "
              f"commit {steps['git_commit'].iloc[0]}.", ""]
     if not gpu:
@@ -199,7 +200,8 @@ def bench_section(d: Path) -> list[str]:
     if b is not None and len(b):
         lines += ["Step cost (bench.py; modes interleaved, median step time). The FP8 runs include the bf16 "
                   "emulation around their FP8 linears, so `vs bf16` is the cost of the FP8 casts alone:", "",
-                  "| d_model | run | ms/step | vs fp32 | vs bf16 | target (vs fp32) | met |", "|---|---|---|---|---|---|---|"]
+                  "| d_model | run | ms/step | vs fp32 | vs bf16 | target (vs fp32) | met |",
+                  "|---|---|---|---|---|---|---|"]
         ref = {p: b[b["precision"] == p].set_index("d_model")["step_time_s"] for p in ("fp32", "bf16")}
         vs = lambda r, p: f"{r.step_time_s / ref[p][r.d_model]:.2f}x" if r.d_model in ref[p].index else ""  # noqa
         for r in b.itertuples():
@@ -209,7 +211,8 @@ def bench_section(d: Path) -> list[str]:
                          f"{tgt} | {met} |")
         lines.append("")
     if g is not None and len(g):
-        lines += ["FP8 GEMM paths (one GEMM, best of up to 10):", "", "| op | shape | us | GFLOP/s |", "|---|---|---|---|"]
+        lines += ["FP8 GEMM paths (one GEMM, best of up to 10):", "", "| op | shape | us | GFLOP/s |",
+                  "|---|---|---|---|"]
         lines += [f"| {r.op} | {r.m}x{r.k}x{r.n} | {r.time_us:,.0f} | {r.gflops:.2f} |" for r in g.itertuples()] + [""]
     return lines
 

@@ -83,7 +83,7 @@ class Config:
     inject: tuple[str, ...] = field(default=(), metadata={"help": "faults: nan@STEP, spike@STEP, overflow@STEP"})
     spike_scale: float = field(default=1e3, metadata={"help": "spike@: gradient multiplier"})
     overflow_scale: float = field(default=4096.0, metadata={"help": "overflow@: FP8 input multiplier"})
-    ckpt_every: int = field(default=-1, metadata={"help": "checkpoint every N steps (0 = only at the end; -1 = preset)"})
+    ckpt_every: int = field(default=-1, metadata={"help": "checkpoint every N steps (0: only at the end; -1: preset)"})
     ckpt_dir: str = field(default="", metadata={"help": "checkpoint dir (default: fp8-train/checkpoints/<out name>)"})
     resume: bool = field(default=False, metadata={"help": "continue every run from its checkpoint"})
     dashboard_every: int = field(default=25, metadata={"help": "rewrite the HTML dashboard every N steps (0 = end)"})

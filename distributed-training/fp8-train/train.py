@@ -160,7 +160,8 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
             print0("   complete, nothing to resume")
             return
         raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
-                                         f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; rerun without --resume")
+                                         f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
+                                         "rerun without --resume")
     elif ckpt is not None:
         ckpt.unlink(missing_ok=True)  # a fresh run never resumes from an older run's checkpoint later
         if cfg.on_nan == "rollback":

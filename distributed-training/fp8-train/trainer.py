@@ -39,7 +39,7 @@ from common.timing import StepTimer
 from faults import Injector
 from fp8_linear import Fp8Linear, fp8_modules, scrub_histories, update_scales
 from health import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
-from precision import LOW, Prepared, RunSpec
+from precision import Prepared, RunSpec
 
 VAL_SEED = 1234  # validation batches are the same for every run and seed
 

@@ -1,6 +1,5 @@
 """FP8 / MX / NVFP4 numerics against exact values (OCP FP8 and MX specs; fp8-anchors.md section 4)."""
 
-import pytest
 import torch
 
 import mx

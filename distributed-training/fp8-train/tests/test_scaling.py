@@ -23,7 +23,8 @@ def run_updates(recipe, amaxes, fp8_max=448.0):
 
 def test_max_over_window_by_hand():
     # window 3, margin 1: scale = 448 / max(last 3 amaxes) / 2
-    # step 1: max{2} -> 112; step 2: max{2,8} -> 28; step 3: {2,8,1} -> 28; step 4: {8,1,.5} -> 28; step 5: {1,.5,.25} -> 224
+    # step 1: max{2} -> 112; step 2: max{2,8} -> 28; step 3: {2,8,1} -> 28; step 4: {8,1,.5} -> 28;
+    # step 5: {1,.5,.25} -> 224
     used, final, hist = run_updates(scaling.DelayedScaling(margin=1, history_len=3, algo="max"), AMAXES)
     assert used == [1.0, 112.0, 28.0, 28.0, 28.0] and final == 224.0
     assert hist == [0.0, 0.5, 0.25]  # rolled: row 0 zeroed (staging), the newest amax in the last row
