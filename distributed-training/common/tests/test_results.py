@@ -64,3 +64,16 @@ def test_disabled_writer_on_other_ranks_writes_nothing(tmp_path):
     w = ResultsWriter(tmp_path / "r.csv", ["op"], ["op"], provenance(ENV, "1"), enabled=False)
     w.write({"op": "x"})
     assert not any(tmp_path.iterdir())
+
+
+def test_write_many_appends_together_and_all_or_nothing(tmp_path):
+    path = tmp_path / "r.csv"
+    w = _writer(path)
+    w.write_many([{"op": "all_gather", "size_bytes": s, "time_us": float(s)} for s in (1, 2, 4)])
+    w.write_many([])
+    assert [r["size_bytes"] for r in _rows(path)] == ["1", "2", "4"]
+    assert w.done({"op": "all_gather", "size_bytes": 4}) and w.n_done == 3
+    with pytest.raises(ValueError, match="not in the schema"):
+        w.write_many([{"op": "x", "size_bytes": 8, "time_us": 1.0}, {"op": "x", "size_bytes": 9, "bogus": 1}])
+    assert len(_rows(path)) == 3  # the good row of a bad batch was not written either
+    assert _writer(path, resume=True).n_done == 3

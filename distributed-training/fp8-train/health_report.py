@@ -1,0 +1,151 @@
+"""The training-health part of REPORT.md: alerts, recovery actions, PNG copies of the dashboard.
+
+Reads a result folder's steps.csv, layers.csv, fp8.csv and events.csv (nothing else) and, for a
+run with injected faults, compares it with the clean run of the same name, model and seed in a
+sibling folder (the cpu preset's), so "the run survived" is a number, not a claim.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from common.plotting import describe_runs, new_figure, save
+
+EVENT_STYLE = {"grad_spike": ("tab:orange", "^"), "nonfinite": ("tab:red", "X"), "plateau": ("tab:purple", "s"),
+               "scale_drop": ("tab:brown", "v"), "scale_rise": ("tab:cyan", "^"),
+               "loss_scale_backoff": ("0.5", "o")}
+
+
+def _read(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
+
+
+def _rel(p: Path, root: Path) -> str:
+    return os.path.relpath(p, root)
+
+
+def has_faults(steps: pd.DataFrame) -> bool:
+    return "injected" in steps.columns and steps["injected"].notna().any()
+
+
+def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
+    kinds = sorted(events["kind"].unique()) if len(events) else []
+    out = ["| run | NaN steps | skipped steps | " + " | ".join(kinds) + (" |" if kinds else ""),
+           "|---|---|---|" + "---|" * len(kinds)]
+    for run, g in steps.groupby("run", sort=False):
+        e = events[events["run"] == run] if len(events) else events
+        counts = [str(int((e["kind"] == k).sum())) if len(e) else "0" for k in kinds]
+        out.append(f"| {run} | {int(g['nan_steps'].max())} | {int(g['skipped_steps'].max())} | "
+                   + " | ".join(counts) + (" |" if kinds else ""))
+    return out
+
+
+def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp8: pd.DataFrame,
+                layers: pd.DataFrame, clean: pd.DataFrame | None) -> Path:
+    """A PNG copy of the dashboard's main panels for one run (the HTML has them all, interactively)."""
+    s = steps[steps["run"] == run].sort_values("step")
+    e = events[events["run"] == run] if len(events) else events
+    fig, axes = new_figure(2, 3, figsize=(13, 6.8))
+    (a_loss, a_grad, a_upd), (a_scale, a_act, a_ev) = axes
+    if clean is not None:
+        a_loss.plot(clean["step"], clean["loss"], color="0.7", lw=0.8, label="clean run")
+    a_loss.plot(s["step"], s["loss"], lw=0.9, label=run)
+    v = s.dropna(subset=["val_loss"])
+    a_loss.plot(v["step"], v["val_loss"], "o--", ms=3, label="val")
+    a_loss.set(title="loss", xlabel="step")
+    a_loss.legend()
+    a_grad.semilogy(s["step"], s["grad_norm"], lw=0.9)
+    a_grad.set(title="grad norm (markers: alerts)", xlabel="step")
+    a_upd.semilogy(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=0.9)
+    a_upd.set(title="update / parameter ratio", xlabel="step")
+    f = fp8[fp8["run"] == run] if len(fp8) else fp8
+    colors = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:red"}
+    for (module, role), g in (f.groupby(["module", "role"]) if len(f) else []):
+        a_scale.semilogy(g["step"], g["scale"], color=colors.get(role, "0.5"), lw=0.7, alpha=0.6)
+    a_scale.set(title="FP8 scale per tensor (blue input, green weight, red grad)", xlabel="step")
+    lay = layers[(layers["run"] == run) & layers["act_amax"].notna()] if len(layers) else layers
+    for layer, g in (lay.groupby("layer") if len(lay) else []):
+        a_act.semilogy(g["step"], g["act_amax"], marker=".", lw=0.9, label=layer)
+    a_act.set(title="activation amax per block", xlabel="step")
+    if len(lay):
+        a_act.legend(fontsize=6)
+    kinds = list(EVENT_STYLE)
+    for k, (c, m) in EVENT_STYLE.items():
+        ek = e[e["kind"] == k] if len(e) else e
+        if len(ek):
+            a_ev.scatter(ek["step"], [kinds.index(k)] * len(ek), color=c, marker=m, s=40)
+            if k in ("grad_spike", "nonfinite"):
+                y = s.set_index("step")["grad_norm"].reindex(ek["step"]).fillna(s["grad_norm"].max())
+                a_grad.scatter(ek["step"], y, color=c, marker=m, s=40, zorder=3)
+    a_ev.set(title="alerts and recovery", xlabel="step", yticks=range(len(kinds)), yticklabels=kinds,
+             xlim=a_loss.get_xlim())
+    return save(fig, d / f"health_{run}.png", describe_runs(steps))
+
+
+def section(d: Path, root: Path) -> list[str]:
+    steps, events = _read(d / "steps.csv"), _read(d / "events.csv")
+    if not len(steps) or "nan_steps" not in steps.columns:
+        return []
+    lines = [f"## Training health: `{d.name}`", ""]
+    dash = d / "dashboard.html" if (d / "dashboard.html").exists() else None
+    runs = list(steps["run"].unique())
+    per_run = [d / "dashboards" / f"{r}.html" for r in runs if (d / "dashboards" / f"{r}.html").exists()]
+    others = sorted(p for p in d.glob("*.html") if p.name != "dashboard.html")  # e.g. the demo's overlay
+    links = ([f"[all runs overlaid]({_rel(dash, root)})"] if dash else []) + \
+        [f"[{p.stem}]({_rel(p, root)})" for p in others + per_run]
+    if links:
+        lines += ["Dashboards (self-contained HTML, open from disk): " + ", ".join(links) + ".", ""]
+    lines += alert_counts(steps, events) + [""]
+    if not has_faults(steps):
+        return lines
+    fp8, layers = _read(d / "fp8.csv"), _read(d / "layers.csv")
+    for run in runs:
+        s = steps[steps["run"] == run]
+        inj = s.dropna(subset=["injected"])
+        clean = _clean_counterpart(d, run, s)
+        png = plot_health(d, run, steps, events, fp8, layers, clean)
+        lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"])
+                  + f" and `--on-nan` recovery; {int(s['nan_steps'].max())} NaN step(s), "
+                  f"{int(s['skipped_steps'].max())} skipped.", ""]
+        final = s["val_loss"].dropna()
+        if clean is not None and len(final):
+            ref = clean["val_loss"].dropna().iloc[-1]
+            lines += [f"Final val loss {final.iloc[-1]:.4f} against {ref:.4f} for the same run without faults "
+                      f"({final.iloc[-1] - ref:+.4f}).", ""]
+        lines += [f"![health]({_rel(png, root)})", "", "| step | alert | action | what it saw |", "|---|---|---|---|"]
+        e = events[events["run"] == run]
+        for r in e.head(25).itertuples():
+            act = "" if pd.isna(r.action) else r.action
+            lines.append(f"| {r.step} | {r.kind} | {act} | {str(r.message).split(':')[0]} |")
+        if len(e) > 25:
+            lines.append(f"| ... | {len(e) - 25} more in events.csv | | |")
+        lines.append("")
+    return lines
+
+
+def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> pd.DataFrame | None:
+    for other in sorted(p for p in d.parent.iterdir() if p.is_dir() and p != d):
+        o = _read(other / "steps.csv")
+        if not len(o) or (has_faults(o)):
+            continue
+        o = o[o["run"] == run]
+        same = len(o) and all(o[c].iloc[0] == s[c].iloc[0] for c in ("d_model", "n_layers", "seq_len", "batch"))
+        if same and len(o) == len(s):
+            return o.sort_values("step")
+    return None
+
+
+def monitor_lines(d: Path) -> list[str]:
+    m = _read(d / "bench_monitor.csv")
+    if not len(m):
+        return []
+    out = ["Monitoring overhead (bench.py: every health feature on vs off, interleaved, mean per step):", "",
+           "| run | d_model | off ms | on ms | overhead | target | met |", "|---|---|---|---|---|---|---|"]
+    for r in m.itertuples():
+        met = "yes" if str(r.meets_target).lower() == "true" else "**no**"
+        out.append(f"| {r.run} | {r.d_model} | {r.step_time_off_s * 1e3:.1f} | {r.step_time_on_s * 1e3:.1f} | "
+                   f"{r.overhead_pct:+.1f}% | < {r.target_pct:g}% | {met} |")
+    return out + [""]

@@ -1,0 +1,33 @@
+# fp8-train: the same GPT in FP32 / BF16 / FP16 / FP8 (see fp8-train/README.md).
+# One process on CPU (or GPU=auto without GPUs); torchrun with NPROC ranks (FSDP2) on GPUs.
+FP8_DIR := $(LABS_DIR)/fp8-train
+FP8_LAUNCH = $(if $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS))),$(PYRUN),$(TORCHRUN))
+
+.PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo
+
+fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b200) + REPORT.md
+	$(MAKE) fp8-train-run fp8-train-report
+
+fp8-train-run: $(SETUP)
+	$(FP8_LAUNCH) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS)
+
+fp8-train-report: $(SETUP)
+	$(PYRUN) $(FP8_DIR)/report.py
+
+fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM paths -> results/<preset>/bench_*.csv
+	$(PYRUN) $(FP8_DIR)/bench.py --gpu $(GPU) $(ARGS)
+
+# The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
+# FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.
+FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25
+fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu-demo, dashboard
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu-demo $(FP8_DEMO_ARGS) $(ARGS)
+	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu:fp8-emulated-s0 \
+	  --run $(FP8_DIR)/results/cpu-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu-demo/overlay.html \
+	  --title "fp8-emulated: clean run vs injected faults"
+
+fp8-train-gpu: $(SETUP)
+	$(MAKE) fp8-train-run fp8-train-bench fp8-train-report
+
+REPORT_TARGETS += fp8-train-report
+GPU_SUITE_TARGETS += fp8-train-gpu

@@ -1,0 +1,215 @@
+"""Precision modes and the layer-wise precision map: turn one GPT into an fp32/bf16/fp16/fp8 run.
+
+    fp32   plain fp32.
+    bf16   torch.autocast(bf16) on GPU. On this repository's CPUs (no avx512_bf16/AMX) a real bf16
+           GEMM is ~50x slower than fp32 (cpu-feasibility.md section 5), so on CPU bf16 is
+           *emulated*: every autocast-eligible op (Linear, scaled-dot-product attention) gets its
+           operands and output rounded to bf16 and multiplies in fp32. The values match bf16
+           operands with fp32 accumulation (what tensor cores do); norms, softmax, loss stay fp32,
+           as CUDA autocast keeps them. Reports say "bf16 (emulated)" for such runs.
+    fp16   the same with fp16, plus torch.amp.GradScaler (loss scaling against fp16 underflow).
+    fp8    bf16 as above, and the modules chosen by the precision map in FP8 through a backend.
+    mxfp8 / mxfp4 / nvfp4   the same with block-scaled formats (TE on Blackwell, or emulated).
+
+The precision map (--fp8-modules, --hp-modules; shell-style globs over module names) decides
+which Linears go low precision. Default: the attention projections and MLP linears; the
+embeddings, norms, attention scores/softmax and the LM head stay high precision, the usual
+practice (TE defaults, DeepSeek-V3 section 3.3): low-precision embeddings and LM head are known to
+hurt convergence and attention scores overflow FP8's range. Only nn.Linear can be mapped; asking
+for anything else is an error, not a silent no-op.
+
+Every run starts from the same fp32 weights: the GPT is built on the CPU under the run's seed
+before any conversion, so modes differ only in arithmetic.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+import backends
+from common.model import GPT, GPTConfig
+from formats import E4M3, E5M2
+from fp8_linear import Fp8Linear
+from mx import BlockScaledLinear
+from scaling import DelayedScaling
+
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4")
+LOW = ("fp8", "mxfp8", "mxfp4", "nvfp4")
+BACKENDS = ("auto", "te", "torchao", "native", "emulated")
+DEFAULT_FP8_MODULES = ("layers.*.attn.wq", "layers.*.attn.wk", "layers.*.attn.wv", "layers.*.attn.wo",
+                       "layers.*.mlp.w1", "layers.*.mlp.w2")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    precision: str
+    backend: str  # as requested: auto/te/torchao/native/emulated; "torch" for fp32/bf16/fp16
+    seed: int
+
+    @property
+    def name(self) -> str:
+        parts = [self.precision] + ([self.backend] if self.precision in LOW else []) + [f"s{self.seed}"]
+        return "-".join(parts)
+
+
+def parse_runs(items: tuple[str, ...], default_backend: str, seed: int, noise_seeds: int) -> list[RunSpec]:
+    """'fp32,bf16,fp8:native,nvfp4:emulated' -> RunSpecs; bf16 repeated over `noise_seeds` seeds."""
+    specs: list[RunSpec] = []
+    for item in items:
+        prec, _, backend = item.partition(":")
+        if prec not in PRECISIONS:
+            raise ValueError(f"--runs: unknown precision {prec!r} in {item!r}; valid: {', '.join(PRECISIONS)}")
+        if prec not in LOW:
+            if backend:
+                raise ValueError(f"--runs: {prec} takes no backend ({item!r}); backends are for {', '.join(LOW)}")
+            backend = "torch"
+        backend = backend or default_backend
+        if backend not in BACKENDS + ("torch",):
+            raise ValueError(f"--runs: unknown backend {backend!r} in {item!r}; valid: {', '.join(BACKENDS)}")
+        seeds = range(seed, seed + noise_seeds) if prec == "bf16" else (seed,)
+        specs += [RunSpec(prec, backend, s) for s in seeds]
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"--runs lists the same run twice: {', '.join(dup)}")
+    return specs
+
+
+def select_modules(model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> list[str]:
+    """Names of the modules the precision map puts in low precision (ValueError if it asks the impossible)."""
+    named = dict(model.named_modules())
+    for pat in include:
+        hits = [n for n in named if n and fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            raise ValueError(f"--fp8-modules pattern {pat!r} matches no module (e.g. layers.*.mlp.w1, lm_head)")
+        bad = [n for n in hits if not isinstance(named[n], nn.Linear)]
+        if bad:
+            raise ValueError(f"--fp8-modules {pat!r} matches {bad[0]} ({type(named[bad[0]]).__name__}); only nn.Linear "
+                             "modules can run in FP8 (embeddings, norms and attention scores stay high precision)")
+    return [n for n, m in named.items() if isinstance(m, nn.Linear)
+            and any(fnmatch.fnmatchcase(n, p) for p in include) and not any(fnmatch.fnmatchcase(n, p) for p in exclude)]
+
+
+def _round(t, dtype: torch.dtype):
+    return t.to(dtype).to(t.dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+
+class RoundedOps(TorchFunctionMode):
+    """bf16/fp16 autocast emulated on CPU: round Linear/attention operands and outputs to `dtype`.
+
+    The casts are differentiable, so gradients flowing back through these ops are rounded too,
+    as they are in a real autocast region.
+    """
+
+    OPS = (F.linear, F.scaled_dot_product_attention)
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.OPS:
+            args = tuple(_round(a, self.dtype) for a in args)
+            kwargs = {k: _round(v, self.dtype) for k, v in kwargs.items()}
+            return _round(func(*args, **kwargs), self.dtype)
+        return func(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class PrecisionSettings:
+    fp8_modules: tuple[str, ...] = DEFAULT_FP8_MODULES
+    hp_modules: tuple[str, ...] = ()
+    recipe: DelayedScaling = field(default_factory=DelayedScaling)
+    scaling: str = "delayed"  # delayed | current (per-tensor backends)
+    torchao_recipe: str = "tensorwise"
+    compile: bool = False
+
+
+@dataclass
+class Prepared:
+    model: nn.Module  # what to call (compiled when asked)
+    raw: nn.Module  # the uncompiled module: state_dict, hooks, names
+    backend: str  # the backend that runs ("torch" for fp32/bf16/fp16)
+    reason: str
+    context: Callable[[], ContextManager]  # enter around each forward
+    scaler: torch.amp.GradScaler | None
+    low_modules: list[str]
+    probe: backends.AmaxProbe | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device) -> Prepared:
+    """Build the GPT for one run: same seed -> same initial weights, then the precision conversion."""
+    torch.manual_seed(spec.seed)
+    model = GPT(cfg)  # built on the CPU in fp32 so every mode and device starts identical
+    cpu = device.type == "cpu"
+    hp = None if spec.precision == "fp32" else (torch.float16 if spec.precision == "fp16" else torch.bfloat16)
+    names: list[str] = []
+    backend, reason, notes = "torch", "", []
+    fwd_ctx: Callable[[], ContextManager] = nullcontext
+    probe = None
+    if spec.precision in LOW:
+        names = select_modules(model, s.fp8_modules, s.hp_modules)
+        backend, reason = backends.resolve(spec.precision, spec.backend, device)
+        round_out = hp if cpu else None
+        if backend in ("native", "emulated") and spec.precision == "fp8":
+            for n in names:
+                parent, attr = backends._parent(model, n)
+                setattr(parent, attr, Fp8Linear(getattr(parent, attr), backend, s.recipe, s.scaling, round_out))
+        elif backend == "emulated":
+            for n in names:
+                parent, attr = backends._parent(model, n)
+                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out))
+    model = model.to(device)
+    if backend == "te":
+        fwd_ctx = backends.te_convert(model, names, backends.te_recipe(
+            spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo))
+    elif backend == "torchao":
+        backends.torchao_convert(model, names, s.torchao_recipe)
+    # Fp8Linear keeps its own per-step (amax, scale); TE's DelayedScaling keeps state we read after
+    # backward. Every other low-precision path scales dynamically: hooks record the amaxes.
+    keeps_state = spec.precision == "fp8" and (backend in ("native", "emulated") or
+                                               (backend == "te" and s.scaling == "delayed"))
+    if spec.precision in LOW and not keeps_state:
+        mods = [(n, model.get_submodule(n)) for n in names]
+        if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
+            gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
+            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current", backward=not s.compile)
+        else:
+            fmax = backends.BLOCK_MAX[spec.precision]
+            probe = backends.AmaxProbe(mods, fmax, fmax, "derived", backward=not s.compile)
+    hp_ctx: Callable[[], ContextManager] = nullcontext
+    if hp is not None:
+        if cpu:
+            hp_ctx = lambda: RoundedOps(hp)  # noqa: E731
+            notes.append(f"{'bf16' if hp == torch.bfloat16 else 'fp16'} emulated on CPU: operands rounded, fp32 GEMMs")
+        else:
+            hp_ctx = lambda: torch.autocast(device.type, dtype=hp)  # noqa: E731
+
+    @contextmanager
+    def context():
+        with hp_ctx(), fwd_ctx():
+            yield
+
+    scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
+    runnable: nn.Module = model
+    if s.compile:
+        if backend == "te" and s.scaling == "delayed":
+            notes.append("not compiled: TE DelayedScaling is not supported under torch.compile")
+        else:
+            # Keep explicit low-precision round trips (the CPU emulation's .to(bf16).to(fp32)) inside
+            # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
+            import torch._inductor.config as inductor_config
+            inductor_config.emulate_precision_casts = True
+            runnable = torch.compile(model)
+    return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes)
+

@@ -1,0 +1,252 @@
+"""REPORT.md and its plots, from the committed CSVs alone (results/<preset>/*.csv).
+
+    make fp8-train-report          # or: PYTHONPATH=distributed-training python distributed-training/fp8-train/report.py
+
+Definitions used below (each defined here once):
+    final loss       mean training loss over the last 10% of steps (smooths batch-to-batch noise)
+    final val loss   validation loss at the last step, on the same fixed validation batches for every run
+    noise band       [min, max] of the BF16 runs' final val loss over their seeds; a run "matches BF16
+                     within noise" only if its final val loss lies inside the band
+    tokens/s         median over the run's steps after the first 10% (warm-up, compile)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+import health_report
+from common.plotting import describe_runs, new_figure, save
+
+LAB = Path(__file__).resolve().parent
+ROLE_STYLE = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:red"}
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else None
+
+
+def summarize(steps: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for run, g in steps.groupby("run", sort=False):
+        g = g.sort_values("step")
+        n = len(g)
+        tail = g.iloc[-max(1, n // 10):]
+        warm = g.iloc[n // 10:] if n >= 10 else g
+        val = g["val_loss"].dropna()
+        mem = g["peak_mem_MiB"].dropna()
+        act = g["saved_act_MiB"].dropna()
+        rows.append(dict(run=run, precision=g["precision"].iloc[0], backend=g["backend"].iloc[0],
+                         seed=int(g["seed"].iloc[0]), steps=n, tokens_per_step=int(g["tokens_per_step"].iloc[0]),
+                         final_loss=tail["loss"].mean(), final_val=val.iloc[-1] if len(val) else math.nan,
+                         tokens_per_s=warm["tokens_per_s"].median(), peak_mem=mem.max() if len(mem) else math.nan,
+                         saved_act=act.median() if len(act) else math.nan, nonfinite=int(g["nonfinite"].sum()),
+                         mfu=warm["mfu"].median() if "mfu" in warm and warm["mfu"].notna().any() else math.nan))
+    return pd.DataFrame(rows)
+
+
+def noise_band(summary: pd.DataFrame) -> tuple[float, float] | None:
+    ref = summary[summary["precision"] == "bf16"]["final_val"].dropna()
+    return (ref.min(), ref.max()) if len(ref) >= 2 else None
+
+
+def verdict(row, band) -> str:
+    if band is None or math.isnan(row.final_val):
+        return "n/a (needs >= 2 BF16 seeds)"
+    lo, hi = band
+    if lo <= row.final_val <= hi:
+        return "within BF16 noise"
+    return f"outside ({row.final_val - (hi if row.final_val > hi else lo):+.4f} from band)"
+
+
+def table(summary: pd.DataFrame, band, device_is_gpu: bool) -> list[str]:
+    bf16 = summary[(summary["precision"] == "bf16")]["tokens_per_s"]
+    base = bf16.iloc[0] if len(bf16) else math.nan
+    mem_head = "peak memory (MiB)" if device_is_gpu else "saved activations (MiB)"
+    # MFU against the BF16 peak, for BF16/FP16 runs only (torchtitan skips it for FP8); targets: >= 50% BF16
+    # MFU and FP8/BF16 tokens/s >= 1.3 at the h100 preset (issue 6).
+    out = [f"| run | precision | backend | tokens/step | tokens/s | vs BF16 | MFU | {mem_head} | final loss | "
+           "final val | vs BF16 noise |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in summary.itertuples():
+        mem = r.peak_mem if device_is_gpu else r.saved_act
+        mfu = "" if math.isnan(r.mfu) else f"{r.mfu:.1%}"
+        out.append(f"| {r.run} | {r.precision} | {r.backend} | {r.tokens_per_step} | {r.tokens_per_s:,.0f} | "
+                   f"{r.tokens_per_s / base:.2f}x | {mfu} | {mem:.1f} | {r.final_loss:.4f} | {r.final_val:.4f} | "
+                   f"{verdict(r, band) if r.precision != 'bf16' else 'reference'} |")
+    return out
+
+
+def plot_loss(steps: pd.DataFrame, summary: pd.DataFrame, out: Path, footer: str) -> Path:
+    fig, (ax, axv) = new_figure(1, 2)
+    bf = steps[steps["precision"] == "bf16"]
+    if bf["run"].nunique() >= 2:
+        smooth = bf.pivot_table(index="step", columns="run", values="loss").rolling(10, min_periods=1).mean()
+        ax.fill_between(smooth.index, smooth.min(axis=1), smooth.max(axis=1), color="0.8", label="BF16 seed band")
+        vals = bf.dropna(subset=["val_loss"]).pivot_table(index="step", columns="run", values="val_loss")
+        axv.fill_between(vals.index, vals.min(axis=1), vals.max(axis=1), color="0.8", label="BF16 seed band")
+    for run, g in steps.groupby("run", sort=False):
+        if g["precision"].iloc[0] == "bf16" and g["seed"].iloc[0] != summary["seed"].min():
+            continue
+        ax.plot(g["step"], g["loss"].rolling(10, min_periods=1).mean(), label=run, lw=1.1)
+        v = g.dropna(subset=["val_loss"])
+        axv.plot(v["step"], v["val_loss"], marker="o", ms=3, label=run, lw=1.1)
+    ax.set(xlabel="step", ylabel="train loss (10-step mean)", title="training loss")
+    axv.set(xlabel="step", ylabel="validation loss", title="validation loss")
+    lo = steps["loss"].quantile(0.02)
+    ax.set_ylim(lo - 0.1, steps.groupby("run")["loss"].apply(lambda s: s.iloc[len(s) // 10:].max()).max() + 0.1)
+    axv.legend()
+    return save(fig, out / "loss.png", footer)
+
+
+def plot_scales(fp8: pd.DataFrame, out: Path, footer: str) -> Path | None:
+    runs = list(fp8["run"].unique())
+    if not runs:
+        return None
+    cols = min(2, len(runs))
+    fig, axes = new_figure((len(runs) + cols - 1) // cols, cols, squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
+        g = fp8[fp8["run"] == run]
+        for (module, role), h in g.groupby(["module", "role"]):
+            ax.plot(h["step"], h["scale"], color=ROLE_STYLE.get(role, "0.5"), lw=0.7, alpha=0.6)
+        for role, c in ROLE_STYLE.items():
+            ax.plot([], [], color=c, label=role)
+        ax.set(yscale="log", xlabel="step", ylabel="scale (fp8_max / amax)", title=f"{run}: per-tensor scales")
+        ax.legend()
+    return save(fig, out / "scales.png", footer)
+
+
+def plot_sweep(sweep: pd.DataFrame, out: Path, footer: str) -> Path:
+    fig, ax = new_figure()
+    bf = sweep[sweep["precision"] == "bf16"].set_index("d_model")["tokens_per_s"]
+    for run, g in sweep[sweep["precision"] != "bf16"].groupby("run"):
+        g = g.set_index("d_model")
+        ax.plot(g.index, g["tokens_per_s"] / bf.reindex(g.index), marker="o", label=run)
+    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+    ax.set(xscale="log", xlabel="hidden size (d_model)", ylabel="tokens/s relative to BF16", title="FP8 crossover")
+    ax.legend()
+    return save(fig, out / "crossover.png", footer)
+
+
+def fp8_table(fp8: pd.DataFrame) -> list[str]:
+    out = ["| run | role | format | median scale | min scale | mean underflow | max underflow | max saturation |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (run, role), g in fp8.groupby(["run", "role"], sort=False):
+        u, s = g["underflow_frac"].dropna(), g["saturation_frac"].dropna()
+        f = lambda x, fn: f"{fn(x):.2%}" if len(x) else "n/a"  # noqa: E731
+        out.append(f"| {run} | {role} | {g['format'].iloc[0]} | {g['scale'].median():.3g} | {g['scale'].min():.3g} | "
+                   f"{f(u, pd.Series.mean)} | {f(u, pd.Series.max)} | {f(s, pd.Series.max)} |")
+    return out
+
+
+def preset_section(d: Path, root: Path) -> list[str]:
+    steps, fp8 = _read(d / "steps.csv"), _read(d / "fp8.csv")
+    if steps is None:
+        return []
+    cfg = json.loads((d / "steps.config.json").read_text()) if (d / "steps.config.json").exists() else {}
+    gpu = _is_gpu(d)
+    footer = describe_runs(steps, {"tokens/step": int(steps["tokens_per_step"].iloc[0])})
+    summary = summarize(steps)
+    band = noise_band(summary)
+    lines = [f"## Preset `{d.name}`: {steps['hardware'].iloc[0]}", "",
+             f"Model: d_model {steps['d_model'].iloc[0]}, n_layers {steps['n_layers'].iloc[0]}, "
+             f"seq {steps['seq_len'].iloc[0]}, {steps['tokens_per_step'].iloc[0]} tokens/step, "
+             f"{summary['steps'].max()} steps; data {cfg.get('data', '?')}; "
+             f"world size {steps['world_size'].iloc[0]}, torch {steps['torch_version'].iloc[0]}, "
+             f"commit {steps['git_commit'].iloc[0]}.", ""]
+    if not gpu:
+        lines += ["On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs; "
+                  "CPUs without bf16 units run real bf16 GEMMs ~50x slower than fp32), and FP8 runs are FP8 linears "
+                  "inside that emulated bf16. So CPU tokens/s show the cost of emulation, not FP8 speed. CPU memory "
+                  "is the activations autograd saved for backward (no allocator counters on CPU); the emulation's "
+                  "own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native keeps "
+                  "FP8 bytes): a memory comparison that means something needs a GPU run.", ""]
+    lines += table(summary, band, gpu) + [""]
+    if band:
+        lines += [f"BF16 noise band (final val loss over {int((summary.precision == 'bf16').sum())} seeds): "
+                  f"[{band[0]:.4f}, {band[1]:.4f}].", ""]
+    lines += [f"![loss curves]({_rel(plot_loss(steps, summary, d, footer), root)})", ""]
+    if fp8 is not None and len(fp8):
+        lines += ["Per-tensor FP8 scales over steps (one line per module, colour = role) and how well they fit:", "",
+                  f"![scales]({_rel(plot_scales(fp8, d, footer), root)})", ""] + fp8_table(fp8) + [""]
+    sweep = _read(d / "sweep.csv")
+    if sweep is not None and len(sweep):
+        lines += [f"![crossover]({_rel(plot_sweep(sweep, d, describe_runs(sweep)), root)})", ""]
+    elif not gpu:
+        lines += ["Hidden-size crossover: GPU presets only; no GPU run exists yet.", ""]
+    bad = steps[steps["nonfinite"].astype(str).str.lower() == "true"]
+    lines += ["NaN/Inf steps: " + ("none." if bad.empty else ", ".join(f"{r.run} step {r.step}" for r in
+                                                                        bad.itertuples())), ""]
+    skipped = cfg.get("skipped_runs") or []
+    if skipped:
+        lines += ["Preset runs not run here:", ""] + [f"- {s}" for s in skipped] + [""]
+    lines += bench_section(d) + health_report.monitor_lines(d)
+    return lines
+
+
+def _rel(p: Path, root: Path) -> str:
+    return os.path.relpath(p, root)
+
+
+def bench_section(d: Path) -> list[str]:
+    b, g = _read(d / "bench_step.csv"), _read(d / "bench_gemm.csv")
+    lines = []
+    if b is not None and len(b):
+        lines += ["Step cost (bench.py; modes interleaved, median step time). The FP8 runs include the bf16 "
+                  "emulation around their FP8 linears, so `vs bf16` is the cost of the FP8 casts alone:", "",
+                  "| d_model | run | ms/step | vs fp32 | vs bf16 | target (vs fp32) | met |",
+                  "|---|---|---|---|---|---|---|"]
+        ref = {p: b[b["precision"] == p].set_index("d_model")["step_time_s"] for p in ("fp32", "bf16")}
+        vs = lambda r, p: f"{r.step_time_s / ref[p][r.d_model]:.2f}x" if r.d_model in ref[p].index else ""  # noqa
+        for r in b.itertuples():
+            tgt = "" if pd.isna(r.target_ratio) else f"<= {r.target_ratio}"
+            met = "" if pd.isna(r.target_ratio) else ("yes" if str(r.meets_target).lower() == "true" else "**no**")
+            lines.append(f"| {r.d_model} | {r.run} | {r.step_time_s * 1e3:.1f} | {vs(r, 'fp32')} | {vs(r, 'bf16')} | "
+                         f"{tgt} | {met} |")
+        lines.append("")
+    if g is not None and len(g):
+        lines += ["FP8 GEMM paths (one GEMM, best of up to 10):", "", "| op | shape | us | GFLOP/s |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r.op} | {r.m}x{r.k}x{r.n} | {r.time_us:,.0f} | {r.gflops:.2f} |" for r in g.itertuples()] + [""]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=str(LAB / "results"), help="folder of per-preset result folders")
+    ap.add_argument("--out", default=str(LAB / "REPORT.md"), help="report path (plots go beside the CSVs)")
+    args = ap.parse_args(argv)
+    results, out = Path(args.results), Path(args.out)
+    dirs = sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []
+    sections = []
+    for d in dirs:  # a folder of runs with injected faults is a training-health demo, not a comparison
+        steps = _read(d / "steps.csv")
+        if steps is not None and not health_report.has_faults(steps):
+            sections += preset_section(d, out.parent)
+        sections += health_report.section(d, out.parent)
+    gpu_runs = [d.name for d in dirs if _is_gpu(d)]
+    head = ["# fp8-train report", "",
+            "Generated by `report.py` from the CSVs in `results/`; definitions are in its docstring. "
+            "TransformerEngine and torchao paths are written against their documentation and have not been run "
+            "(neither is installed where these results were taken).", "",
+            "GPU runs: " + (", ".join(gpu_runs) if gpu_runs else "**none yet** -- no GPU number appears below; "
+                           "`make fp8-train GPU=h100` on an H100/H200 adds them."), ""]
+    out.write_text("\n".join(head + sections).rstrip() + "\n")
+    print(f"wrote {out.name} ({len(dirs)} result folders)")
+    return 0
+
+
+def _is_gpu(d: Path) -> bool:
+    steps = _read(d / "steps.csv")
+    return steps is not None and str(steps["cuda_version"].iloc[0]) not in ("none", "nan")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

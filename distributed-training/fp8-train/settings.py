@@ -1,0 +1,150 @@
+"""fp8-train's settings: one frozen dataclass (every flag, its default and help) and the presets.
+
+Fields left at their "from preset" value (0, -1, None, empty) are filled by `with_preset` from
+the GPU= preset's row below; the resolved config is what is saved beside the results
+(steps.config.json) and what --resume compares against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from alerts import Thresholds
+from common.config import parse_size
+from common.hardware import CHOICES
+from faults import parse as parse_faults
+from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW
+from scaling import DelayedScaling
+
+PRESETS: dict[str, dict] = {
+    "cpu": dict(runs=("fp32", "bf16", "fp8:native", "fp8:emulated", "mxfp8:emulated", "nvfp4:emulated"),
+                noise_seeds=3, steps=200, batch=8, seq_len=128, d_model=128, n_layers=2, n_heads=4, lr=3e-3,
+                warmup=20, compile=False, sweep_hidden=(), ckpt_every=50),
+    "h100": dict(runs=("fp32", "bf16", "fp8:native", "fp8:torchao", "fp8:te"), noise_seeds=2, steps=400, batch=8,
+                 seq_len=1024, d_model=2048, n_layers=8, n_heads=16, lr=3e-4, warmup=40, compile=True,
+                 sweep_hidden=(512, 1024, 2048, 4096), ckpt_every=200),
+    "a100": dict(runs=("fp32", "bf16", "fp16"), noise_seeds=2, steps=400, batch=8, seq_len=1024, d_model=1024,
+                 n_layers=8, n_heads=8, lr=3e-4, warmup=40, compile=True, sweep_hidden=(), ckpt_every=200),
+}
+PRESETS["h200"] = PRESETS["h100"]
+PRESETS["b200"] = dict(PRESETS["h100"], runs=PRESETS["h100"]["runs"] + ("mxfp8:te", "nvfp4:te"))
+PRESETS["gb200"] = PRESETS["b200"]
+PRESETS["a100-40gb"] = PRESETS["a100"]
+
+
+@dataclass(frozen=True)
+class Config:
+    gpu: str = field(default="auto", metadata={"help": "preset", "choices": CHOICES})
+    runs: tuple[str, ...] = field(default=(), metadata={"help": "precision[:backend] list (empty = preset)"})
+    fp8_backend: str = field(default="auto", metadata={"help": "backend for fp8 runs", "choices": BACKENDS})
+    seed: int = field(default=0, metadata={"help": "seed of every run (weights and batch order)"})
+    noise_seeds: int = field(default=0, metadata={"help": "bf16 seeds for the noise band (0 = preset)"})
+    steps: int = field(default=0, metadata={"help": "optimizer steps (0 = preset)"})
+    batch: int = field(default=0, metadata={"help": "global sequences per step (0 = preset)"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per step"})
+    seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0 = preset)"})
+    d_model: int = field(default=0, metadata={"help": "hidden size (0 = preset)"})
+    n_layers: int = field(default=0, metadata={"help": "blocks (0 = preset)"})
+    n_heads: int = field(default=0, metadata={"help": "attention heads (0 = preset)"})
+    lr: float = field(default=0.0, metadata={"help": "peak AdamW learning rate (0 = preset)"})
+    warmup: int = field(default=-1, metadata={"help": "warm-up steps (-1 = preset)"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay on matrices"})
+    clip: float = field(default=1.0, metadata={"help": "gradient clipping norm"})
+    val_every: int = field(default=25, metadata={"help": "validation loss every N steps (0 = only at the end)"})
+    val_batches: int = field(default=4, metadata={"help": "validation batches per evaluation"})
+    log_every: int = field(default=50, metadata={"help": "print a line every N steps"})
+    stats_every: int = field(default=10, metadata={"help": "FP8 tensors' amax and scale to fp8.csv every N steps"})
+    fractions_every: int = field(default=50, metadata={"help": "FP8 underflow/saturation fractions every N steps"})
+    fp8_modules: tuple[str, ...] = field(default=DEFAULT_FP8_MODULES, metadata={"help": "modules in low precision"})
+    hp_modules: tuple[str, ...] = field(default=(), metadata={"help": "globs kept high precision anyway"})
+    fp8_scaling: str = field(default="delayed", metadata={"help": "per-tensor scaling",
+                                                          "choices": ["delayed", "current"]})
+    amax_history: int = field(default=16, metadata={"help": "delayed scaling: amax window (TE default 1024)"})
+    amax_algo: str = field(default="max", metadata={"help": "delayed scaling: amax over the window",
+                                                    "choices": ["max", "most_recent"]})
+    fp8_margin: int = field(default=0, metadata={"help": "delayed scaling: scale /= 2^margin"})
+    torchao_recipe: str = field(default="tensorwise", metadata={"help": "torchao recipe",
+                                                                "choices": ["tensorwise", "rowwise"]})
+    compile: bool | None = field(default=None, metadata={"help": "torch.compile the model (default: preset)"})
+    sweep_hidden: tuple[int, ...] | None = field(default=None, metadata={"help": "hidden sizes for the FP8 "
+                                                                         "crossover sweep (default: preset)"})
+    sweep_steps: int = field(default=30, metadata={"help": "steps per sweep point (half warm-up)"})
+    data: str | None = field(default=None, metadata={"help": "nanoGPT train.bin/val.bin dir (default: stdlib)"})
+    data_size: str = field(default="16M", metadata={"help": "bytes of the stdlib corpus to read"})
+    threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)"})
+    out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
+    # ---- training health (issue 7) ----
+    monitor: bool = field(default=True, metadata={"help": "health metrics and alerts (off: loss and grad norm only)"})
+    health_every: int = field(default=10, metadata={"help": "per-layer norms, activation ranges, grad SNR every N"})
+    on_nan: str = field(default="skip", metadata={"help": "policy for a non-finite loss or gradient",
+                                                  "choices": ["skip", "reduce-lr", "rollback", "stop"]})
+    nan_lr_factor: float = field(default=0.5, metadata={"help": "reduce-lr: multiply the lr by this"})
+    inject: tuple[str, ...] = field(default=(), metadata={"help": "faults: nan@STEP, spike@STEP, overflow@STEP"})
+    spike_scale: float = field(default=1e3, metadata={"help": "spike@: gradient multiplier"})
+    overflow_scale: float = field(default=4096.0, metadata={"help": "overflow@: FP8 input multiplier"})
+    ckpt_every: int = field(default=-1, metadata={"help": "checkpoint every N steps (0: only at the end; -1: preset)"})
+    ckpt_dir: str = field(default="", metadata={"help": "checkpoint dir (default: fp8-train/checkpoints/<out name>)"})
+    resume: bool = field(default=False, metadata={"help": "continue every run from its checkpoint"})
+    dashboard_every: int = field(default=25, metadata={"help": "rewrite the HTML dashboard every N steps (0 = end)"})
+    dashboard_refresh: int = field(default=10, metadata={"help": "seconds between reloads of a live dashboard"})
+    progress: bool = field(default=True, metadata={"help": "progress bar (on a terminal)"})
+    spike_sigma: float = field(default=6.0, metadata={"help": "alert: grad norm above mean + k sigma"})
+    spike_window: int = field(default=128, metadata={"help": "alert: steps in the spike window"})
+    spike_factor: float = field(default=10.0, metadata={"help": "alert: grad norm above k x the running max"})
+    alert_warmup: int = field(default=20, metadata={"help": "alert: steps before spike/scale alerts arm"})
+    plateau_patience: int = field(default=5, metadata={"help": "alert: evaluations without improvement"})
+    plateau_threshold: float = field(default=1e-3, metadata={"help": "alert: relative improvement that counts"})
+    scale_jump: float = field(default=8.0, metadata={"help": "alert: FP8 scale change factor"})
+    scale_window: int = field(default=16, metadata={"help": "alert: steps the scale change is measured over"})
+
+    def __post_init__(self):
+        for name in ("steps", "batch", "seq_len", "d_model", "n_layers", "n_heads", "noise_seeds", "threads",
+                     "val_every", "stats_every", "fractions_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.grad_accum < 1 or self.val_batches < 1 or self.log_every < 1 or self.sweep_steps < 2:
+            raise ValueError("--grad-accum, --val-batches and --log-every must be >= 1 and --sweep-steps >= 2")
+        if self.batch and self.batch % self.grad_accum:
+            raise ValueError(f"--batch {self.batch} must be divisible by --grad-accum {self.grad_accum}")
+        if self.lr < 0 or self.clip <= 0:
+            raise ValueError(f"--lr must be >= 0 and --clip > 0, got {self.lr}, {self.clip}")
+        DelayedScaling(self.fp8_margin, self.amax_history, self.amax_algo)  # validates the recipe
+        parse_size(self.data_size)
+        parse_faults(self.inject)
+        self.thresholds  # validates the alert thresholds
+        if self.health_every < 0 or self.dashboard_every < 0 or self.dashboard_refresh < 1:
+            raise ValueError("--health-every/--dashboard-every must be >= 0 and --dashboard-refresh >= 1")
+        if not 0 < self.nan_lr_factor < 1:
+            raise ValueError(f"--nan-lr-factor must be in (0, 1), got {self.nan_lr_factor}")
+        if self.ckpt_every < -1:
+            raise ValueError(f"--ckpt-every must be >= 0, got {self.ckpt_every}")
+        if self.on_nan == "rollback" and self.ckpt_every == 0:
+            raise ValueError("--on-nan rollback needs checkpoints to roll back to: set --ckpt-every > 0")
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.spike_sigma, self.spike_window, self.spike_factor, self.alert_warmup,
+                          self.plateau_patience, self.plateau_threshold, self.scale_jump, self.scale_window)
+
+    @property
+    def recipe(self) -> DelayedScaling:
+        return DelayedScaling(self.fp8_margin, self.amax_history, self.amax_algo)
+
+
+def with_preset(cfg: Config, preset_name: str, explicit_runs: bool) -> Config:
+    """Fill every 'from preset' field; the result is what gets saved beside the CSVs."""
+    p = PRESETS.get(preset_name, PRESETS["h100"])
+    upd = {k: p[k] for k in ("steps", "batch", "seq_len", "d_model", "n_layers", "n_heads", "lr", "noise_seeds")
+           if not getattr(cfg, k)}
+    upd.update({k: p[k] for k, unset in (("warmup", cfg.warmup < 0), ("compile", cfg.compile is None),
+                                         ("sweep_hidden", cfg.sweep_hidden is None), ("ckpt_every", cfg.ckpt_every < 0))
+                if unset})
+    if not explicit_runs:
+        runs = p["runs"]
+        if cfg.fp8_backend != "auto":  # `--fp8-backend X` alone: the preset's high-precision runs + fp8:X
+            runs = tuple(r for r in runs if r.split(":")[0] not in LOW) + (f"fp8:{cfg.fp8_backend}",)
+        upd["runs"] = runs
+    return dataclasses.replace(cfg, **upd)
+
+

@@ -1,0 +1,182 @@
+"""NaN policies on injected faults, rollback of FP8 state, checkpoints that survive kill -9 and SIGTERM."""
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import checkpoint
+import train
+from common.dist import distributed
+from common.model import GPTConfig
+from faults import Fault
+from precision import RunSpec
+from trainer import Trainer, lr_at
+
+LAB = Path(train.__file__).resolve().parent
+
+
+def test_injected_faults_raise_alerts_and_rollback_recovers(demo_runs):
+    clean, faulty = demo_runs
+    ev = pd.read_csv(faulty / "events.csv")
+    kinds = {(r.step, r.kind) for r in ev.itertuples()}
+    assert (12, "grad_spike") in kinds  # spike@12: gradients x1000
+    assert (16, "nonfinite") in kinds  # nan@16
+    assert any(k == "scale_drop" and s in (20, 21) for s, k in kinds)  # overflow@20: the scale collapses
+    assert "rolled back" in ev[ev.kind == "nonfinite"]["action"].iloc[0]
+    assert not len(pd.read_csv(clean / "events.csv").query("kind in ['nonfinite', 'grad_spike']"))
+    steps = pd.read_csv(faulty / "steps.csv")
+    assert len(steps) == 28 and steps["nan_steps"].iloc[-1] == 1 and steps["skipped_steps"].iloc[-1] == 1
+    assert steps.set_index("step")["injected"].dropna().to_dict() == {12: "spike@12", 16: "nan@16", 20: "overflow@20"}
+    final = {d: pd.read_csv(d / "steps.csv")["val_loss"].dropna().iloc[-1] for d in demo_runs}
+    assert abs(final[faulty] - final[clean]) < 0.25  # the run survived and learned about as well
+    layers = pd.read_csv(faulty / "layers.csv")
+    assert {"layers.0.attn", "layers.0.mlp", "layers.0.out", "embed", "lm_head"} <= set(layers["layer"])
+
+
+@pytest.mark.parametrize("policy, runs, action", [
+    ("skip", "fp16,fp8:emulated", "skipped the optimizer step"),
+    ("reduce-lr", "fp8:emulated", "learning rate x0.5"),
+])
+def test_skip_and_reduce_lr(policy, runs, action, tmp_path, tiny):
+    out = tiny.run(tmp_path, policy, "--runs", runs, "--inject", "nan@6", "--on-nan", policy, "--steps", "12")
+    steps = pd.read_csv(out / "steps.csv")
+    ev = pd.read_csv(out / "events.csv")
+    for run, g in steps.groupby("run"):
+        g = g.set_index("step")
+        assert g.loc[6, "nonfinite"] and g["nan_steps"].iloc[-1] == 1 and len(g) == 12
+        assert action in ev[(ev.run == run) & (ev.kind == "nonfinite")]["action"].iloc[0]
+        assert g["loss"].iloc[-1] < g["loss"].iloc[0] - 0.3  # and training went on
+        if run.startswith("fp16"):  # GradScaler's response to the NaN: skip the step, halve the loss scale
+            assert g.loc[6, "loss_scale"] == g.loc[5, "loss_scale"] / 2
+        if policy == "reduce-lr":  # halved from the NaN step on
+            assert g.loc[7, "lr"] == pytest.approx(0.5 * lr_at(7, 12, 1e-2, 1), rel=1e-12)
+            assert g.loc[5, "lr"] == pytest.approx(lr_at(5, 12, 1e-2, 1), rel=1e-12)
+
+
+def test_stop_policy(tmp_path, tiny):
+    code = train.main(tiny.TINY + tiny.DEMO + ["--out", str(tmp_path / "r"), "--ckpt-dir", str(tmp_path / "c"),
+                                     "--inject", "nan@6", "--on-nan", "stop"])
+    assert code == 3
+    steps = pd.read_csv(tmp_path / "r" / "steps.csv")
+    assert steps["step"].max() == 6 and steps["nonfinite"].iloc[-1]
+    assert torch.load(tmp_path / "c" / "fp8-emulated-s0.pt", weights_only=True)["step"] == 7
+
+
+def test_rollback_restores_fp8_scaling_state(tmp_path):
+    cfg = train.with_preset(train.Config(gpu="cpu", steps=10, batch=4, seq_len=16, d_model=32, n_layers=1,
+                                         n_heads=2, lr=1e-2, warmup=1, on_nan="rollback", ckpt_every=4), "cpu", True)
+    mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
+    spec = RunSpec("fp8", "emulated", 0)
+    with distributed(device="cpu") as env:
+        tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, train._load_data(None, 256 << 10), mcfg,
+                     ckpt_path=tmp_path / "ck.pt", faults=[Fault("nan", 6)])
+
+        def fp8_state():
+            return {k: v.clone() for k, v in tr.p.raw.state_dict().items() if "amax_history" in k or "scale_" in k}
+
+        for s in range(4):
+            tr.train_step(s)
+        tr.save_checkpoint(4)
+        saved, saved_opt = fp8_state(), copy.deepcopy(tr.opt.state_dict())
+        for s in (4, 5):
+            tr.train_step(s)
+        assert any(not torch.equal(saved[k], v) for k, v in fp8_state().items())  # the scales moved on
+        row = tr.train_step(6)  # NaN -> rollback
+        assert row["nonfinite"] and "rolled back" in row["action"]
+        for k, v in fp8_state().items():
+            assert torch.equal(saved[k], v), k  # amax histories and scales are the checkpoint's again
+        for k, v in saved_opt["state"].items():
+            assert torch.equal(tr.opt.state_dict()["state"][k]["exp_avg"], v["exp_avg"])
+        assert tr.train_step(7)["nonfinite"] is False
+
+
+def _spawn(args, tmp: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, str(LAB / "train.py"), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_rows(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and sum(1 for _ in open(path)) > n:
+            return
+        assert proc.poll() is None, f"the run ended before it could be interrupted:\n{proc.stdout.read()}"
+        time.sleep(0.02)
+    raise AssertionError(f"no {n} rows in {path} after {timeout} s")
+
+
+def _term_after_rows(path: Path, n: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and sum(1 for _ in open(path)) > n:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        time.sleep(0.005)
+
+
+def test_kill_resume_sigterm_bit_identical(tmp_path, tiny):
+    args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "30", "--val-every", "10", "--ckpt-every", "5",
+                        "--stats-every", "5", "--dashboard-every", "0"]
+    ref = tmp_path / "ref"
+    assert train.main(args + ["--out", str(ref / "r"), "--ckpt-dir", str(ref / "c")]) == 0
+    # kill -9 mid-run, then resume
+    killed = tmp_path / "killed"
+    kargs = args + ["--out", str(killed / "r"), "--ckpt-dir", str(killed / "c")]
+    proc = _spawn(kargs, tmp_path)
+    _wait_rows(killed / "r" / "steps.csv", 12, proc)  # past the checkpoint at step 10
+    proc.kill()
+    proc.wait()
+    assert train.main(kargs + ["--resume"]) == 0
+    # SIGTERM (here to this very process, from a thread, once 7 rows exist): checkpoint, clean return, resume
+    termed = tmp_path / "termed"
+    targs = args + ["--out", str(termed / "r"), "--ckpt-dir", str(termed / "c")]
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)  # a late signal must not kill pytest
+    try:
+        threading.Thread(target=_term_after_rows, args=(termed / "r" / "steps.csv", 7), daemon=True).start()
+        assert train.main(targs) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    at = torch.load(termed / "c" / "fp8-emulated-s0.pt", weights_only=True)["step"]
+    assert 7 <= at < 30 and at == len(pd.read_csv(termed / "r" / "steps.csv"))  # the last finished step
+    assert train.main(targs + ["--resume"]) == 0
+    want = pd.read_csv(ref / "r" / "steps.csv", dtype=str)
+    for d in (killed, termed):
+        got = pd.read_csv(d / "r" / "steps.csv", dtype=str)
+        assert got["step"].tolist() == want["step"].tolist()
+        for col in ("loss", "val_loss", "grad_norm", "param_norm", "update_ratio"):  # bit for bit (repr strings)
+            assert got[col].fillna("").tolist() == want[col].fillna("").tolist(), (d.name, col)
+        f_got, f_want = (pd.read_csv(x / "r" / "fp8.csv", dtype=str) for x in (d, ref))
+        assert f_got["scale"].tolist() == f_want["scale"].tolist()
+
+
+def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny):
+    args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3", "--out", str(tmp_path / "r"),
+                   "--ckpt-dir", str(tmp_path / "c")]
+    assert train.main(args) == 0
+    ck = tmp_path / "c" / "fp8-emulated-s0.pt"
+    good = ck.read_bytes()
+    ck.write_bytes(good[: len(good) // 2])  # a crash mid-copy, a full disk
+    with pytest.raises(SystemExit) as e:
+        train.main(args + ["--resume"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "unreadable (truncated or corrupt" in err[0]
+    ck.write_bytes(good)
+    fp = torch.load(ck, weights_only=True)["fingerprint"]
+    with pytest.raises(checkpoint.CheckpointError, match="different run .*model"):
+        checkpoint.load(ck, {**fp, "model": [256, 64, 1, 2, 16]})
+    ck.unlink()  # an unfinished run's rows but no checkpoint: never a silent restart from scratch
+    csv = tmp_path / "r" / "steps.csv"
+    csv.write_text("".join(csv.read_text().splitlines(keepends=True)[:4]))
+    with pytest.raises(SystemExit):
+        train.main(args + ["--resume"])
+    assert "no checkpoint" in capsys.readouterr().err

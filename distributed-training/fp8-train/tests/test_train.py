@@ -1,0 +1,138 @@
+"""The runner: every precision mode trains, the precision map, unavailable backends, the report."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import report
+import train
+from common.model import GPT, GPTConfig
+from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
+
+LAB = Path(train.__file__).resolve().parent
+TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
+        "--n-heads", "2", "--lr", "1e-2", "--warmup", "1", "--val-every", "4", "--val-batches", "1", "--stats-every",
+        "2", "--fractions-every", "2", "--data-size", "256K", "--log-every", "100", "--threads", "1"]
+
+
+def test_precision_map():
+    model = GPT(GPTConfig(n_layers=2))
+    names = select_modules(model, DEFAULT_FP8_MODULES)
+    assert names == [f"layers.{i}.{m}" for i in range(2) for m in
+                     ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w2")]  # not lm_head
+    assert "lm_head" not in names and "tok_emb" not in names
+    assert select_modules(model, DEFAULT_FP8_MODULES, ("layers.0.*",)) == names[6:]  # keep block 0 high precision
+    assert select_modules(model, ("lm_head",)) == ["lm_head"]  # allowed when asked for explicitly
+    for bad, why in ((("tok_emb",), "only nn.Linear"), (("layers.*.norm1",), "only nn.Linear"),
+                     (("layers.*.attn.wz",), "matches no module")):
+        with pytest.raises(ValueError, match=why):
+            select_modules(model, bad)
+
+
+def test_run_specs():
+    specs = parse_runs(("fp32", "bf16", "fp8", "nvfp4:emulated"), "native", seed=5, noise_seeds=2)
+    assert [s.name for s in specs] == ["fp32-s5", "bf16-s5", "bf16-s6", "fp8-native-s5", "nvfp4-emulated-s5"]
+    for bad in (("fp7",), ("fp32:te",), ("fp8:cudnn",), ("fp8", "fp8")):
+        with pytest.raises(ValueError):
+            parse_runs(bad, "auto", 0, 1)
+    assert RunSpec("fp8", "auto", 0).name == "fp8-auto-s0"
+
+
+def test_every_mode_trains(tmp_path, capsys):
+    runs = "fp32,bf16,fp16,fp8:native,fp8:emulated,fp8,mxfp8:emulated,mxfp4:emulated,nvfp4:emulated"
+    assert train.main(TINY + ["--runs", runs, "--noise-seeds", "2", "--out", str(tmp_path / "results" / "cpu")]) == 0
+    steps = pd.read_csv(tmp_path / "results" / "cpu" / "steps.csv")
+    assert steps["run"].nunique() == 10
+    for run, g in steps.groupby("run"):
+        loss = g.sort_values("step")["loss"].tolist()
+        assert len(loss) == 8 and max(loss[-2:]) < loss[0] - 0.3, (run, loss)  # every mode learns
+        assert g["val_loss"].notna().sum() == 2 and not g["nonfinite"].any()
+    first = steps[(steps.step == 0) & (steps.seed == 0)].set_index("run")["loss"]
+    assert (first - first["fp32-s0"]).abs().max() < 0.05  # same weights, same batch: only arithmetic differs
+    assert first["bf16-s0"] != first["fp32-s0"]  # ... and the arithmetic does differ
+    auto = steps[steps.run == "fp8-auto-s0"]["backend"].unique().tolist()
+    assert auto == ["native"]  # auto records what it chose (torch._scaled_mm works on CPU)
+    fp8 = pd.read_csv(tmp_path / "results" / "cpu" / "fp8.csv")
+    nat = fp8[fp8.run == "fp8-native-s0"]
+    assert set(nat["role"]) == {"input", "weight", "grad_output"} and set(nat["step"]) == {0, 2, 4, 6}
+    assert len(nat) == 4 * 6 * 3 and nat["underflow_frac"].notna().all()
+    assert (nat[nat.step == 0]["scale"] == 1.0).all() and (nat[nat.step == 6]["scale"] != 1.0).all()
+    assert set(fp8[fp8.run == "nvfp4-emulated-s0"]["scale_kind"]) == {"derived"}
+    assert "bf16 emulated on CPU" in capsys.readouterr().out
+    # The report reads only these CSVs.
+    assert report.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "REPORT.md")]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "| fp8-native-s0 | fp8 | native |" in text and "BF16 noise band" in text
+    assert "no GPU run exists yet" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--runs", "fp8:te"], "README"),
+    (["--runs", "fp8:torchao"], "make setup-fp8"),
+    (["--runs", "mxfp8:native"], "te (Blackwell) or emulated"),
+    (["--fp8-backend", "te"], "TransformerEngine"),
+    (["--fp8-modules", "tok_emb"], "only nn.Linear"),
+])
+def test_unavailable_or_bad_exits_2_and_writes_nothing(args, expect, tmp_path, capsys):
+    pytest.importorskip("torch")
+    if "te" in args[-1] and _importable("transformer_engine.pytorch") and torch.cuda.is_available():
+        pytest.skip("TransformerEngine is installed and usable here")
+    if args[-1] == "fp8:torchao" and _importable("torchao.float8"):
+        pytest.skip("torchao is installed here")
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + args + ["--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_input_in_a_real_process(tmp_path):
+    r = subprocess.run([sys.executable, str(LAB / "train.py"), "--gpu", "cpu", "--batch", "6", "--grad-accum", "4",
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "divisible by --grad-accum" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _importable(name: str) -> bool:
+    try:
+        __import__(name)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _fsdp_run(env, spec, ckpt):
+    import checkpoint
+    from trainer import Trainer
+    cfg = train.with_preset(train.Config(gpu="cpu", steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
+                                         lr=1e-2, warmup=1, stats_every=0), "cpu", True)
+    mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
+    data = train._load_data(None, 256 << 10)
+    tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    losses = [tr.train_step(0)["loss"]]
+    first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
+    losses += [tr.train_step(s)["loss"] for s in (1, 2)]
+    tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
+    losses.append(tr.train_step(3)["loss"])
+    again = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again.restore(checkpoint.load(ckpt, again.fingerprint()))
+    return losses, first_scales, again.train_step(3)["loss"]
+
+
+def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
+    import torch.distributed.checkpoint.state_dict  # noqa: F401 - imported before forking, so that the
+    import common.fsdp  # noqa: F401 - ranks do not each import FSDP and DCP (seconds on 2 cores)
+    from common.testing import run_ranks
+    train._load_data(None, 256 << 10)  # likewise the corpus
+    spec = RunSpec("fp8", "native", 0)
+    (one_loss, one_scales, _), = run_ranks(_fsdp_run, 1, spec, tmp_path / "one.pt")
+    (l0, s0, r0), (l1, s1, r1) = run_ranks(_fsdp_run, 2, spec, tmp_path / "two.pt")
+    assert l0 == l1 and s0 == s1  # amaxes all-reduced (MAX): every rank casts with the same scales
+    assert one_loss == pytest.approx(l0, abs=2e-3)
+    assert s0 == one_scales  # max over ranks of each shard's amax == the global batch's amax
+    assert r0 == r1 == l0[3]  # restored from the full-state checkpoint: step 3 again, bit for bit

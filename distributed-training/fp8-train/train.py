@@ -1,0 +1,233 @@
+"""fp8-train: the same GPT trained in FP32, BF16, FP16 and FP8 -- speed, memory, loss curves, scales.
+
+What it measures and why. FP8 GEMMs run at twice the BF16 tensor-core rate on Hopper, but every
+FP8 tensor needs a scale, casts cost memory traffic, and small GEMMs do not win (fp8-anchors.md
+section 5). This runner trains one GPT from identical initial weights on identical batches in
+each precision and records, per step, loss, grad/param norms, update ratio, lr, tokens/s, step
+time and memory (steps.csv), and per FP8 tensor its amax, scale and underflow/saturation
+fractions (fp8.csv). BF16 runs with several seeds give the seed-to-seed noise band that decides
+whether FP8 "matches". On GPU presets a hidden-size sweep (sweep.csv) shows where FP8 starts to pay.
+Around every run (runloop.py): per-layer health (layers.csv), alerts (events.csv), the --on-nan
+policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard.
+
+Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
+backend auto|te|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
+    cpu        tiny GPT, fp32 / bf16 (emulated) x3 seeds / fp8 native + emulated / mxfp8, nvfp4 emulated
+    h100 h200  hidden 2048, 8 layers, 8K tokens/step, torch.compile; fp8 native, torchao, te; sweep 512-4096
+    a100       no FP8 hardware: fp32 vs bf16 vs fp16 + GradScaler
+    b200       the h100 set plus mxfp8 and nvfp4 through TransformerEngine
+Preset runs whose backend is missing are skipped with the reason; a backend you name yourself
+(--runs or --fp8-backend) that cannot run here is an error (exit 2) that says how to get it.
+
+Commands:
+    make fp8-train GPU=cpu                                    # CPU preset + report (a few minutes)
+    make fp8-train GPU=h100                                   # 1 GPU
+    make fp8-train-run GPU=h100 NPROC=8                       # 8 GPUs, FSDP2 (torchrun)
+    make fp8-train-demo                                       # injected faults + recovery (CPU)
+    make fp8-train-run GPU=cpu ARGS="--resume"                # continue after a crash or SIGTERM
+    sbatch --nodes=2 slurm/lab.sbatch fp8-train GPU=h100      # N nodes
+    PYTHONPATH=distributed-training python distributed-training/fp8-train/train.py --gpu cpu \\
+        --runs bf16,fp8:emulated --steps 50                   # by hand; --help lists every flag
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from pathlib import Path
+
+import torch
+
+import backends
+import checkpoint
+from alerts import AlertEngine
+from common.config import config_dict, parse_config, parse_size
+from common.data import load_data
+from common.dist import DistInfo, distributed, fail, print0
+from common.hardware import get_preset
+from common.model import GPTConfig
+from common.results import ResultsWriter, provenance
+from faults import parse as parse_faults
+from precision import LOW, PrecisionSettings, RunSpec, parse_runs, prepare, select_modules
+from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
+from settings import Config, with_preset
+from trainer import StopRun, Trainer, Writers
+
+LAB = Path(__file__).resolve().parent
+BENCH_VERSION = "1"
+
+
+def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> tuple[list, list[str]]:
+    """Resolve every run's backend before anything is written: (runnable specs, skipped notes)."""
+    specs = parse_runs(cfg.runs, cfg.fp8_backend, cfg.seed, cfg.noise_seeds)
+    from common.model import GPT
+    with torch.device("meta"):
+        select_modules(GPT(mcfg), cfg.fp8_modules, cfg.hp_modules)  # a bad precision map fails here
+    if any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
+        hp = [s.name for s in specs if s.precision not in LOW]
+        if hp:
+            raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
+                             "(use --runs with FP8 runs only)")
+    keep, skipped = [], []
+    for s in specs:
+        if s.precision in LOW:
+            try:
+                backends.resolve(s.precision, s.backend, device)
+            except backends.BackendUnavailable as e:
+                if explicit:
+                    raise
+                skipped.append(f"{s.name}: {e}")
+                continue
+        keep.append(s)
+    return keep, skipped
+
+
+def settings(cfg: Config) -> PrecisionSettings:
+    return PrecisionSettings(cfg.fp8_modules, cfg.hp_modules, cfg.recipe, cfg.fp8_scaling, cfg.torchao_recipe,
+                             bool(cfg.compile))
+
+
+def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):
+    prep = prepare(spec, mcfg, settings(cfg), env.device)
+    if env.world_size > 1:  # FSDP2 per block then root (common.fsdp); fp32 params, autocast does bf16
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from common.fsdp import apply_fsdp  # imported here: FSDP costs a second of start-up on one rank
+        apply_fsdp(prep.raw, init_device_mesh(env.device.type, (env.world_size,)), reshard_after_forward=True)
+    return prep
+
+
+def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, prov: dict) -> None:
+    """Tokens/s of bf16 vs each FP8 backend across hidden sizes: where FP8 starts to pay (GPU presets)."""
+    w = ResultsWriter(out / "sweep.csv", ["d_model", "n_layers", "run", "precision", "backend", "tokens_per_s",
+                                          "step_time_s", "peak_mem_MiB", "tokens_per_step"],
+                      key=["d_model", "run"], provenance=prov, enabled=env.is_main)
+    for d in cfg.sweep_hidden or ():
+        mcfg = GPTConfig(vocab_size=data.vocab_size, seq_len=cfg.seq_len, d_model=d, n_layers=4,
+                         n_heads=max(1, d // 128))
+        for spec in [s for s in specs if s.precision in ("bf16",) + LOW and s.seed == cfg.seed]:
+            prep = build(cfg, spec, mcfg, env)
+            sc = dataclasses.replace(cfg, steps=cfg.sweep_steps, stats_every=0, fractions_every=0, monitor=False)
+            tr = Trainer(sc, spec, prep, env, data, mcfg)
+            times = []
+            for step in range(cfg.sweep_steps):
+                times.append(tr.train_step(step)["step_time_s"])
+            t = sorted(times[cfg.sweep_steps // 2:])[len(times[cfg.sweep_steps // 2:]) // 2]  # median, warm half
+            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, backend=prep.backend,
+                       tokens_per_s=tr.tokens_per_step / t, step_time_s=t, tokens_per_step=tr.tokens_per_step,
+                       peak_mem_MiB=torch.cuda.max_memory_allocated() / 2**20 if env.device.type == "cuda" else None)
+            w.write(row)
+            print0(f"sweep d_model={d:5d} {spec.name:22s} {row['tokens_per_s']:12,.0f} tokens/s")
+            del tr, prep
+            if env.device.type == "cuda":
+                torch.cuda.empty_cache()  # the next size starts from a clean allocator
+
+
+@functools.lru_cache(maxsize=2)
+def _load_data(path: str | None, nbytes: int):
+    """The corpus, read once per process (listing the stdlib takes a second; tests call main() often)."""
+    return load_data(path, nbytes)
+
+
+def writers_for(out: Path, env: DistInfo, prov: dict, cfg_json: dict, resume: bool) -> Writers:
+    def w(name, cols, key, config=None):
+        return ResultsWriter(out / name, cols, key=key, provenance=prov, config=config, resume=resume,
+                             enabled=env.is_main, config_ignore=("resume", "progress", "skipped_runs"))
+    return Writers(w("steps.csv", STEP_COLUMNS, ["run", "step"], cfg_json),
+                   w("fp8.csv", FP8_COLUMNS, ["run", "step", "module", "role"]),
+                   w("layers.csv", LAYER_COLUMNS, ["run", "step", "layer"]),
+                   w("events.csv", EVENT_COLUMNS, ["run", "step", "kind", "metric"]))
+
+
+def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
+            ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> None:
+    prep = build(cfg, spec, mcfg, env)
+    print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
+           "".join(f"; {n}" for n in prep.notes))
+    ckpt = ckpt_dir / f"{spec.name}.pt" if (cfg.ckpt_every or cfg.resume) else None
+    tr = Trainer(cfg, spec, prep, env, data, mcfg, peak, ckpt, parse_faults(cfg.inject))
+    loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
+    start = 0
+    if cfg.resume and ckpt is not None and ckpt.exists():
+        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend == "te")
+        tr.restore(state)
+        loop.load_health(state["health"])
+        start = state["step"]
+        print0(f"   resumed from its checkpoint at step {start}")
+    elif cfg.resume and writers.steps.done({"run": spec.name, "step": 0}):
+        if writers.steps.done({"run": spec.name, "step": cfg.steps - 1}):
+            print0("   complete, nothing to resume")
+            return
+        raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
+                                         f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
+                                         "rerun without --resume")
+    elif ckpt is not None:
+        ckpt.unlink(missing_ok=True)  # a fresh run never resumes from an older run's checkpoint later
+        if cfg.on_nan == "rollback":
+            tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
+    loop.run(start, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(Config, argv, description=__doc__, prog="fp8-train")
+    explicit = bool(cfg.runs) or cfg.fp8_backend != "auto"
+    try:
+        preset = get_preset(cfg.gpu)
+    except ValueError as e:
+        fail(str(e), 2)
+    on_gpu = preset.name != "cpu"
+    if on_gpu and not torch.cuda.is_available():
+        fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
+    cfg = with_preset(cfg, preset.name, bool(cfg.runs))
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _run(cfg, preset, on_gpu, explicit)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
+    with distributed(device="cuda" if on_gpu else "cpu") as env:
+        try:
+            mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
+            specs, skipped = plan(cfg, env.device, explicit, mcfg)
+            data = _load_data(cfg.data, parse_size(cfg.data_size))
+        except (ValueError, backends.BackendUnavailable) as e:
+            fail(str(e), 2)
+        mcfg = dataclasses.replace(mcfg, vocab_size=data.vocab_size)
+        out = Path(cfg.out) if cfg.out else LAB / "results" / preset.name
+        ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
+        cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
+                    data.fingerprint, "skipped_runs": skipped}
+        try:
+            writers = writers_for(out, env, provenance(env, BENCH_VERSION), cfg_json, cfg.resume)
+        except ValueError as e:  # SchemaMismatch: resuming into results written with other settings
+            fail(str(e), 2)
+        for note in skipped:
+            print0(f"skipped {note}")
+        with checkpoint.GracefulStop() as stop:
+            for spec in specs:
+                try:
+                    run_one(cfg, spec, mcfg, env, data, writers, out, ckpt_dir, preset.peak_tflops("bf16"), stop)
+                except checkpoint.CheckpointError as e:
+                    fail(str(e), 2)
+                except Preempted as e:
+                    print0(str(e))
+                    return 0
+                except StopRun as e:
+                    print0(f"{spec.name}: {e}")
+                    return 3
+        if env.is_main and len(specs) > 1:
+            import dashboard
+            dashboard.write([(out, s.name, None) for s in specs], out / "dashboard.html",
+                            f"fp8-train {out.name}: all runs")
+        if cfg.sweep_hidden:
+            sweep(cfg, specs, env, data, out, provenance(env, BENCH_VERSION))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

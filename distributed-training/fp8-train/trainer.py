@@ -1,0 +1,338 @@
+"""One training run of the common GPT in one precision: the step, NaN recovery, checkpoints.
+
+The step (every mode the same, so modes differ only in arithmetic):
+    for each micro-batch: forward under the run's context (autocast / emulation / FP8 autocast),
+        loss / grad_accum, backward (GradScaler-scaled for fp16), FP8 delayed-scaling update
+        (after each backward, when TransformerEngine would do it);
+    unscale (fp16), grad norms; if loss and grad norm are finite: clip to --clip with the norm
+    already computed, AdamW step, param and update norms; else the --on-nan policy:
+        skip       no optimizer step (fp16: GradScaler skips and backs off the loss scale), and the
+                   non-finite amaxes are scrubbed from the FP8 histories so the scales do not freeze
+        reduce-lr  the same, and the learning rate is multiplied by --nan-lr-factor from now on
+        rollback   restore the last good checkpoint (weights, optimizer, GradScaler, FP8 scaling
+                   state) and continue with the next batch (the bad one is not retried)
+        stop       checkpoint and end the run (exit code 3)
+    Counters of NaN steps and skipped steps go into every row (Megatron logs the same two).
+The learning rate is a pure function of the step (linear warm-up, cosine decay to 10%), and the
+batch a pure function of (seed, step) (common.data): every mode sees the same tokens, and a run
+resumed from a checkpoint continues bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import backends
+import checkpoint
+from common.data import TokenData
+from common.dist import DistInfo
+from common.model import GPTConfig, flops_per_token, lm_loss
+from common.results import ResultsWriter
+from common.timing import StepTimer
+from faults import Injector
+from fp8_linear import Fp8Linear, fp8_modules, scrub_histories, update_scales
+from health import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
+from precision import Prepared, RunSpec
+
+VAL_SEED = 1234  # validation batches are the same for every run and seed
+
+
+@dataclass
+class Writers:
+    steps: ResultsWriter
+    fp8: ResultsWriter
+    layers: ResultsWriter | None = None
+    events: ResultsWriter | None = None
+    extra: dict[str, ResultsWriter] = field(default_factory=dict)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int, min_frac: float = 0.1) -> float:
+    """Linear warm-up to `peak`, then cosine decay to min_frac * peak at the last step."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup - 1)
+    return peak * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+class StopRun(Exception):
+    pass
+
+
+class Trainer:
+    def __init__(self, cfg: Any, spec: RunSpec, prep: Prepared, env: DistInfo, data: TokenData,
+                 model_cfg: GPTConfig, peak_tflops: float | None = None, ckpt_path: Path | None = None,
+                 faults: list | None = None):
+        self.cfg, self.spec, self.p, self.env, self.data, self.mcfg = cfg, spec, prep, env, data, model_cfg
+        raw = prep.raw
+        decay = [p for p in raw.parameters() if p.dim() >= 2]
+        no_decay = [p for p in raw.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                      {"params": no_decay, "weight_decay": 0.0}],
+                                     lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+        self.monitor = getattr(cfg, "monitor", True)
+        self.norms = NormTracker(raw)
+        self.acts = ActivationProbe(raw)
+        self.snr = GradSNR(self.norms.params, cfg.grad_accum, self.norms.sharded) if cfg.grad_accum > 1 else None
+        self.fp8 = [m for _, m in fp8_modules(raw)]
+        self.saved = SavedActivations(raw)
+        self.injector = Injector(raw, faults, prep.low_modules, getattr(cfg, "spike_scale", 1e3),
+                                 getattr(cfg, "overflow_scale", 2.0 ** 12)) if faults else None
+        self.ckpt_path = ckpt_path
+        self.tokens_per_step = cfg.batch * cfg.seq_len
+        self.flops_per_token = flops_per_token(model_cfg, cfg.seq_len)
+        mfu_ok = spec.precision in ("bf16", "fp16") and env.device.type == "cuda"  # no MFU for FP8 (torchtitan)
+        self.peak_tflops = peak_tflops if mfu_ok else None
+        self.lr_factor, self.nan_steps, self.skipped_steps = 1.0, 0, 0
+        self.stop_requested = False
+        self._fp8_state: list | None = None
+        self.layer_stats: dict[str, dict[str, float]] = {}
+
+    # ---- one optimizer step ------------------------------------------------------------------
+    def _micro_batches(self, step: int):
+        cfg, env = self.cfg, self.env
+        micro = cfg.batch // cfg.grad_accum
+        for i in range(cfg.grad_accum):
+            x, y = self.data.batch("train", step * cfg.grad_accum + i, micro, cfg.seq_len, seed=self.spec.seed,
+                                   rank=env.rank, world_size=env.world_size)
+            yield x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+
+    def forward_backward(self, step: int, snr: bool) -> torch.Tensor:
+        """Forward and backward over the step's micro-batches; returns the mean loss (device tensor)."""
+        p, cfg = self.p, self.cfg
+        total = torch.zeros((), device=self.env.device)
+        boost = self.injector.loss_scale() if self.injector else 1.0
+        for x, y in self._micro_batches(step):
+            with p.context():
+                loss = lm_loss(p.model(x), y) / cfg.grad_accum
+            scaled = loss * boost if boost != 1.0 else loss  # spike@STEP: that batch's gradients x boost
+            (p.scaler.scale(scaled) if p.scaler else scaled).backward()
+            update_scales(self.fp8)  # TE: after each forward/backward, amaxes reduced over ranks
+            if snr:
+                self.snr.after_micro_batch()
+            total += loss.detach()
+        return total
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        cfg, p, dev = self.cfg, self.p, self.env.device
+        lr = self.lr(step) * self.lr_factor
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        # Underflow/saturation counts and saved-activation bytes cost a few passes over every FP8 operand:
+        # taken every --fractions-every steps (amax and scale are free: every step).
+        stats = self.fractions_due(step)
+        health = self.monitor and cfg.health_every > 0 and step % cfg.health_every == 0
+        snr = health and self.snr is not None
+        for m in self.fp8:
+            m.collect_stats = stats
+        faults = self.injector.arm(step) if self.injector else []
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        with StepTimer(dev) as timer:
+            self.opt.zero_grad(set_to_none=True)
+            with (self.acts if health else nullcontext()), (self.saved.hooks() if stats else nullcontext()):
+                loss = self.forward_backward(step, snr)
+            if p.scaler:
+                p.scaler.unscale_(self.opt)
+            g_sq = self.norms.grad_sq()
+            grad_norm = g_sq.sum().sqrt()
+            ok = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
+            if self.env.world_size > 1:  # every rank must take the same branch (a rollback has collectives)
+                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            loss_ok, grad_ok = (v > 0 for v in ok.tolist())
+            action = ""
+            if loss_ok and grad_ok:
+                torch.nn.utils.clip_grads_with_norm_(self.norms.params, cfg.clip, grad_norm)
+                if self.monitor:
+                    self.norms.snapshot()
+                if p.scaler:
+                    p.scaler.step(self.opt)
+                    p.scaler.update()
+                else:
+                    self.opt.step()
+            elif loss_ok and p.scaler is not None:
+                # fp16 overflow in the gradients only: routine for GradScaler (it skips and halves the scale)
+                p.scaler.step(self.opt)
+                p.scaler.update()
+                self.skipped_steps += 1
+                action = "loss-scale backoff"
+            else:
+                action = self.recover(step)
+        if self.injector:
+            self.injector.disarm()
+        if self.env.world_size > 1:
+            dist.all_reduce(loss)
+            loss /= self.env.world_size
+        stepped = loss_ok and grad_ok
+        vec = [loss.float(), grad_norm]
+        if self.monitor:
+            if stepped:
+                prev_sq, now_sq, upd_sq = self.norms.param_and_update_sq()
+            else:
+                now_sq = prev_sq = self.norms.param_sq()
+                upd_sq = torch.zeros_like(now_sq)
+            vec += [now_sq.sum().sqrt(), upd_sq.sum().sqrt() / prev_sq.sum().sqrt()]
+            if snr:
+                vec.append(self.snr.result(g_sq.sum()))
+        vals = torch.stack(vec).tolist()  # the one host sync of the step
+        row = dict(loss=vals[0], grad_norm=vals[1], lr=lr, step_time_s=timer.elapsed_s,
+                   tokens_per_s=self.tokens_per_step / timer.elapsed_s, nonfinite=not stepped and not action.startswith(
+                       "loss-scale"), loss_scale=p.scaler.get_scale() if p.scaler else None,
+                   saved_act_MiB=self.saved.bytes / 2**20 if stats else None, nan_steps=self.nan_steps,
+                   skipped_steps=self.skipped_steps, action=action,
+                   injected="+".join(f"{k}@{step}" for k in faults) or None)
+        if self.monitor:
+            row.update(param_norm=vals[2], update_ratio=vals[3], grad_snr=vals[4] if snr else None)
+            if health:
+                self.layer_stats = self._layer_stats(g_sq, prev_sq, now_sq, upd_sq)
+        if self.peak_tflops:
+            row["mfu"] = row["tokens_per_s"] / self.env.world_size * self.flops_per_token / (self.peak_tflops * 1e12)
+        row.update(memory_mib(dev))
+        return row
+
+    def fractions_due(self, step: int) -> bool:
+        every = getattr(self.cfg, "fractions_every", self.cfg.stats_every)
+        return every > 0 and step % every == 0
+
+    def _layer_stats(self, g_sq, prev_sq, now_sq, upd_sq) -> dict[str, dict[str, float]]:
+        n = len(self.norms.groups)
+        v = torch.cat([g_sq, now_sq, upd_sq, prev_sq, self.acts.amax]).tolist()
+        out = {g: dict(grad_norm=math.sqrt(v[i]), param_norm=math.sqrt(v[n + i]),
+                       update_ratio=math.sqrt(v[2 * n + i]) / math.sqrt(v[3 * n + i]) if v[3 * n + i] else 0.0)
+               for i, g in enumerate(self.norms.groups)}
+        for j, name in enumerate(self.acts.names):
+            out.setdefault(name, {})["act_amax"] = v[4 * n + j]
+        return out
+
+    def recover(self, step: int) -> str:
+        """Apply --on-nan to a step whose loss or gradients are not finite; returns what was done."""
+        cfg, p = self.cfg, self.p
+        self.nan_steps += 1
+        self.skipped_steps += 1
+        policy = cfg.on_nan
+        if policy in ("skip", "reduce-lr", "stop"):
+            if p.scaler:  # GradScaler's own response: skip the step, back off the loss scale
+                p.scaler.step(self.opt)
+                p.scaler.update()
+            self.scrub_fp8()
+        if policy == "skip":
+            return "skipped the optimizer step"
+        if policy == "reduce-lr":
+            self.lr_factor *= cfg.nan_lr_factor
+            return f"skipped the optimizer step; learning rate x{self.lr_factor:g} from now on"
+        if policy == "rollback":
+            if self.ckpt_path is None:
+                raise RuntimeError("--on-nan rollback needs checkpoints (--ckpt-every > 0)")
+            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=self.p.backend == "te")
+            self.restore(state, full=False)
+            return f"rolled back to the checkpoint taken after step {state['step'] - 1}; continuing with the next batch"
+        self.stop_requested = True  # the loop logs this step, checkpoints and ends the run
+        return "stopped the run (checkpoint written; inspect, then --resume)"
+
+    def scrub_fp8(self) -> None:
+        scrub_histories(self.fp8)
+        if self.p.backend == "te":
+            backends.te_scrub(self.p.raw)
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, self.cfg.steps, self.cfg.lr, self.cfg.warmup)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        cfg, p, env = self.cfg, self.p, self.env
+        p.raw.eval()
+        total = torch.zeros((), device=env.device)
+        micro = cfg.batch // cfg.grad_accum
+        for i in range(cfg.val_batches):
+            x, y = self.data.batch("val", i, micro, cfg.seq_len, seed=VAL_SEED, rank=env.rank,
+                                   world_size=env.world_size)
+            with p.context():
+                total += lm_loss(p.model(x.to(env.device)), y.to(env.device)).float()
+        p.raw.train()
+        if env.world_size > 1:
+            dist.all_reduce(total)
+            total /= env.world_size
+        return total.item() / cfg.val_batches
+
+    # ---- FP8 state ---------------------------------------------------------------------------
+    def fp8_state(self) -> list[tuple[str, str, str, torch.Tensor, str, torch.Tensor | None]]:
+        """(module, role, format, [amax, scale used], scale_kind, [underflow, saturation] or None) per tensor."""
+        if self.p.backend != "te":  # the modules and their state buffers are fixed: look them up once
+            if self._fp8_state is None:
+                self._fp8_state = self._find_fp8_state()
+            return self._fp8_state
+        return self._find_fp8_state()
+
+    def _find_fp8_state(self) -> list[tuple[str, str, str, torch.Tensor, str, torch.Tensor | None]]:
+        out = []
+        for name in self.p.low_modules:
+            m = self.p.raw.get_submodule(name)
+            last = getattr(m, "last", None)
+            if last is None:
+                continue
+            kind = getattr(m, "scale_kind", "delayed" if isinstance(m, Fp8Linear) and not m.current else "current")
+            frac = m.fractions if isinstance(m, Fp8Linear) else None
+            fmts = ("e4m3", "e4m3", "e5m2") if self.spec.precision == "fp8" else (self.spec.precision,) * 3
+            for r, role in enumerate(("input", "weight", "grad_output")):
+                out.append((name, role, fmts[r], last[r], kind, None if frac is None else frac[r]))
+        if self.p.backend == "te" and not out:
+            for name, role, a, s in backends.te_delayed_state(self.p.raw):
+                fmt = "e5m2" if role == "grad_output" else "e4m3"
+                out.append((name, role, fmt, torch.stack([a.float(), s.float()]), "delayed", None))
+        return out
+
+    def fp8_rows(self, step: int, with_fractions: bool) -> list[dict[str, Any]]:
+        state = self.fp8_state()
+        if not state:
+            return []
+        nan2 = torch.full((2,), float("nan"), device=state[0][3].device)
+        vals = torch.stack([torch.cat([s[3].float(), s[5] if s[5] is not None and with_fractions else nan2])
+                            for s in state]).tolist()
+        return [dict(step=step, module=name, role=role, format=fmt, amax=v[0], scale=v[1], scale_kind=kind,
+                     underflow_frac=None if math.isnan(v[2]) else v[2],
+                     saturation_frac=None if math.isnan(v[3]) else v[3])
+                for (name, role, fmt, _, kind, _), v in zip(state, vals)]
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"run": self.spec.name, "backend": self.p.backend, "model": [self.mcfg.vocab_size, self.mcfg.d_model,
+                self.mcfg.n_layers, self.mcfg.n_heads, self.mcfg.seq_len], "low_modules": list(self.p.low_modules),
+                "recipe": [c.fp8_scaling, c.amax_history, c.amax_algo, c.fp8_margin], "world_size": self.env.world_size,
+                "batch": [c.batch, c.grad_accum, c.seq_len], "steps": c.steps}
+
+    def checkpoint_state(self, next_step: int, health: dict | None = None) -> dict[str, Any]:
+        model_sd, opt_sd = checkpoint.model_and_optimizer_state(self.p.raw, self.opt, self.env.world_size)
+        return {"fingerprint": self.fingerprint(), "step": next_step, "model": model_sd, "optimizer": opt_sd,
+                "scaler": self.p.scaler.state_dict() if self.p.scaler else None,
+                "counters": {"lr_factor": self.lr_factor, "nan_steps": self.nan_steps,
+                             "skipped_steps": self.skipped_steps},
+                "rng": checkpoint.rng_state(), "data": {"seed": self.spec.seed, "next_step": next_step},
+                "health": health or {}}
+
+    def save_checkpoint(self, next_step: int, health: dict | None = None) -> None:
+        if self.ckpt_path is None:
+            return
+        state = self.checkpoint_state(next_step, health)
+        if self.env.is_main:
+            checkpoint.save(self.ckpt_path, state)
+        if self.env.world_size > 1:
+            dist.barrier()
+
+    def restore(self, state: dict[str, Any], full: bool = True) -> None:
+        """Load a checkpoint into this run. full=False (rollback) keeps counters, health and RNG."""
+        checkpoint.load_model_and_optimizer(self.p.raw, self.opt, state["model"], state["optimizer"],
+                                            self.env.world_size)
+        self.norms.last_sq = None  # the weights changed outside the optimizer
+        if self.p.scaler and state["scaler"]:
+            self.p.scaler.load_state_dict(state["scaler"])
+        if full:
+            c = state["counters"]
+            self.lr_factor, self.nan_steps, self.skipped_steps = c["lr_factor"], c["nan_steps"], c["skipped_steps"]
+            checkpoint.set_rng_state(state["rng"])
