@@ -56,6 +56,9 @@ else
 endif
 LABS_DIR := distributed-training
 PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR) $(PYTHON)
+# Run before a torchrun launch: the runner checks its arguments in one plain process and stops where
+# its process group would start (common/dist.py). Bad input is then one line and exit 2.
+CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
 
 # Each lab adds its targets in its own lab.mk and appends to these lists.
 REPORT_TARGETS :=
@@ -89,7 +92,7 @@ test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
 	$(PYTHON) -m pytest $(ARGS)
 
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
-	@$(PYRUN) -m common.doctor
+	@$(PYRUN) -m common.doctor --gpu $(GPU)
 
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
 

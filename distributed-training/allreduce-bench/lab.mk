@@ -12,6 +12,7 @@ allreduce-bench: $(SETUP) ## collective bandwidth sweep (busbw as nccl-tests, al
 # The measurement: what slurm/lab.sbatch runs under srun on every node. Rank 0 writes
 # results/sweep_<hw>_ws<N>[_n<nodes>].csv and results/topology_<hw>.md.
 allreduce-bench-run: $(SETUP)
+	@$(CHECK_ARGS) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 
 allreduce-bench-report: $(SETUP) ## REPORT.md, plots and TOPOLOGY.md from allreduce-bench/results alone
@@ -20,6 +21,7 @@ allreduce-bench-report: $(SETUP) ## REPORT.md, plots and TOPOLOGY.md from allred
 allreduce-bench-gpu: $(SETUP) ## the GPU sweep on every GPU of this node (1 GPU: algbw only), then the report
 	@test "$(NGPUS)" != "0" || { echo "error: allreduce-bench-gpu needs NVIDIA GPUs and nvidia-smi lists none;" \
 	  "use make allreduce-bench for the CPU sweep" >&2; exit 2; }
+	@$(CHECK_ARGS) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(MAKE) allreduce-bench-report
 
@@ -27,6 +29,7 @@ allreduce-bench-nccl-tests: $(SETUP) ## nccl-tests' all_reduce_perf over the sam
 	$(PYRUN) $(ARB)/nccl_tests.py --gpu $(GPU) $(ARGS)
 
 allreduce-bench-overhead: $(SETUP) ## benchmark: our timing vs a bare loop, sizes >= 1 MiB (target ratio >= 0.97)
+	@$(CHECK_ARGS) $(ARB)/overhead.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(ARB)/overhead.py --gpu $(GPU) $(ARGS)
 
 # Multi-node on one CPU machine: two torchrun agents (2 ranks each) meet at a c10d rendezvous on

@@ -12,6 +12,11 @@ Backend: NCCL only when CUDA is there (the CPU wheel has no NCCL at all, and ask
 "cpu:gloo,cuda:nccl" raises), gloo otherwise. The device is set *before* init_process_group so
 NCCL binds its communicator to the right GPU, and an explicit timeout makes a dead or stuck
 peer an error instead of a hang.
+
+Checking arguments before torchrun: with DT_CHECK_ARGS=1 in the environment, distributed() exits 0
+instead of starting, so a runner validates everything it can before its process group exists and
+then stops. The Makefile runs each torchrun target that way first, in one plain process: bad input
+is one line and exit 2, not N ranks' copies wrapped in torchrun's ChildFailedError (exit 1).
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ def distributed(device: str = "auto", timeout_s: float = 300.0) -> Iterator[Dist
     Without torchrun variables this is a one-rank group on an in-memory store, so the same
     lab code runs as `python run.py` and as `torchrun --nproc-per-node N run.py`.
     """
+    if os.environ.get("DT_CHECK_ARGS") == "1":
+        raise SystemExit(0)  # the arguments passed every check made before this point
     if launched_by_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ["LOCAL_RANK"])

@@ -1,6 +1,7 @@
 """`make doctor`: what this machine has, for the labs.
 
     make doctor                       # or: PYTHONPATH=distributed-training python -m common.doctor
+    make doctor GPU=h100              # also show the figures a named preset would use
 
 Prints Python, torch, CUDA, NCCL, the GPUs and their NVLink/P2P links (through NVML), which FP8
 backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
@@ -13,11 +14,21 @@ from __future__ import annotations
 import importlib
 import platform
 import sys
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from .hardware import NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, nvml
+from .config import parse_config
+from .hardware import CHOICES, NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml
+
+
+@dataclass(frozen=True)
+class DoctorConfig:
+    gpu: str = field(default="auto", metadata={"help": f"preset to describe: {', '.join(CHOICES)}"})
+
+    def __post_init__(self):
+        get_preset(self.gpu)  # an unknown name is a ValueError listing the valid ones -> exit 2
 
 
 def _try_import(name: str) -> str:
@@ -55,7 +66,7 @@ def _links(pynvml, n: int) -> list[str]:
     return out
 
 
-def report() -> list[str]:
+def report(gpu: str = "auto") -> list[str]:
     lines = [f"python      {platform.python_version()} ({sys.executable})",
              f"torch       {torch.__version__}",
              f"cpu         {cpu_model()}, {cpu_count()} cores usable",
@@ -83,14 +94,15 @@ def report() -> list[str]:
         f"fp8 torchao torchao.float8: {_try_import('torchao.float8')}",
         f"fp8 torch   torch._scaled_mm: {'present' if hasattr(torch, '_scaled_mm') else 'missing'}",
     ]
-    preset = detect_preset()
-    lines.append(f"preset      GPU=auto -> {preset.name} ({preset.label}; peak bf16 "
+    preset = detect_preset() if gpu == "auto" else get_preset(gpu)
+    lines.append(f"preset      GPU={gpu} -> {preset.name} ({preset.label}; peak bf16 "
                  f"{fmt(preset.bf16_tflops, '.0f', ' TFLOP/s')}, fp8 {fmt(preset.fp8_tflops, '.0f', ' TFLOP/s')})")
     return lines
 
 
-def main() -> int:
-    for line in report():
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(DoctorConfig, argv, description=__doc__.split("\n\n")[0], prog="doctor")
+    for line in report(cfg.gpu):
         print(line)
     print("hint        TransformerEngine/torchao are optional: `make setup-fp8` (torchao) and "
           "distributed-training/fp8-train/README.md (TransformerEngine)")

@@ -1,7 +1,8 @@
 # fp8-train: the same GPT in FP32 / BF16 / FP16 / FP8 (see fp8-train/README.md).
 # One process on CPU (or GPU=auto without GPUs); torchrun with NPROC ranks (FSDP2) on GPUs.
 FP8_DIR := $(LABS_DIR)/fp8-train
-FP8_LAUNCH = $(if $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS))),$(PYRUN),$(TORCHRUN))
+FP8_ON_CPU = $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS)))
+FP8_LAUNCH = $(if $(FP8_ON_CPU),$(PYRUN),$(TORCHRUN))
 
 .PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo
 
@@ -9,6 +10,7 @@ fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b
 	$(MAKE) fp8-train-run fp8-train-report
 
 fp8-train-run: $(SETUP)
+	$(if $(FP8_ON_CPU),,@$(CHECK_ARGS) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS))
 	$(FP8_LAUNCH) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS)
 
 fp8-train-report: $(SETUP)

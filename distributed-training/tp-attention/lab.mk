@@ -11,6 +11,7 @@ tp-attention: $(SETUP) ## TP attention: correctness grid + timings vs DTensor on
 	$(MAKE) tp-attention-run tp-attention-report
 
 tp-attention-run: $(SETUP)
+	@$(CHECK_ARGS) $(TP_ATTENTION)/bench.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) $(ARGS)
 
 tp-attention-report: $(SETUP)

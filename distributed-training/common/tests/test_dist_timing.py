@@ -62,3 +62,13 @@ def test_single_process_group_and_step_timer():
     assert st.elapsed_s >= 0.01
     with pytest.raises(ValueError, match="iters must be > 0"):
         time_iterations(lambda: None, warmup=0, iters=0, device=torch.device("cpu"))
+
+
+def test_argument_check_mode_stops_before_the_process_group(monkeypatch):
+    # The Makefile runs every torchrun target once with DT_CHECK_ARGS=1 first: the runner validates
+    # its arguments, then distributed() ends the process with code 0 before any group exists.
+    monkeypatch.setenv("DT_CHECK_ARGS", "1")
+    with pytest.raises(SystemExit) as e:
+        with distributed(device="cpu"):
+            raise AssertionError("the body must not run in check mode")
+    assert e.value.code == 0 and not dist.is_initialized()

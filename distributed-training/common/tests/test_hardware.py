@@ -59,3 +59,13 @@ def test_achievable_matmul_rates_are_measured_or_unknown():
         for prec in ("bf16", "fp8"):
             mamf, peak = p.achievable_matmul_tflops(prec), p.peak_tflops(prec)
             assert mamf is None or (peak is not None and 0.5 * peak < mamf < peak), (p.name, prec)
+
+
+def test_doctor_reports_the_named_preset_and_refuses_unknown_ones(capsys):
+    from common.doctor import main
+
+    assert main(["--gpu", "h100"]) == 0
+    assert "GPU=h100 -> h100 (H100 SXM 80GB; peak bf16 989 TFLOP/s, fp8 1979 TFLOP/s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["--gpu", "v100"])
+    assert e.value.code == 2 and "unknown GPU preset 'v100'" in capsys.readouterr().err
