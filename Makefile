@@ -96,7 +96,14 @@ doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP
 
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
 
-gpu-suite: $(SETUP) $(GPU_SUITE_TARGETS) ## every GPU measurement in one go (issue: GPU results)
+# Every GPU measurement in one go, for a short lease on a GPU node: the machine's description, the
+# GPU-only tests, then each lab's GPU target (each writes its CSVs and regenerates its report).
+gpu-suite: $(SETUP) ## on a GPU node: doctor, GPU-only tests, then every lab's GPU measurements and reports
+	@test "$(NGPUS)" != "0" || { echo "error: gpu-suite needs NVIDIA GPUs and nvidia-smi lists none" \
+	  "(CPU presets: make allreduce-bench, make fsdp-scaling, ...)" >&2; exit 2; }
+	$(MAKE) doctor
+	$(PYTHON) -m pytest -m gpu -rs
+	$(MAKE) -k $(GPU_SUITE_TARGETS)
 
 setup-fp8: $(SETUP) ## optional FP8 backends (torchao); TransformerEngine: see fp8-train/README.md
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
