@@ -40,7 +40,7 @@ from tqdm import tqdm
 import collectives as C
 from busbw import COLLECTIVES, bus_bandwidth
 from common.config import config_dict, format_size, parse_config, parse_size
-from common.dist import DistInfo, distributed, fail, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, print0
 from common.hardware import CHOICES, GPUPreset, get_preset
 from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import Timing, time_iterations
@@ -108,16 +108,11 @@ def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     return replace(cfg, max_bytes=max_bytes, gpu=preset.name), preset
 
 
-def hardware_tag(preset: GPUPreset) -> str:
-    """cpu, h100, ... or a slug of an unrecognised GPU's name: the <hw> of the file names."""
-    return re.sub(r"[^a-z0-9]+", "-", preset.name.lower()).strip("-")
-
-
 def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
     if cfg.out:
         return Path(cfg.out)
     nodes = f"_n{env.nnodes}" if env.nnodes > 1 else ""
-    return LAB_DIR / "results" / f"sweep_{hardware_tag(preset)}_ws{env.world_size}{nodes}.csv"
+    return LAB_DIR / "results" / f"sweep_{preset.tag}_ws{env.world_size}{nodes}.csv"
 
 
 def comm_env() -> dict[str, str]:
@@ -195,12 +190,6 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def _broadcast(obj, group):
-    box = [obj]
-    dist.broadcast_object_list(box, src=0, group=group)
-    return box[0]
-
-
 def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
     """The sweep on every rank; rank 0 writes the CSV. Returns the exit code."""
     # Our own group, so the timeout is --timeout-s whatever launched us (torchrun, tests).
@@ -215,12 +204,12 @@ def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
             todo = [r for r in sweep_plan(cfg, env.world_size) if not writer.done(r)]
         except SchemaMismatch as e:
             error = str(e)
-    todo, error = _broadcast((todo, error), group)
+    todo, error = from_rank0((todo, error), group)
     if error:
         fail(error, 2)
     if env.is_main and cfg.topology:
         from topology import write_topology
-        write_topology(path.parent / f"topology_{hardware_tag(preset)}.md", env)
+        write_topology(path.parent / f"topology_{preset.tag}.md", env)
     if writer:
         print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
               f"{env.device.type}) -> {_shown(path)}" + (f" ({writer.n_done} already there)" if cfg.resume else ""),

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from bench import LAB_DIR, Config, hardware_tag, resolve, sizes
+from bench import LAB_DIR, Config, resolve, sizes
 from common.config import config_dict, parse_config, parse_size
 from common.dist import DistInfo
 from common.results import ResultsWriter, provenance
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(2)
     ngpus = torch.cuda.device_count()
     env = DistInfo(0, 0, ngpus, ngpus, torch.device("cuda", 0), "nccl")
-    path = LAB_DIR / "results" / f"nccl_tests_{hardware_tag(preset)}_ws{ngpus}.csv"
+    path = LAB_DIR / "results" / f"nccl_tests_{preset.tag}_ws{ngpus}.csv"
     writer = ResultsWriter(path, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
                            config={**config_dict(cfg), "tool": BINARY})
     for dtype in cfg.dtypes:

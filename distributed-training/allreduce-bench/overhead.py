@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 import collectives as C
-from bench import LAB_DIR, Config as BenchConfig, hardware_tag, resolve, time_collective
+from bench import LAB_DIR, Config as BenchConfig, resolve, time_collective
 from common.config import config_dict, parse_config, parse_size
 from common.dist import DistInfo, distributed, print0
 from common.hardware import CHOICES
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(2)
     with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=bench_cfg.timeout_s) as env:
         group, n = torch.distributed.group.WORLD, env.world_size
-        path = cfg.out or LAB_DIR / "results" / f"overhead_{hardware_tag(preset)}_ws{n}.csv"
+        path = cfg.out or LAB_DIR / "results" / f"overhead_{preset.tag}_ws{n}.csv"
         writer = ResultsWriter(path, COLUMNS, ["collective", "size_bytes"], provenance(env, "1"),
                                config=config_dict(replace(cfg, max_bytes=bench_cfg.max_bytes, gpu=preset.name)),
                                enabled=env.is_main)

@@ -20,7 +20,10 @@ and what is allowed, exit code 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
+import os
 import sys
 import types
 import typing
@@ -109,14 +112,21 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: str | None = None,
                  prog: str | None = None) -> T:
-    """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done."""
-    parser = build_parser(cls, description, prog)
-    ns = parser.parse_args(argv)
-    try:
-        return cls(**vars(ns))
-    except (ValueError, TypeError) as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(BAD_INPUT)
+    """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done.
+
+    Under torchrun every rank parses the same argv and exits the same way, but only global rank 0
+    prints (the error line, or --help), so a mistake is reported once, not once per rank.
+    """
+    quiet = os.environ.get("RANK", "0") != "0"
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext(), \
+            contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
+        parser = build_parser(cls, description, prog)
+        ns = parser.parse_args(argv)
+        try:
+            return cls(**vars(ns))
+        except (ValueError, TypeError) as e:
+            print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(BAD_INPUT)
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

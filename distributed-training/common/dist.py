@@ -103,6 +103,15 @@ def distributed(device: str = "auto", timeout_s: float = 300.0) -> Iterator[Dist
             dist.destroy_process_group()
 
 
+def from_rank0(obj, group=None):
+    """Rank 0's value of a picklable object on every rank of `group` (e.g. what only rank 0 read from a CSV)."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return box[0]
+
+
 def get_rank() -> int:
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
 

@@ -21,6 +21,7 @@ gets a row of unknowns instead of a borrowed guess.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -51,6 +52,11 @@ class GPUPreset:
     @property
     def supports_fp4(self) -> bool:
         return self.fp4_tflops is not None
+
+    @property
+    def tag(self) -> str:
+        """The preset in result file names: cpu, h100, ... or a slug of an unrecognised GPU's name."""
+        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
 
     def peak_tflops(self, precision: str) -> float | None:
         """Peak dense TFLOP/s used for MFU; bf16 and fp16 share the tensor-core rate."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from tqdm import tqdm
 import overlap
 from common.config import config_dict, parse_config
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, print0
 from common.hardware import GPUPreset, get_preset
 from common.model import count_params, mfu
 from common.results import ResultsWriter, SchemaMismatch, provenance
@@ -65,11 +64,6 @@ COMM_COLUMNS = ["strategy", "collective", "group_size", "grad_accum", "count", "
 COMM_KEY = ["strategy", "collective", "group_size", "world_size", "nnodes"]
 
 
-def tag(preset: GPUPreset) -> str:
-    """cpu, h100, ... : the <hw> in results/<kind>_<hw>.csv (allreduce-bench names its files the same way)."""
-    return re.sub(r"[^a-z0-9]+", "-", preset.name.lower()).strip("-")
-
-
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     preset = get_preset(cfg.gpu)
     if preset.name != "cpu" and not torch.cuda.is_available():
@@ -86,7 +80,7 @@ def preflight(cfg: Config, preset: GPUPreset) -> None:
         check_world(cfg, world, nproc or world // nnodes, nnodes)
     if not cfg.resume:
         for kind in ("scaling", "comms", "overlap"):
-            for path in (RESULTS / f"{kind}_{tag(preset)}.csv", RESULTS / f"{kind}_{tag(preset)}.config.json"):
+            for path in (RESULTS / f"{kind}_{preset.tag}.csv", RESULTS / f"{kind}_{preset.tag}.config.json"):
                 path.unlink(missing_ok=True)
 
 
@@ -104,8 +98,8 @@ class Run:
                   config_ignore=("resume", "append", "preflight", "worlds"))
         error = None
         try:  # only rank 0 opens the files: it tells every rank whether resuming is possible
-            self.rows = ResultsWriter(RESULTS / f"scaling_{tag(preset)}.csv", COLUMNS, KEY, **kw)
-            self.comms = ResultsWriter(RESULTS / f"comms_{tag(preset)}.csv", COMM_COLUMNS, COMM_KEY, **kw)
+            self.rows = ResultsWriter(RESULTS / f"scaling_{preset.tag}.csv", COLUMNS, KEY, **kw)
+            self.comms = ResultsWriter(RESULTS / f"comms_{preset.tag}.csv", COMM_COLUMNS, COMM_KEY, **kw)
         except SchemaMismatch as e:
             error = str(e)
         if (error := from_rank0(error)) is not None:
@@ -212,13 +206,6 @@ class Run:
                            f"loss {row['loss_first']:.3f} -> {row['loss_last']:.3f}")
         if env.device.type == "cuda" and cfg.profile:
             overlap.profile_all(self)
-
-
-def from_rank0(obj):
-    """Rank 0's value on every rank (only rank 0 reads the CSVs, so only it knows what --resume skips)."""
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common.dist import from_rank0
 from common.results import ResultsWriter, provenance
 from strategies import Trainer
 
@@ -100,9 +101,9 @@ def profile_trainer(tr: Trainer, get_batch, steps: int = 3, warmup: int = 2) -> 
 
 def profile_all(run: "Run") -> None:
     """Every strategy of the run, prefetch off and (for FSDP2) on; rows in results/overlap_<hw>.csv."""
-    from bench import RESULTS, from_rank0, tag  # the runner owns the file layout
+    from bench import RESULTS  # the runner owns the file layout
     cfg, env = run.cfg, run.env
-    writer = ResultsWriter(Path(RESULTS) / f"overlap_{tag(run.preset)}.csv", COLUMNS, KEY,
+    writer = ResultsWriter(Path(RESULTS) / f"overlap_{run.preset.tag}.csv", COLUMNS, KEY,
                            provenance(env, "1"), resume=cfg.resume or cfg.append, enabled=env.is_main)
     micro = run.micro_size("strong")
     plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)

@@ -48,7 +48,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from tqdm import tqdm
 
-from common.config import config_dict
+from common.config import config_dict, parse_config
 from common.dist import distributed, fail, print0
 from common.hardware import get_preset
 from common.results import ResultsWriter, SchemaMismatch, provenance
@@ -56,7 +56,7 @@ from common.timing import time_iterations
 from dtensor_tp import dtensor_parallel
 from mappings import TPGroup, without_communication
 from tp_block import tensor_parallel
-from tp_config import VerifyConfig, check_tp_shape, parse_on_rank0
+from tp_config import VerifyConfig, check_tp_shape
 from verify import build_reference, check, correctness_grid, device_kind
 
 BENCH_VERSION = "1"
@@ -239,7 +239,7 @@ def _inputs(vcfg: VerifyConfig, tp: TPGroup, device: torch.device) -> tuple[torc
 
 
 def main(argv: list[str] | None = None) -> None:
-    cfg = parse_on_rank0(BenchConfig, argv, description=__doc__, prog="bench.py")
+    cfg = parse_config(BenchConfig, argv, description=__doc__, prog="bench.py")
     try:
         kind = device_kind(cfg.gpu)
         if cfg.require_gpu and kind != "cuda":

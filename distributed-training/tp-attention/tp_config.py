@@ -15,15 +15,12 @@ as torchrun's own multi-line ChildFailedError and exit code 1.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from dataclasses import dataclass, field
-from typing import Literal, Sequence, TypeVar
+from typing import Literal
 
 from common.config import parse_config
 
-T = TypeVar("T")
 
 DTYPES = ("float32", "bfloat16")
 MODULES = ("block", "attn", "mlp")
@@ -88,14 +85,6 @@ class VerifyConfig:
     @property
     def ffn(self) -> int:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
-
-
-def parse_on_rank0(cls: type[T], argv: Sequence[str] | None, description: str | None, prog: str) -> T:
-    """parse_config, with --help and the bad-input line printed by global rank 0 only (all ranks exit 2)."""
-    if os.environ.get("RANK", "0") == "0":
-        return parse_config(cls, argv, description=description, prog=prog)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return parse_config(cls, argv, description=description, prog=prog)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from comm_count import CommCounter, tp_bytes_per_layer
-from common.config import config_dict
+from common.config import config_dict, parse_config
 from common.dist import distributed, fail, print0
 from common.hardware import get_preset
 from common.model import MLP, Attention, Block, GPTConfig
@@ -50,7 +50,7 @@ from dtensor_tp import dtensor_parallel
 from layers import sync_sequence_parallel_grads
 from mappings import TPGroup
 from tp_block import tensor_parallel
-from tp_config import VerifyConfig, parse_on_rank0
+from tp_config import VerifyConfig
 
 FP32_TOLERANCE = 1e-5
 
@@ -226,7 +226,7 @@ def device_kind(gpu: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_on_rank0(VerifyConfig, argv, description=__doc__, prog="verify.py")
+    cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
     try:
         kind = device_kind(cfg.gpu)
     except ValueError as e:

@@ -55,3 +55,10 @@ def test_sizes():
         with pytest.raises(ValueError):
             parse_size(bad)
     assert [format_size(n) for n in (512, 1024, 3 << 20, 4 << 30)] == ["512B", "1K", "3M", "4G"]
+
+
+def test_only_rank_0_prints_but_every_rank_exits_2(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(SystemExit) as e:
+        parse_config(Cfg, ["--iters", "0"], prog="bench.py")
+    assert e.value.code == 2 and capsys.readouterr() == ("", "")

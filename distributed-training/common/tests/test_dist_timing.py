@@ -72,3 +72,13 @@ def test_argument_check_mode_stops_before_the_process_group(monkeypatch):
         with distributed(device="cpu"):
             raise AssertionError("the body must not run in check mode")
     assert e.value.code == 0 and not dist.is_initialized()
+
+
+def _rank0_value(env):
+    from common.dist import from_rank0
+
+    return from_rank0({"rank": env.rank})
+
+
+def test_from_rank0_gives_every_rank_rank_0s_value():
+    assert run_ranks(_rank0_value, 3) == [{"rank": 0}] * 3

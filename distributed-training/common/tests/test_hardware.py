@@ -69,3 +69,8 @@ def test_doctor_reports_the_named_preset_and_refuses_unknown_ones(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--gpu", "v100"])
     assert e.value.code == 2 and "unknown GPU preset 'v100'" in capsys.readouterr().err
+
+
+def test_preset_tag_names_result_files():
+    assert get_preset("h100").tag == "h100" and get_preset("a100-40gb").tag == "a100-40gb"
+    assert PRESETS["cpu"].tag == "cpu"
