@@ -36,7 +36,23 @@ def _try_import(name: str) -> str:
         mod = importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 - TE raises OSError/FileNotFoundError for a missing .so
         return f"not importable ({type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''})"
-    return f"importable, version {getattr(mod, '__version__', '?')}"
+    top = sys.modules.get(name.split(".")[0])  # transformer_engine.pytorch has no __version__ of its own
+    return f"importable, version {getattr(mod, '__version__', None) or getattr(top, '__version__', '?')}"
+
+
+def _te_fp8() -> str:
+    """What TransformerEngine itself says about FP8 here (te.is_fp8_available), when it imports."""
+    try:
+        te = importlib.import_module("transformer_engine.pytorch")
+    except Exception:  # noqa: BLE001 - reported by the import line already
+        return ""
+    try:
+        ok, reason = te.is_fp8_available(return_reason=True)
+    except TypeError:
+        ok, reason = te.is_fp8_available(), ""
+    except Exception as e:  # noqa: BLE001 - no GPU, no driver
+        return f"; is_fp8_available: {type(e).__name__}"
+    return f"; is_fp8_available: {bool(ok)}" + (f" ({reason})" if reason else "")
 
 
 def _links(pynvml, n: int) -> list[str]:
@@ -90,7 +106,7 @@ def report(gpu: str = "auto") -> list[str]:
     fp8_hw = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
     lines += [
         f"fp8 hw      {'yes (sm_89+)' if fp8_hw else 'no FP8 tensor cores here (native/emulated FP8 still run)'}",
-        f"fp8 te      transformer_engine.pytorch: {_try_import('transformer_engine.pytorch')}",
+        f"fp8 te      transformer_engine.pytorch: {_try_import('transformer_engine.pytorch')}{_te_fp8()}",
         f"fp8 torchao torchao.float8: {_try_import('torchao.float8')}",
         f"fp8 torch   torch._scaled_mm: {'present' if hasattr(torch, '_scaled_mm') else 'missing'}",
     ]

@@ -5,7 +5,12 @@ provenance columns, the same in every lab, so any number in any report can be tr
 code, hardware and software that produced it:
 
     bench_version  git_commit  timestamp_utc  hardware  world_size  nnodes  backend
-    torch_version  cuda_version  nccl_version  python_version
+    torch_version  cuda_version  nccl_version  driver_version  python_version
+
+`backend` is the process group's (gloo, nccl); a lab column must not reuse a provenance column's
+name for something else. `git_commit` comes from git, or, in a copy of the repository without
+`.git` (a compute node that got a tarball), from the DT_GIT_COMMIT environment variable, which
+`make gpu-suite` and `make results-archive` pass along.
 
 Host names never appear (results are committed). Rows are flushed and fsync'ed as they are
 measured, so a sweep killed halfway keeps every finished row, and `resume=True` skips the rows
@@ -34,15 +39,19 @@ from typing import Any, Iterable
 import torch
 
 from .dist import DistInfo
-from .hardware import describe_hardware
+from .hardware import NVMLUnavailable, describe_hardware, nvml
 
 PROVENANCE_COLUMNS = ["bench_version", "git_commit", "timestamp_utc", "hardware", "world_size", "nnodes", "backend",
-                      "torch_version", "cuda_version", "nccl_version", "python_version"]
+                      "torch_version", "cuda_version", "nccl_version", "driver_version", "python_version"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:
-    """Short commit of the code that ran; '+dirty' when tracked code differs from it."""
+    """Short commit of the code that ran; '+dirty' when tracked code differs from it.
+
+    Without a usable git checkout, DT_GIT_COMMIT (set by whoever copied the tree) names it.
+    """
+    from_env = os.environ.get("DT_GIT_COMMIT", "").strip()
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=10).stdout.strip()
@@ -50,8 +59,22 @@ def git_commit() -> str:
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "*.py", "Makefile", "*.mk"],
                                cwd=REPO_ROOT, capture_output=True, timeout=10).returncode == 1
     except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", False
+    if not sha:
+        return from_env or "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version through NVML; 'none' on a machine without one."""
+    if not torch.cuda.is_available():
+        return "none"
+    try:
+        with nvml() as pynvml:
+            v = pynvml.nvmlSystemGetDriverVersion()
+    except NVMLUnavailable:
         return "unknown"
-    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def nccl_version() -> str:
@@ -77,6 +100,7 @@ def provenance(env: DistInfo, bench_version: str) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda or "none",
         "nccl_version": nccl_version(),
+        "driver_version": driver_version(),
         "python_version": platform.python_version(),
     }
 

@@ -97,3 +97,13 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args, timeout_s: float =
         raise RankFailed(f"ranks {missing} of {world_size} produced no result within {timeout_s:.0f} s "
                          f"(hung or died; exit codes {[p.exitcode for p in procs]})")
     return [results[r] for r in range(world_size)]
+
+
+H100_PROVENANCE = {"hardware": "1x NVIDIA H100 80GB HBM3", "backend": "nccl", "cuda_version": "13.0",
+                   "nccl_version": "2.28.9", "driver_version": "580.159.04", "torch_version": "2.11.0+cu130"}
+
+
+def as_gpu_rows(df, **extra):
+    """A copy of CPU result rows relabelled as one H100's, for testing report generators on GPU-shaped
+    CSVs beside CPU ones (never written anywhere but a test's temporary folder)."""
+    return df.assign(**{**H100_PROVENANCE, **extra})

@@ -107,21 +107,28 @@ def _reduction_label(reduce: str, group) -> str:
 
 
 class StepTimer:
-    """Wall time of a training step, synchronising the device first so queued GPU work counts."""
+    """Duration of a training step: CUDA events on GPU (device time of everything queued between
+    the two events, launch gaps included), perf_counter on CPU. The device is synchronised before
+    the start so the previous step's queued work is not counted, and after the end to read the time.
+    """
 
     def __init__(self, device: torch.device):
         self.device = device
         self._t0 = 0.0
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self.elapsed_s = 0.0
 
     def __enter__(self) -> "StepTimer":
-        self._sync()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._sync()
-        self.elapsed_s = time.perf_counter() - self._t0
+        if self.device.type == "cuda":
+            self._events[1].record()
+            self._events[1].synchronize()
+            self.elapsed_s = self._events[0].elapsed_time(self._events[1]) / 1e3
+        else:
+            self.elapsed_s = time.perf_counter() - self._t0

@@ -77,3 +77,16 @@ def test_write_many_appends_together_and_all_or_nothing(tmp_path):
         w.write_many([{"op": "x", "size_bytes": 8, "time_us": 1.0}, {"op": "x", "size_bytes": 9, "bogus": 1}])
     assert len(_rows(path)) == 3  # the good row of a bad batch was not written either
     assert _writer(path, resume=True).n_done == 3
+
+
+def test_commit_comes_from_the_environment_where_git_cannot_tell(tmp_path, monkeypatch):
+    """A compute node that got the tree without .git records DT_GIT_COMMIT, not 'unknown'."""
+    import common.results as results
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)  # no .git here
+    monkeypatch.delenv("DT_GIT_COMMIT", raising=False)
+    assert results.git_commit() == "unknown"
+    monkeypatch.setenv("DT_GIT_COMMIT", "0123456789ab")
+    assert results.git_commit() == "0123456789ab"
+    assert provenance(ENV, "1")["git_commit"] == "0123456789ab"
+    if not torch.cuda.is_available():
+        assert provenance(ENV, "1")["driver_version"] == "none"
