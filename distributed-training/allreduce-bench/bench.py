@@ -51,10 +51,11 @@ LAB_DIR = Path(__file__).resolve().parent
 # results/sweep_*.csv: keep their names and meaning stable.
 COLUMNS = ["collective", "size_bytes", "count", "dtype", "world_size", "nnodes", "backend", "hardware", "time_us",
            "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong", "warmup", "iters", "timing", "preset",
-           "nccl_env", "note"]
+           "nccl_env", "moves_data", "note"]
 KEY = ["collective", "dtype", "size_bytes"]
 DEFAULT_MAX = {"cpu": "64M", "gpu": "4G"}
 ONE_RANK_NOTE = "1 rank: no byte crosses a link, busbw is 0 by definition"
+NO_TRANSFER_NOTE = "1 rank, in place: no byte moves at all; not a transfer (kept out of peaks and fits)"
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,13 @@ def measure(row: dict, cfg: Config, env: DistInfo, group) -> dict:
             "algbw_GBps": _sig(algbw), "busbw_GBps": _sig(busbw) if n > 1 else 0.0, "wrong": int(wrong.item()),
             "warmup": warmup, "iters": len(t.samples_s),
             "timing": f"{t.method}, {'barrier each' if cfg.barrier else 'back-to-back'}, {t.reduction}",
-            "note": ONE_RANK_NOTE if n == 1 else ""}
+            "moves_data": C.moves_data(coll, n), "note": _note(coll, n)}
+
+
+def _note(coll: str, n: int) -> str:
+    if not C.moves_data(coll, n):
+        return NO_TRANSFER_NOTE
+    return ONE_RANK_NOTE if n == 1 else ""
 
 
 def _us(seconds: float) -> float:

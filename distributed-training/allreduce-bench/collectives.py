@@ -56,11 +56,21 @@ class Buffers:
     out: torch.Tensor
 
 
+IN_PLACE = ("all_reduce", "broadcast")  # torch has no out-of-place form of these
+
+
+def moves_data(collective: str, n: int) -> bool:
+    """Does one call move any bytes? On one rank an in-place all_reduce or broadcast is a no-op for NCCL
+    (its time is launch overhead, its "bandwidth" meaningless), while the out-of-place collectives still
+    copy their input into their output buffer (a device-local copy)."""
+    return n > 1 or collective not in IN_PLACE
+
+
 def allocate(collective: str, count: int, n: int, dtype: torch.dtype, device: torch.device) -> Buffers:
     def empty(k: int) -> torch.Tensor:
         return torch.empty(k, dtype=dtype, device=device)
 
-    if collective in ("all_reduce", "broadcast"):  # in place: torch has no out-of-place form
+    if collective in IN_PLACE:
         buf = empty(count)
         return Buffers(buf, buf)
     if collective == "all_gather":

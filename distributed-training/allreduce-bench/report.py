@@ -50,6 +50,10 @@ def load(results: Path, pattern: str = "sweep_*.csv") -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)
+    # A row that moved no data (one rank, in place) has a time but no bandwidth; sweeps written before the
+    # column existed moved data in every row (they ran on >= 2 ranks).
+    moves = df["moves_data"].astype(str).str.lower() if "moves_data" in df else pd.Series("", index=df.index)
+    df["moves_data"] = ~moves.isin(["false", "0"])
     df["run"] = [f"{r.preset} {r.world_size} rank{'s' if r.world_size > 1 else ''}"
                  + (f" on {r.nnodes} nodes" if r.nnodes > 1 else "") + f", {r.backend}, {r.dtype}"
                  for r in df[RUN].itertuples()]
@@ -70,7 +74,7 @@ def link_fraction(preset: str, backend: str, ws: int, nnodes: int, peak: float) 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, collective): peak bandwidth and the alpha-beta fit."""
     out = []
-    for (run, coll), g in df.groupby(["run", "collective"], sort=False):
+    for (run, coll), g in df[df["moves_data"]].groupby(["run", "collective"], sort=False):
         g = g.sort_values("size_bytes")
         r = g.iloc[0]
         bw = g["busbw_GBps"] if r.world_size > 1 else g["algbw_GBps"]
@@ -88,7 +92,7 @@ def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
     colls = [c for c in COLLECTIVES if c in set(df.collective)]
     fig, axes = new_figure(2, 3, sharex=True)
     for ax, coll in zip(axes.flat, colls):
-        for run, g in df[df.collective == coll].groupby("run", sort=False):
+        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
             g = g.sort_values("size_bytes")
             one = g.world_size.iloc[0] == 1
             ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
@@ -108,7 +112,7 @@ def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
     colls = [c for c in COLLECTIVES if c in set(df.collective)]
     fig, axes = new_figure(2, 3, sharex=True)
     for ax, coll in zip(axes.flat, colls):
-        for run, g in df[df.collective == coll].groupby("run", sort=False):
+        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
             g = g.sort_values("size_bytes")
             err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
             line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
@@ -198,7 +202,9 @@ def report(cfg: Config) -> str:
               "one machine: a test of the multi-node path, not of a network.", ""]
     if (df.world_size == 1).any():
         L += ["One-rank runs: no byte crosses a link, so busbw is 0 by definition; their tables and plots show "
-              "algbw (a local copy), marked as such.", ""]
+              "algbw (a local copy), marked as such. In-place all_reduce and broadcast on one rank move no data "
+              "at all (NCCL returns at once): those rows are launch overhead, kept in the CSV as `moves_data` = "
+              "false and left out of peaks, fits and plots.", ""]
     L += ["## Runs", "", "| run | hardware | timing | torch | NCCL | commit | measured (UTC) | rows | wrong |",
           "|---|---|---|---|---|---|---|---|---|"]
     for run, g in df.groupby("run", sort=False):

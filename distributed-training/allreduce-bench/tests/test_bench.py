@@ -119,8 +119,14 @@ def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
         assert bench.run(bench.Config(min_bytes="1K", max_bytes="2K", out=str(out), **FAST), env, PRESETS["cpu"]) == 0
     rows = _rows(out)
     assert {r["collective"] for r in rows} == set(COLLECTIVES) - {"send_recv"}  # no peer to send to
-    assert all(r["busbw_GBps"] == "0.0" and float(r["algbw_GBps"]) > 0 and r["note"] == bench.ONE_RANK_NOTE
-               for r in rows)
+    assert all(r["busbw_GBps"] == "0.0" and float(r["algbw_GBps"]) > 0 for r in rows)
+    for r in rows:  # in-place collectives on one rank move nothing: labelled, and left out of peaks and fits
+        in_place = r["collective"] in ("all_reduce", "broadcast")
+        assert r["moves_data"] == ("false" if in_place else "true")
+        assert r["note"] == (bench.NO_TRANSFER_NOTE if in_place else bench.ONE_RANK_NOTE)
+    import report
+    df = report.load(tmp_path, "sweep.csv")
+    assert set(report.summary(df)["collective"]) == {"all_gather", "reduce_scatter", "all_to_all"}
 
 
 @pytest.mark.gpu
