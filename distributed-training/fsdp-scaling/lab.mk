@@ -41,9 +41,13 @@ fsdp-scaling-project: $(SETUP) ## the labelled projection to 8..1024 GPUs -> res
 fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs alone
 	$(PYRUN) $(FSDP_DIR)/report.py
 
+# One GPU: the strategies' overhead against plain training, MFU, memory and the overlap profile. The
+# fake-PG study and the projection are CPU-side models whose committed CSVs a GPU run must not rewrite.
+FSDP_GPU_ARGS ?= --warmup 5 --steps 20 --global-batch 32 --micro-batch 8
 fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memory by strategy, overlap
-	$(MAKE) fsdp-scaling-run fsdp-scaling-report NPROC=1 \
-	  ARGS="--warmup 5 --steps 20 --global-batch 32 --micro-batch 8 $(ARGS)"
+	NNODES=1 NPROC=1 $(PYRUN) $(FSDP_DIR)/bench.py --gpu $(GPU) --worlds 1 --preflight $(FSDP_GPU_ARGS) $(ARGS)
+	$(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) $(ARGS)"
+	$(MAKE) fsdp-scaling-report
 
 REPORT_TARGETS += fsdp-scaling-report
 GPU_SUITE_TARGETS += fsdp-scaling-gpu
