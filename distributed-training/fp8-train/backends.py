@@ -168,36 +168,58 @@ def te_convert(model: nn.Module, names: list[str], recipe) -> Callable[[], Conte
     return lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)
 
 
-def te_delayed_state(model: nn.Module) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
-    """(module, role, amax, scale) from TE's DelayedScaling state, read after backward.
+def _te_recipe_states(model: nn.Module):
+    """(name, module, forward state, backward state) of every TE module with delayed-scaling state.
 
-    fp8_meta["scaling_fwd"] columns per GEMM are (input, weight, output); "scaling_bwd" are
-    (grad_output, grad_input). After TE's update the newest amax sits in the last history row.
+    TE 2.x keeps it in module.fp8_meta["scaling_fwd" / "scaling_bwd"], DelayedScalingRecipeState objects
+    with `scale` (n,) and `amax_history` (L, n); columns per GEMM are (input, weight, output) forward and
+    (grad_output, grad_input) backward. Current and block scaling keep no such state.
     """
-    out = []
     for name, m in model.named_modules():
         meta = getattr(m, "fp8_meta", None)
-        if not isinstance(meta, dict) or "scaling_fwd" not in meta:
+        if not isinstance(meta, dict) or "scaling_fwd" not in meta or "scaling_bwd" not in meta:
             continue
         fwd, bwd = meta["scaling_fwd"], meta["scaling_bwd"]
-        if not hasattr(fwd, "amax_history"):
-            continue  # current / block scaling keep no per-step state
-        out += [(name, "input", fwd.amax_history[-1, 0], fwd.scale[0]),
-                (name, "weight", fwd.amax_history[-1, 1], fwd.scale[1]),
-                (name, "grad_output", bwd.amax_history[-1, 0], bwd.scale[0])]
+        if hasattr(fwd, "amax_history") and hasattr(fwd, "scale"):
+            yield name, m, fwd, bwd
+
+
+@torch.no_grad()
+def te_snapshot_scales(model: nn.Module) -> None:
+    """Remember the scales TE will cast with this step (call before the forward).
+
+    TE updates scales after the step (forward ones at autocast exit, backward ones after backward), so
+    what fp8_meta holds afterwards is the *next* step's scale; fp8.csv records the scale used.
+    """
+    for _, m, fwd, bwd in _te_recipe_states(model):
+        m._lab_scale_used = torch.stack([fwd.scale[0], fwd.scale[1], bwd.scale[0]]).float()
+
+
+def te_delayed_state(model: nn.Module) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
+    """(module, role, amax, scale used) per FP8 tensor from TE's DelayedScaling state, read after backward.
+
+    The amax is this step's: TE's update rolls the history so the newest amax sits in the last row.
+    The scale is the one snapshotted before the step (te_snapshot_scales); 1 on the first step,
+    TE's initial scale.
+    """
+    out = []
+    for name, m, fwd, bwd in _te_recipe_states(model):
+        used = getattr(m, "_lab_scale_used", None)
+        if used is None:
+            used = torch.ones(3, device=fwd.scale.device)
+        out += [(name, "input", fwd.amax_history[-1, 0], used[0]),
+                (name, "weight", fwd.amax_history[-1, 1], used[1]),
+                (name, "grad_output", bwd.amax_history[-1, 0], used[2])]
     return out
 
 
 @torch.no_grad()
 def te_scrub(model: nn.Module) -> None:
     """Zero non-finite entries of TE's amax histories in place (see scaling.scrub_history)."""
-    for m in model.modules():
-        meta = getattr(m, "fp8_meta", None)
-        if isinstance(meta, dict):
-            for key in ("scaling_fwd", "scaling_bwd"):
-                hist = getattr(meta.get(key), "amax_history", None)
-                if hist is not None:
-                    hist.copy_(torch.where(torch.isfinite(hist), hist, torch.zeros_like(hist)))
+    for _, _, fwd, bwd in _te_recipe_states(model):
+        for state in (fwd, bwd):
+            state.amax_history.copy_(torch.where(torch.isfinite(state.amax_history), state.amax_history,
+                                                 torch.zeros_like(state.amax_history)))
 
 
 # ---- torchao ---------------------------------------------------------------------------------

@@ -1,26 +1,38 @@
-"""fp8-train benchmarks (CSVs, not timed tests): what a step costs in each precision.
+"""fp8-train benchmarks (CSVs, not timed tests): what a step costs in each precision, and why.
 
+    step cost   one full training step (forward, backward, AdamW, the per-step metrics) per mode
+                and hidden size; median of the timed steps. On a GPU: hidden 1024-8192, 8K
+                tokens per step, every mode's blocks compiled alike (TransformerEngine runs eager
+                and says so in the `compiled` column), modes one after another (each owns the
+                GPU, and the biggest sizes do not fit twice), steps timed with CUDA events, and
+                the kernels one step launches counted with the profiler. The hidden size where an
+                FP8 mode overtakes BF16 is the crossover (fp8-anchors.md section 5). On CPU: the
+                modes interleaved step by step so that a noisy machine slows all of them alike;
+                target (issue 6): the emulated FP8 step costs at most 1.5x the fp32 step.
     monitor     the training-health monitoring (issue 7): per-step norms, FP8 scale reads, alerts,
                 CSV rows, periodic per-layer and FP8 statistics, dashboard rewrites; wall time per
-                loop iteration with all of it on vs off, interleaved. Target: < 5% of the step.
-    step cost   one full training step (forward, backward, AdamW, the per-step metrics) per mode
-                and hidden size, modes interleaved step by step so that a noisy machine slows all
-                of them alike; median of the timed steps. Target (issue 6): on CPU the emulated FP8
-                step costs at most 1.5x the fp32 step. Emulation adds O(M*K) casts per GEMM to
-                the GEMM's O(M*K*N), so the ratio falls as the hidden size grows: the CPU's own
-                crossover, the way real FP8 needs large GEMMs to beat BF16 on a GPU.
-    gemm        one FP8 GEMM through torch._scaled_mm, through torch.nn.functional.scaled_mm and
-                an fp32 torch.mm of the same shape, in GFLOP/s: why the native backend calls the
-                public op (on CPU wheels the private one can fall back to a reference kernel).
+                loop iteration with all of it on vs off, interleaved, both compiled alike.
+                Target: < 5% of the step.
+    gemm        one GEMM per path and shape: fp32/bf16 torch.mm, FP8 through torch._scaled_mm and
+                torch.nn.functional.scaled_mm, in TFLOP/s (CUDA events on GPU): the ceiling the
+                step-cost numbers approach, and why the native layer calls the public op (on CPU
+                wheels the private one falls back to a reference kernel).
+    kernels     on CPU: the kernels Inductor generates for one compiled block's FP8 training step
+                (forward + backward) and the operators the eager scale update dispatches, for
+                this fp8_linear.py and, with --kernels-baseline COMMIT, for that commit's: a
+                proxy for GPU launches that any machine can measure.
 
-    make fp8-train-bench GPU=cpu                     # -> results/cpu/bench_{step,gemm,monitor}.csv
+    make fp8-train-bench GPU=cpu            # -> results/cpu/bench_{step,gemm,monitor,kernels}.csv
+    make fp8-train-bench GPU=h100           # -> results/h100/bench_*.csv (about 5 minutes on one H100)
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu --hidden 128,512
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,56 +42,76 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import backends
+import train
+from alerts import AlertEngine
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
 from common.hardware import CHOICES, get_preset
-from common.model import GPTConfig
-from common.results import ResultsWriter, provenance
-import train
-from alerts import AlertEngine
-from precision import parse_runs, prepare
+from common.model import GPTConfig, flops_per_token
+from common.results import REPO_ROOT, ResultsWriter, provenance
+from common.timing import time_iterations
+from precision import LOW, parse_runs, prepare
 from runloop import RunLoop
 from settings import Config, with_preset
-from train import settings
+from train import free_memory, settings
 from trainer import Trainer
 
 LAB = Path(__file__).resolve().parent
 TARGET_EMULATED_VS_FP32 = 1.5  # issue 6
 TARGET_MONITOR_PCT = 5.0  # issue 7
+PARTS = ("step", "gemm", "monitor", "kernels")
+# Defaults per device: (runs, hidden sizes, tokens per sequence, monitor hidden size).
+CPU_DEFAULTS = (("fp32", "bf16", "fp8:emulated", "fp8:native"), (128, 256, 512), 128, 128)
+GPU_DEFAULTS = (("bf16", "fp8:torchao", "fp8:native", "fp8:te"), (1024, 2048, 4096, 8192), 1024, 4096)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     gpu: str = field(default="auto", metadata={"help": "preset", "choices": CHOICES})
-    runs: tuple[str, ...] = field(default=("fp32", "bf16", "fp8:emulated", "fp8:native"),
-                                  metadata={"help": "modes to time"})
-    hidden: tuple[int, ...] = field(default=(128, 256, 512), metadata={"help": "hidden sizes"})
+    runs: tuple[str, ...] = field(default=(), metadata={"help": "modes to time (empty: cpu fp32,bf16,fp8:emulated,"
+                                                                "fp8:native; gpu bf16,fp8:torchao,fp8:native,fp8:te)"})
+    hidden: tuple[int, ...] = field(default=(), metadata={"help": "hidden sizes (empty: cpu 128,256,512; "
+                                                                  "gpu 1024,2048,4096,8192)"})
     n_layers: int = field(default=2, metadata={"help": "blocks"})
     batch: int = field(default=8, metadata={"help": "sequences per step"})
-    seq_len: int = field(default=128, metadata={"help": "tokens per sequence"})
-    warmup: int = field(default=3, metadata={"help": "untimed steps per mode"})
+    seq_len: int = field(default=0, metadata={"help": "tokens per sequence (0: cpu 128, gpu 1024)"})
+    warmup: int = field(default=3, metadata={"help": "untimed steps per mode (compilation happens here)"})
     iters: int = field(default=15, metadata={"help": "timed steps per mode"})
-    monitor_run: str = field(default="fp8:emulated", metadata={"help": "run whose monitoring cost is measured"})
-    monitor_hidden: int = field(default=128, metadata={"help": "hidden size for the monitoring benchmark"})
+    compile: bool | None = field(default=None, metadata={"help": "compile each block (default: on GPU only)"})
+    monitor_run: str = field(default="", metadata={"help": "run whose monitoring cost is measured "
+                                                           "(empty: cpu fp8:emulated, gpu fp8:native)"})
+    monitor_hidden: int = field(default=0, metadata={"help": "hidden size for the monitoring benchmark "
+                                                             "(0: cpu 128, gpu 4096)"})
     monitor_iters: int = field(default=100, metadata={"help": "timed steps with monitoring on and off"})
-    parts: tuple[str, ...] = field(default=("step", "gemm", "monitor"), metadata={"help": "what to measure"})
+    parts: tuple[str, ...] = field(default=("step", "gemm", "monitor"), metadata={"help": f"of {', '.join(PARTS)}"})
+    kernels_baseline: str = field(default="", metadata={"help": "kernels: also count with this commit's "
+                                                                "fp8_linear.py (e.g. 2fbc6b4)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = default)"})
     out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
 
     def __post_init__(self):
-        if self.iters < 1 or self.warmup < 0 or self.batch < 1 or self.seq_len < 1 or self.n_layers < 1:
-            raise ValueError("--iters/--batch/--seq-len/--n-layers must be >= 1 and --warmup >= 0")
-        if not set(self.parts) <= {"step", "gemm", "monitor"}:
-            raise ValueError(f"--parts takes step, gemm, monitor; got {self.parts}")
-        if any(h < 16 or h % 16 for h in self.hidden + (self.monitor_hidden,)):
+        if self.iters < 1 or self.warmup < 0 or self.batch < 1 or self.seq_len < 0 or self.n_layers < 1:
+            raise ValueError("--iters/--batch/--n-layers must be >= 1, --warmup/--seq-len >= 0")
+        if not self.parts or not set(self.parts) <= set(PARTS):
+            raise ValueError(f"--parts takes {', '.join(PARTS)}; got {','.join(self.parts) or '(none)'}")
+        if any(h < 16 or h % 16 for h in self.hidden + ((self.monitor_hidden,) if self.monitor_hidden else ())):
             raise ValueError(f"--hidden sizes must be multiples of 16 (FP8 GEMM shapes), got {self.hidden}")
+        parse_runs(self.runs, "auto", 0, 1)  # a bad mode is a ValueError here, before anything runs
+
+    def resolved(self, on_gpu: bool) -> "BenchConfig":
+        runs, hidden, seq, mon = GPU_DEFAULTS if on_gpu else CPU_DEFAULTS
+        return dataclasses.replace(
+            self, runs=self.runs or runs, hidden=self.hidden or hidden, seq_len=self.seq_len or seq,
+            monitor_hidden=self.monitor_hidden or mon, compile=on_gpu if self.compile is None else self.compile,
+            monitor_run=self.monitor_run or ("fp8:native" if on_gpu else "fp8:emulated"))
 
 
 def _train_cfg(b: BenchConfig, d_model: int, steps: int, **kw) -> Config:
     c = Config(gpu=b.gpu, batch=b.batch, seq_len=b.seq_len, d_model=d_model, n_layers=b.n_layers,
-               n_heads=max(1, d_model // 64), steps=steps, lr=1e-3, warmup=1, val_every=0, log_every=10 ** 9,
-               progress=False, **kw)
+               n_heads=max(1, d_model // 128 if d_model >= 1024 else d_model // 64), steps=steps, lr=1e-3, warmup=1,
+               val_every=0, log_every=10 ** 9, progress=False, compile=b.compile, ckpt_every=0, **kw)
     return with_preset(c, "cpu" if b.gpu == "cpu" else "h100", explicit_runs=True)
 
 
@@ -89,30 +121,79 @@ def _trainer(cfg: Config, spec, env, data) -> Trainer:
     return Trainer(cfg, spec, prepare(spec, mcfg, settings(cfg), env.device), env, data, mcfg)
 
 
+def runnable_specs(runs: tuple[str, ...], device: torch.device) -> tuple[list, list[str]]:
+    """The modes that can run here, and a note for each that cannot (a GPU without TE, say)."""
+    keep, skipped = [], []
+    for s in parse_runs(runs, "auto", 0, 1):
+        if s.precision in LOW:
+            ok, why = backends.status(s.backend, s.precision, device) if s.backend != "auto" else (True, "")
+            if not ok:
+                skipped.append(f"{s.name}: {why.split(';')[0]}")
+                continue
+        keep.append(s)
+    return keep, skipped
+
+
+def kernels_per_step(tr: Trainer, step: int) -> int | None:
+    """GPU kernels one training step launches, counted by the profiler (None on CPU)."""
+    if tr.env.device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        tr.train_step(step)
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+
+
 def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
-    specs = parse_runs(cfg.runs, "auto", 0, 1)
+    specs, skipped = runnable_specs(cfg.runs, env.device)
+    for note in skipped:
+        print0(f"step cost: skipped {note}")
+    if not specs:
+        return
+    interleave = env.device.type == "cpu"
     for d in cfg.hidden:
-        tcfg = _train_cfg(cfg, d, cfg.warmup + cfg.iters + 1, monitor=False, stats_every=0, fractions_every=0,
+        tcfg = _train_cfg(cfg, d, cfg.warmup + cfg.iters + 2, monitor=False, stats_every=0, fractions_every=0,
                           health_every=0)
-        trainers = {s.name: _trainer(tcfg, s, env, data) for s in specs}
-        times: dict[str, list[float]] = {n: [] for n in trainers}
-        for step in range(cfg.warmup + cfg.iters):
-            for name, tr in trainers.items():  # interleaved: contention hits every mode alike
-                t = tr.train_step(step)["step_time_s"]
-                if step >= cfg.warmup:
-                    times[name].append(t)
-        base = statistics.median(times[specs[0].name])
-        for s in specs:
-            med = statistics.median(times[s.name])
-            ratio = med / base
-            target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and trainers[s.name].p.backend == "emulated" \
-                and env.device.type == "cpu" else None
-            writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                              backend=trainers[s.name].p.backend, tokens_per_step=cfg.batch * cfg.seq_len,
-                              step_time_s=med, step_time_min_s=min(times[s.name]), ratio_to_first=ratio,
-                              target_ratio=target, meets_target=None if target is None else ratio <= target))
-            print0(f"d_model {d:4d}  {s.name:18s} {med * 1e3:8.1f} ms/step  x{ratio:4.2f} vs {specs[0].name}"
-                   + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
+        groups = [specs] if interleave else [[s] for s in specs]
+        times: dict[str, list[float]] = {}
+        info: dict[str, tuple[str, bool, int | None, float | None]] = {}
+        for group in groups:
+            trainers = {s.name: _trainer(tcfg, s, env, data) for s in group}
+            for name in trainers:
+                times[name] = []
+            for step in range(cfg.warmup + cfg.iters):
+                for name, tr in trainers.items():  # interleaved on CPU: contention hits every mode alike
+                    t = tr.train_step(step)["step_time_s"]
+                    if step >= cfg.warmup:
+                        times[name].append(t)
+            for name, tr in trainers.items():
+                mem = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.device.type == "cuda" else None
+                info[name] = (tr.p.backend, tr.p.compiled, kernels_per_step(tr, cfg.warmup + cfg.iters), mem)
+            del trainers, tr
+            free_memory(env.device)
+        write_step_rows(cfg, d, tcfg, specs, times, info, env, writer)
+
+
+def write_step_rows(cfg, d, tcfg, specs, times, info, env, writer) -> None:
+    mcfg = GPTConfig(vocab_size=256, seq_len=tcfg.seq_len, d_model=d, n_layers=tcfg.n_layers, n_heads=tcfg.n_heads)
+    fpt = flops_per_token(mcfg, tcfg.seq_len)
+    tokens = cfg.batch * tcfg.seq_len
+    base = statistics.median(times[specs[0].name])
+    for s in specs:
+        med = statistics.median(times[s.name])
+        backend, compiled, kernels, mem = info[s.name]
+        ratio = med / base
+        target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
+            and env.device.type == "cpu" else None
+        writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
+                          precision_backend=backend, compiled=compiled, tokens_per_step=tokens, step_time_s=med,
+                          step_time_min_s=min(times[s.name]), tokens_per_s=tokens / med,
+                          model_tflops=tokens / med * fpt / 1e12, kernels_per_step=kernels, peak_mem_MiB=mem,
+                          ratio_to_first=ratio, target_ratio=target,
+                          meets_target=None if target is None else ratio <= target))
+        print0(f"d_model {d:5d}  {s.name:18s} {med * 1e3:8.2f} ms/step  {tokens / med * fpt / 1e12:7.1f} TFLOP/s  "
+               f"x{ratio:4.2f} vs {specs[0].name}" + ("" if kernels is None else f"  {kernels} kernels")
+               + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
 
 
 def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
@@ -123,29 +204,40 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
     per-layer norms and activation ranges every 10, the HTML dashboard rewritten every 25 steps
     but at most every 10 s; the mean over 100 steps covers whole periods. "off" = forward,
     backward, the grad norm that clipping and NaN detection need anyway, and the optimizer step.
+    Both are compiled alike (the "on" graph carries the activation hooks).
     """
-    spec = parse_runs((cfg.monitor_run,), "auto", 0, 1)[0]
+    specs, skipped = runnable_specs((cfg.monitor_run,), env.device)
+    if not specs:
+        print0(f"monitor: skipped {skipped[0]}")
+        return
+    spec = specs[0]
     n = cfg.warmup + cfg.monitor_iters
     with tempfile.TemporaryDirectory() as tmp:
         on_cfg = _train_cfg(cfg, cfg.monitor_hidden, n + 1)  # the runner's defaults for every health setting
         off_cfg = dataclasses.replace(on_cfg, monitor=False, stats_every=0, fractions_every=0, health_every=0,
                                       dashboard_every=0)
-        env_main = env
-        writers = train.writers_for(Path(tmp), env_main, provenance(env, "1"), {}, resume=False)
+        writers = train.writers_for(Path(tmp), env, provenance(env, "1"), {}, resume=False)
         loops = {"on": RunLoop(_trainer(on_cfg, spec, env, data), writers, AlertEngine(on_cfg.thresholds),
                                Path(tmp) / "dash.html"),
                  "off": RunLoop(_trainer(off_cfg, spec, env, data), None, AlertEngine(off_cfg.thresholds), None)}
         times: dict[str, list[float]] = {k: [] for k in loops}
         for step in range(n):
             for k, loop in loops.items():
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize(env.device)
                 t0 = time.perf_counter()
                 loop.one_step(step)
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize(env.device)
                 if step >= cfg.warmup:
                     times[k].append(time.perf_counter() - t0)
+        compiled = loops["on"].tr.p.compiled
+        del loops
+        free_memory(env.device)
     on, off = statistics.fmean(times["on"]), statistics.fmean(times["off"])
     pct = 100 * (on - off) / off
-    writer.write(dict(run=spec.name, d_model=cfg.monitor_hidden, steps=cfg.monitor_iters, step_time_off_s=off,
-                      step_time_on_s=on, median_off_s=statistics.median(times["off"]),
+    writer.write(dict(run=spec.name, d_model=cfg.monitor_hidden, compiled=compiled, steps=cfg.monitor_iters,
+                      step_time_off_s=off, step_time_on_s=on, median_off_s=statistics.median(times["off"]),
                       median_on_s=statistics.median(times["on"]), overhead_pct=pct, target_pct=TARGET_MONITOR_PCT,
                       meets_target=pct < TARGET_MONITOR_PCT))
     print0(f"monitoring overhead ({spec.name}, d_model {cfg.monitor_hidden}): {off * 1e3:.1f} -> {on * 1e3:.1f} ms "
@@ -153,35 +245,104 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
            f"{'met' if pct < TARGET_MONITOR_PCT else 'MISSED'})")
 
 
-def gemm(env, writer: ResultsWriter, m: int = 1024, k: int = 512, n: int = 512) -> None:
+def gemm(env, writer: ResultsWriter, shapes: list[tuple[int, int, int]]) -> None:
+    """One GEMM per path and shape: (M,K) @ (K,N); on GPU CUDA events, best of the timed iterations."""
     dev = env.device
-    a = torch.randn(m, k, device=dev)
-    b = torch.randn(n, k, device=dev)
-    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    gpu = dev.type == "cuda"
     one = torch.ones((), device=dev)
-    ops = {"fp32 torch.mm": lambda: a @ b.t(),
-           "fp8 torch._scaled_mm": lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one,
-                                                             out_dtype=torch.float32)}
-    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
-        tw = F.ScalingType.TensorWise
-        ops["fp8 F.scaled_mm"] = lambda: F.scaled_mm(a8, b8.t(), one.reshape(1), tw, one.reshape(1), tw,
-                                                     output_dtype=torch.float32)
-    for name, fn in ops.items():
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, device=dev), torch.randn(n, k, device=dev)
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)  # b8.t(): column-major (K, N)
+        ops = {"fp32 torch.mm": lambda: a @ b.t(),
+               "fp8 torch._scaled_mm": lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one,
+                                                                 out_dtype=torch.bfloat16 if gpu else torch.float32)}
+        if gpu:
+            ab, bb = a.bfloat16(), b.bfloat16()
+            ops["bf16 torch.mm"] = lambda: ab @ bb.t()
+        if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+            tw = F.ScalingType.TensorWise
+            ops["fp8 F.scaled_mm"] = lambda: F.scaled_mm(a8, b8.t(), one.reshape(1), tw, one.reshape(1), tw,
+                                                         output_dtype=torch.bfloat16 if gpu else torch.float32)
+        for name, fn in ops.items():
+            t = _time_op(fn, dev)
+            writer.write(dict(op=name, m=m, k=k, n=n, time_us=t * 1e6, tflops=2 * m * k * n / t / 1e12,
+                              timing="cuda_event" if gpu else "perf_counter"))
+            print0(f"{name:22s} {m}x{k}x{n}: {t * 1e6:10.1f} us  {2 * m * k * n / t / 1e12:8.3f} TFLOP/s")
+        del a, b, a8, b8
+
+
+def _time_op(fn, dev: torch.device) -> float:
+    """Best of up to 20 timed calls after warm-up; a slow reference kernel on CPU gets a few, not minutes."""
+    fn()
+    if dev.type == "cuda":
+        return time_iterations(fn, warmup=5, iters=20, device=dev, barrier=False).min_s
+    samples, deadline = [], time.perf_counter() + 2.0
+    while len(samples) < 10 and (not samples or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
         fn()
-        samples = []
-        deadline = time.perf_counter() + 2.0  # a slow reference kernel gets one or two samples, not minutes
-        while len(samples) < 10 and (not samples or time.perf_counter() < deadline):
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-            samples.append(time.perf_counter() - t0)
-        t = min(samples)
-        writer.write(dict(op=name, m=m, k=k, n=n, time_us=t * 1e6, gflops=2 * m * k * n / t / 1e9,
-                          samples=len(samples)))
-        print0(f"{name:22s} {m}x{k}x{n}: {t * 1e6:10.0f} us  {2 * m * k * n / t / 1e9:8.2f} GFLOP/s")
+        samples.append(time.perf_counter() - t0)
+    return min(samples)
+
+
+def _load_fp8_linear(commit: str):
+    """fp8_linear.py as it was at `commit` (and its helper modules as they are now), as a module."""
+    rel = (LAB / "fp8_linear.py").relative_to(REPO_ROOT)
+    src = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if src.returncode:
+        raise ValueError(f"--kernels-baseline {commit}: git cannot show {rel} there ({src.stderr.strip()[:120]})")
+    path = Path(tempfile.mkdtemp()) / f"fp8_linear_{commit}.py"
+    path.write_text(src.stdout)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def count_kernels(fp8mod, d: int = 128, tokens: int = 256) -> tuple[int, int]:
+    """(Inductor kernels for one compiled block's FP8 forward+backward, ops dispatched by the scale update)."""
+    from torch._inductor import metrics
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from common.model import Block
+    from scaling import DelayedScaling
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    block = Block(GPTConfig(d_model=d, n_heads=max(1, d // 64)))
+    for parent in (block.attn, block.mlp):
+        for name, child in list(parent.named_children()):
+            setattr(parent, name, fp8mod.Fp8Linear(child, "native", DelayedScaling()))
+    if hasattr(fp8mod, "share_scaling_state"):
+        fp8mod.share_scaling_state(block)
+    mods = [m for _, m in fp8mod.fp8_modules(block)]
+    block.compile()
+    metrics.reset()
+    block(torch.randn(2, tokens // 2, d)).sum().backward()
+    kernels = metrics.generated_kernel_count
+    with Count():
+        fp8mod.update_scales(mods)
+    torch._dynamo.reset()
+    return kernels, Count.n
+
+
+def kernel_counts(baseline, baseline_label: str, writer: ResultsWriter) -> None:
+    import fp8_linear
+    versions = [("this tree", fp8_linear)]
+    if baseline is not None:
+        versions.insert(0, (baseline_label, baseline))
+    for label, mod in versions:
+        kernels, ops = count_kernels(mod)
+        writer.write(dict(fp8_linear_version=label, fp8_linears=6, inductor_kernels=kernels, update_ops=ops))
+        print0(f"fp8_linear.py ({label}): {kernels} Inductor kernels for one block's forward+backward, "
+               f"{ops} operators in the scale update of its 6 FP8 linears")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,30 +351,41 @@ def main(argv: list[str] | None = None) -> int:
         preset = get_preset(cfg.gpu)
     except ValueError as e:
         fail(str(e), 2)
-    if preset.name != "cpu" and not torch.cuda.is_available():
+    on_gpu = preset.name != "cpu"
+    if on_gpu and not torch.cuda.is_available():
         fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
+    if "kernels" in cfg.parts and on_gpu:
+        fail("--parts kernels counts Inductor's CPU kernels: run it with --gpu cpu (on a GPU, `step` counts "
+             "the kernels each step launches)", 2)
+    cfg = cfg.resolved(on_gpu)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     data = load_data()
-    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.name
-    with distributed(device="cpu" if preset.name == "cpu" else "cuda") as env:
-        prov = provenance(env, "1")
-        step_w = ResultsWriter(out / "bench_step.csv",
-                               ["d_model", "n_layers", "run", "precision", "backend", "tokens_per_step", "step_time_s",
-                                "step_time_min_s", "ratio_to_first", "target_ratio", "meets_target"],
-                               key=["d_model", "run"], provenance=prov, config=config_dict(cfg), enabled=env.is_main)
-        gemm_w = ResultsWriter(out / "bench_gemm.csv", ["op", "m", "k", "n", "time_us", "gflops", "samples"],
-                               key=["op", "m", "k", "n"], provenance=prov, enabled=env.is_main)
-        mon_w = ResultsWriter(out / "bench_monitor.csv",
-                              ["run", "d_model", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
-                               "median_on_s", "overhead_pct", "target_pct", "meets_target"],
-                              key=["run", "d_model"], provenance=prov, enabled=env.is_main)
+    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
+    with distributed(device="cuda" if on_gpu else "cpu") as env:
+        prov = provenance(env, "2")
+        w = lambda name, cols, key, **kw: ResultsWriter(out / name, cols, key=key, provenance=prov,  # noqa: E731
+                                                        enabled=env.is_main, **kw)
         if "step" in cfg.parts:
-            step_cost(cfg, env, data, step_w)
+            step_cost(cfg, env, data, w("bench_step.csv", [
+                "d_model", "n_layers", "run", "precision", "precision_backend", "compiled", "tokens_per_step",
+                "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step", "peak_mem_MiB",
+                "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"], config=config_dict(cfg)))
         if "gemm" in cfg.parts:
-            gemm(env, gemm_w)
+            shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
+            gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"], ["op", "m", "k", "n"]),
+                 shapes)
         if "monitor" in cfg.parts:
-            monitor_overhead(cfg, env, data, mon_w)
+            monitor_overhead(cfg, env, data, w("bench_monitor.csv", [
+                "run", "d_model", "compiled", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
+                "median_on_s", "overhead_pct", "target_pct", "meets_target"], ["run", "d_model"]))
+        if "kernels" in cfg.parts:
+            try:
+                baseline = _load_fp8_linear(cfg.kernels_baseline) if cfg.kernels_baseline else None
+            except ValueError as e:
+                fail(str(e), 2)
+            kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", ["fp8_linear_version", "fp8_linears", "inductor_kernels",
+                                                       "update_ops"], ["fp8_linear_version"]))
     return 0
 
 

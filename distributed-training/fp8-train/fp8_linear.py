@@ -25,6 +25,18 @@ staged amaxes into next step's scales after backward (amax all-reduced over rank
 reduce_amax does). `scaling="current"` instead scales each tensor by its own amax
 (TE Float8CurrentScaling, torchao tensorwise). Bias, if any, is added in high precision.
 
+Where the time goes, and what this layer does about it (the GPU path, under torch.compile):
+    - amax, scale and cast of one operand are element-wise passes over the same tensor, which
+      Inductor fuses into one or two kernels; eager mode pays a launch per op.
+    - cuBLASLt's FP8 GEMM on Hopper takes `a` row-major and `b` column-major only (fp8-anchors.md
+      section 3). The backward's dx = dy W needs W^T in memory and dW = dy^T x needs x^T and
+      dy^T, so the forward casts x and W straight into the layouts the backward reads and saves
+      those (TE keeps the same "columnwise" copies); nothing is re-laid-out in the backward.
+    - All FP8 linears of a model share one scaling state (`share_scaling_state`): one history of
+      shape (L, 3n) for n layers, so the per-step update is one all-reduce and a handful of
+      kernels for the whole model instead of a dozen per layer (TE keeps one global amax buffer
+      for the same reason).
+
 The module shares its weight and bias Parameters with the nn.Linear it replaces, so parameter
 names, initial values and optimizer state are the same as in every other precision mode; its
 scaling state lives in buffers and so travels with model.state_dict() (checkpoints, rollback).
@@ -43,7 +55,7 @@ import torch.nn.functional as F
 import scaling
 from formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
 
-ROLES = ("input", "weight", "grad_output")
+ROLES = ("input", "weight", "grad_output")  # the three columns of each layer's slot in the state
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,42 @@ class Fp8Options:
     record: bool  # stage amaxes in the history (training steps only)
     stats: bool  # also count underflow/saturation (costs a few passes; every N steps)
     out_dtype: torch.dtype
+
+
+class Fp8ScalingState(nn.Module):
+    """The delayed-scaling state of n FP8 linears, one column per FP8 tensor (3 per layer).
+
+        history (L, 3n)   amax window; row 0 stages this step's amaxes (TE's amax_history layout)
+        scale   (3n,)     the scale each tensor is cast with this step
+        fp8_max (3n,)     448 for input and weight (E4M3), 57344 for grad_output (E5M2)
+        last    (n, 3, 2) per layer and role: (amax, scale used) of the last step, for the monitor
+        fractions (n, 3, 2) per layer and role: (underflow, saturation) when counted
+    """
+
+    def __init__(self, n: int, recipe: scaling.DelayedScaling, device: torch.device | str | None = None):
+        super().__init__()
+        self.n, self.recipe = n, recipe
+        self.register_buffer("history", torch.zeros(recipe.history_len, 3 * n, device=device))
+        self.register_buffer("scale", torch.ones(3 * n, device=device))
+        self.register_buffer("fp8_max", torch.tensor([E4M3.max, E4M3.max, E5M2.max] * n, device=device),
+                             persistent=False)
+        self.register_buffer("last", torch.zeros(n, 3, 2, device=device), persistent=False)
+        self.register_buffer("fractions", torch.full((n, 3, 2), float("nan"), device=device), persistent=False)
+
+    @torch.no_grad()
+    def update(self, group: dist.ProcessGroup | None = None) -> None:
+        """Staged amaxes -> next step's scales for every tensor at once (after each backward).
+
+        Across data-parallel ranks the staged row is first reduced with MAX in one all-reduce, so
+        every rank computes the same scales (TE: reduce_amax=True).
+        """
+        if dist.is_initialized() and dist.get_world_size(group) > 1:
+            dist.all_reduce(self.history[0], op=dist.ReduceOp.MAX, group=group)
+        scaling.update(self.history, self.scale, self.fp8_max, self.recipe)
+
+    @torch.no_grad()
+    def scrub(self) -> None:
+        scaling.scrub_history(self.history)
 
 
 def scaled_mm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, out_dtype: torch.dtype,
@@ -75,20 +123,11 @@ def scaled_mm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: to
 
 def _gemm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, engine: str,
           out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
-    """(a8 / scale_a) @ (b8 / scale_b) with fp32 accumulation; a8 (M,K), b8 (K,N) -> (M,N)."""
+    """(a8 / scale_a) @ (b8 / scale_b) with fp32 accumulation; a8 (M,K) row-major, b8 (K,N) column-major."""
     if engine == "native":
         return scaled_mm(a8, b8, inv_a, inv_b, out_dtype, fast_accum)
     with torch.autocast(a8.device.type, enabled=False):  # the widened FP8 values, multiplied in fp32
         return (a8 @ b8).mul_(inv_a * inv_b).to(out_dtype)
-
-
-def _col_major(t: torch.Tensor, opts: Fp8Options) -> torch.Tensor:
-    """The same matrix laid out column-major, which cuBLASLt wants for `b` (emulated: no copy)."""
-    return t.t().contiguous().t() if opts.engine == "native" else t
-
-
-def _row_major(t: torch.Tensor, opts: Fp8Options) -> torch.Tensor:
-    return t.contiguous() if opts.engine == "native" else t
 
 
 def _nan_guard(a: torch.Tensor) -> torch.Tensor:
@@ -98,20 +137,21 @@ def _nan_guard(a: torch.Tensor) -> torch.Tensor:
 
 class _Fp8LinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, hist_f, scale_f, hist_b, scale_b, last, frac, opts: Fp8Options):
-        # x (M, K), w (N, K) -> y (M, N)
+    def forward(ctx, x, w, history, scale, last, frac, slot: int, opts: Fp8Options):
+        # x (M, K), w (N, K) -> y (M, N). This layer's columns in the shared state: 3*slot + role.
+        c = 3 * slot
         a_x, a_w = amax(x), amax(w)
         if opts.current:
             s_x, s_w = current_scale(a_x, E4M3, opts.margin), current_scale(a_w, E4M3, opts.margin)
         else:
-            s_x, s_w = scale_f[0].clone(), scale_f[1].clone()
-        x8, w8 = quantize(x, s_x, E4M3), quantize(w, s_w, E4M3)
+            s_x, s_w = scale[c].clone(), scale[c + 1].clone()
+        x8, w8 = quantize(x, s_x, E4M3), quantize(w, s_w, E4M3)  # (M, K), (N, K) row-major
         if opts.record:
-            hist_f[0].copy_(torch.stack([a_x, a_w]))
-        last[:2].copy_(torch.stack([torch.stack([a_x, s_x]), torch.stack([a_w, s_w])]))
+            history[0, c:c + 2].copy_(torch.stack([a_x, a_w]))
+        last[slot, :2].copy_(torch.stack([torch.stack([a_x, s_x]), torch.stack([a_w, s_w])]))
         if opts.stats:
-            frac[0].copy_(fp8_fractions(x, x8, s_x, E4M3))
-            frac[1].copy_(fp8_fractions(w, w8, s_w, E4M3))
+            frac[slot, 0].copy_(fp8_fractions(x, x8, s_x, E4M3))
+            frac[slot, 1].copy_(fp8_fractions(w, w8, s_w, E4M3))
         inv_x, inv_w = s_x.reciprocal(), s_w.reciprocal()  # dequantization factors
         if opts.engine == "emulated":
             # Widen once and keep the fp32 copies for backward: the values are exactly the FP8 ones
@@ -119,38 +159,51 @@ class _Fp8LinearFn(torch.autograd.Function):
             # accumulation are exact too). FP8 numerics, fp32 activation memory.
             (x8, mx), (w8, mw) = widen(x8), widen(w8)
             inv_x, inv_w = inv_x * mx * _nan_guard(a_x), inv_w * mw * _nan_guard(a_w)
-        y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype, fast_accum=True)  # (M,K)@(K,N)
-        ctx.save_for_backward(x8, w8, inv_x, inv_w)
+            y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype)
+            ctx.save_for_backward(x8.t(), w8.t(), inv_x, inv_w)  # any layout will do for torch.mm
+        else:
+            y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype, fast_accum=True)  # w8.t(): col-major
+            # The backward's `b` operands, cast straight into column-major form: x8^T (K, M), w8^T (K, N).
+            ctx.save_for_backward(x8.t().contiguous(), w8.t().contiguous(), inv_x, inv_w)
         # Scaling state is kept off the autograd tape: it is written in place between steps.
-        ctx.state, ctx.opts, ctx.dtypes = (hist_b, scale_b, last, frac), opts, (x.dtype, w.dtype)
+        ctx.state, ctx.slot, ctx.opts, ctx.dtypes = (history, scale, last, frac), slot, opts, (x.dtype, w.dtype)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x8, w8, inv_x, inv_w = ctx.saved_tensors
-        hist_b, scale_b, last, frac = ctx.state
-        opts = ctx.opts
+        xT8, wT8, inv_x, inv_w = ctx.saved_tensors  # (K, M), (K, N)
+        history, scale, last, frac = ctx.state
+        slot, opts = ctx.slot, ctx.opts
+        c = 3 * slot + 2
         a_g = amax(dy)
-        s_g = current_scale(a_g, E5M2, opts.margin) if opts.current else scale_b[0].clone()
-        g8 = quantize(dy, s_g, E5M2)  # (M, N)
+        s_g = current_scale(a_g, E5M2, opts.margin) if opts.current else scale[c].clone()
+        g8 = quantize(dy, s_g, E5M2)  # (M, N) row-major
         if opts.record:
-            hist_b[0, 0] = a_g
-        last[2].copy_(torch.stack([a_g, s_g]))
+            history[0, c] = a_g
+        last[slot, 2].copy_(torch.stack([a_g, s_g]))
         if opts.stats:
-            frac[2].copy_(fp8_fractions(dy, g8, s_g, E5M2))
+            frac[slot, 2].copy_(fp8_fractions(dy, g8, s_g, E5M2))
         inv_g = s_g.reciprocal()
+        gT8 = g8.t()
         if opts.engine == "emulated":
             g8, mg = widen(g8)  # E5M2 widens exactly, Inf and NaN included
-            inv_g = inv_g * mg
+            gT8, inv_g = g8.t(), inv_g * mg
+        else:
+            gT8 = gT8.contiguous()  # dW's `a` operand must be row-major: dy^T (N, M)
         # Gradients come out in the dtypes of x and of the (fp32 master) weight, as TE's dgrad/wgrad do.
         x_dtype, w_dtype = ctx.dtypes
-        dx = _gemm(g8, _col_major(w8, opts), inv_g, inv_w, opts.engine, x_dtype)  # (M,N)@(N,K) -> (M,K)
-        dw = _gemm(_row_major(g8.t(), opts), _col_major(x8, opts), inv_g, inv_x, opts.engine, w_dtype)  # (N,K)
-        return dx, dw, None, None, None, None, None, None, None
+        dx = _gemm(g8, wT8.t(), inv_g, inv_w, opts.engine, x_dtype)  # (M,N) @ (N,K) -> (M,K)
+        dw = _gemm(gT8, xT8.t(), inv_g, inv_x, opts.engine, w_dtype)  # (N,M) @ (M,K) -> (N,K)
+        return dx, dw, None, None, None, None, None, None
 
 
 class Fp8Linear(nn.Module):
-    """nn.Linear with FP8 GEMMs (engine "native" or "emulated") and per-tensor delayed scaling."""
+    """nn.Linear with FP8 GEMMs (engine "native" or "emulated") and per-tensor delayed scaling.
+
+    A new module owns a one-layer Fp8ScalingState (submodule `scaling`); share_scaling_state moves
+    the state of all a model's FP8 linears into one. The views below read and write this layer's
+    part of whichever state it uses.
+    """
 
     def __init__(self, linear: nn.Linear, engine: str = "native", recipe: scaling.DelayedScaling | None = None,
                  scaling_mode: str = "delayed", round_output: torch.dtype | None = None):
@@ -163,20 +216,44 @@ class Fp8Linear(nn.Module):
         self.current = scaling_mode == "current"
         self.round_output = round_output  # bf16/fp16 emulated on CPU: round y as autocast would
         self.collect_stats = False
-        dev = linear.weight.device
-        L = self.recipe.history_len
-        # TE's layout: forward history columns (input, weight), backward (grad_output); scales start at 1.
-        self.register_buffer("amax_history_fwd", torch.zeros(L, 2, device=dev))
-        self.register_buffer("scale_fwd", torch.ones(2, device=dev))
-        self.register_buffer("amax_history_bwd", torch.zeros(L, 1, device=dev))
-        self.register_buffer("scale_bwd", torch.ones(1, device=dev))
-        # Read by the health monitor: per role (amax, scale used) each step, and (underflow, saturation).
-        self.register_buffer("last", torch.zeros(3, 2, device=dev), persistent=False)
-        self.register_buffer("fractions", torch.full((3, 2), float("nan"), device=dev), persistent=False)
+        self.scaling = Fp8ScalingState(1, self.recipe, linear.weight.device)
+        self.slot = 0
+
+    @property
+    def state(self) -> Fp8ScalingState:
+        shared = self.__dict__.get("_shared_state")
+        return shared if shared is not None else self.scaling
+
+    # Views of this layer's columns: (L, 2) / (2,) forward (input, weight), (L, 1) / (1,) backward.
+    @property
+    def amax_history_fwd(self) -> torch.Tensor:
+        return self.state.history[:, 3 * self.slot:3 * self.slot + 2]
+
+    @property
+    def scale_fwd(self) -> torch.Tensor:
+        return self.state.scale[3 * self.slot:3 * self.slot + 2]
+
+    @property
+    def amax_history_bwd(self) -> torch.Tensor:
+        return self.state.history[:, 3 * self.slot + 2:3 * self.slot + 3]
+
+    @property
+    def scale_bwd(self) -> torch.Tensor:
+        return self.state.scale[3 * self.slot + 2:3 * self.slot + 3]
+
+    @property
+    def last(self) -> torch.Tensor:
+        """(3, 2): per role (input, weight, grad_output) the amax and the scale used last step."""
+        return self.state.last[self.slot]
+
+    @property
+    def fractions(self) -> torch.Tensor:
+        """(3, 2): per role the underflow and saturation fractions when counted."""
+        return self.state.fractions[self.slot]
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"engine={self.engine}, scaling={'current' if self.current else 'delayed'}")
+                f"engine={self.engine}, scaling={'current' if self.current else 'delayed'}, slot={self.slot}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -186,8 +263,9 @@ class Fp8Linear(nn.Module):
         opts = Fp8Options(self.engine, self.current, self.recipe.margin,
                           record=self.training and torch.is_grad_enabled(), stats=self.collect_stats,
                           out_dtype=out_dtype)
-        y = _Fp8LinearFn.apply(x.reshape(-1, self.in_features), self.weight, self.amax_history_fwd, self.scale_fwd,
-                               self.amax_history_bwd, self.scale_bwd, self.last, self.fractions, opts)
+        st = self.state
+        y = _Fp8LinearFn.apply(x.reshape(-1, self.in_features), self.weight, st.history, st.scale, st.last,
+                               st.fractions, self.slot, opts)
         y = y.reshape(*lead, self.out_features)  # (..., N)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
@@ -201,28 +279,53 @@ def fp8_modules(model: nn.Module) -> list[tuple[str, Fp8Linear]]:
 
 
 @torch.no_grad()
-def update_scales(modules: Iterable[Fp8Linear], group: dist.ProcessGroup | None = None) -> None:
-    """Turn every module's staged amaxes into next step's scales (call after each backward).
+def share_scaling_state(model: nn.Module, name: str = "fp8_scaling") -> Fp8ScalingState | None:
+    """Move every Fp8Linear's scaling state into one Fp8ScalingState registered on `model` as `name`.
 
-    Across data-parallel ranks the staged amaxes are first reduced with MAX in one all-reduce, so
-    every rank computes the same scales (TE: reduce_amax=True, done at autocast exit / after backward).
+    Call after the model reached its device and before torch.compile / FSDP. The state is a
+    submodule of the root, so it moves and checkpoints with the model; each layer keeps a plain
+    reference and its slot. Returns None when the model has no FP8 linears.
     """
-    mods = [m for m in modules if not m.current]
+    mods = [m for _, m in fp8_modules(model)]
     if not mods:
-        return
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        staged = torch.cat([torch.cat([m.amax_history_fwd[0], m.amax_history_bwd[0]]) for m in mods])
-        dist.all_reduce(staged, op=dist.ReduceOp.MAX, group=group)
-        for i, m in enumerate(mods):
-            m.amax_history_fwd[0].copy_(staged[3 * i:3 * i + 2])
-            m.amax_history_bwd[0].copy_(staged[3 * i + 2:3 * i + 3])
-    for m in mods:
-        scaling.update(m.amax_history_fwd, m.scale_fwd, E4M3.max, m.recipe)
-        scaling.update(m.amax_history_bwd, m.scale_bwd, E5M2.max, m.recipe)
+        return None
+    recipes = {m.recipe for m in mods}
+    if len(recipes) > 1:
+        raise ValueError(f"FP8 linears with different recipes cannot share one scaling state: {recipes}")
+    shared = Fp8ScalingState(len(mods), mods[0].recipe, mods[0].weight.device)
+    for i, m in enumerate(mods):
+        old = m.state
+        cols = slice(3 * i, 3 * i + 3)
+        old_cols = slice(3 * m.slot, 3 * m.slot + 3)
+        shared.history[:, cols].copy_(old.history[:, old_cols])
+        shared.scale[cols].copy_(old.scale[old_cols])
+        shared.last[i].copy_(old.last[m.slot])
+        shared.fractions[i].copy_(old.fractions[m.slot])
+        if "scaling" in m._modules:
+            del m._modules["scaling"]
+        m.__dict__["_shared_state"] = shared  # a plain reference: the root owns (and moves) the state
+        m.slot = i
+    model.add_module(name, shared)
+    return shared
+
+
+def _states(modules: Iterable[Fp8Linear]) -> list[Fp8ScalingState]:
+    """The distinct scaling states of these modules' delayed-scaling tensors (usually one)."""
+    seen: dict[int, Fp8ScalingState] = {}
+    for m in modules:
+        if not m.current:
+            seen.setdefault(id(m.state), m.state)
+    return list(seen.values())
+
+
+@torch.no_grad()
+def update_scales(modules: Iterable[Fp8Linear], group: dist.ProcessGroup | None = None) -> None:
+    """Turn every module's staged amaxes into next step's scales (call after each backward)."""
+    for st in _states(modules):
+        st.update(group)
 
 
 @torch.no_grad()
 def scrub_histories(modules: Iterable[Fp8Linear]) -> None:
-    for m in modules:
-        scaling.scrub_history(m.amax_history_fwd)
-        scaling.scrub_history(m.amax_history_bwd)
+    for st in _states(modules):
+        st.scrub()

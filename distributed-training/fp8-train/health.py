@@ -90,24 +90,35 @@ class NormTracker:
 class ActivationProbe:
     """amax of each block's attention output, MLP output and residual stream, via forward hooks.
 
-    Hooks are attached only for the steps that measure (every --health-every), so other steps pay
-    nothing. Activation outliers are what break FP8 first (Fishman et al. arXiv 2409.12517: SwiGLU
-    outliers diverge FP8 runs after ~200B tokens), and they show here before they show in the loss.
+    Eager runs attach the hooks only for the steps that measure (every --health-every), so other
+    steps pay nothing. A compiled model cannot gain or lose hooks between steps without being
+    recompiled, and hooks added after compilation are not seen by the compiled graph (they read
+    0.0), so with `always=True` the hooks stay attached for the whole run, traced into the graph
+    (a few fused reductions per block), and each measuring step only zeroes the maxima first.
+    Activation outliers are what break FP8 first (Fishman et al. arXiv 2409.12517: SwiGLU outliers
+    diverge FP8 runs after ~200B tokens), and they show here before they show in the loss.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, always: bool = False):
         n = len(model.layers)
         self.targets = [(f"layers.{i}.attn", model.layers[i].attn) for i in range(n)] + \
                        [(f"layers.{i}.mlp", model.layers[i].mlp) for i in range(n)] + \
                        [(f"layers.{i}.out", model.layers[i]) for i in range(n)]
         self.names = [t[0] for t in self.targets]
         self.amax = torch.zeros(len(self.targets), device=next(model.parameters()).device)
+        self.always = always
         self.handles: list = []
+        if always:
+            self._attach()
+
+    def _attach(self) -> None:
+        for i, (_, m) in enumerate(self.targets):
+            self.handles.append(m.register_forward_hook(self._hook(i)))
 
     def __enter__(self) -> "ActivationProbe":
         self.amax.zero_()
-        for i, (_, m) in enumerate(self.targets):
-            self.handles.append(m.register_forward_hook(self._hook(i)))
+        if not self.always:
+            self._attach()
         return self
 
     def _hook(self, i: int):
@@ -117,6 +128,10 @@ class ActivationProbe:
         return hook
 
     def __exit__(self, *exc) -> None:
+        if not self.always:
+            self.remove()
+
+    def remove(self) -> None:
         for h in self.handles:
             h.remove()
         self.handles = []

@@ -37,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 import backends
 from common.model import GPT, GPTConfig
 from formats import E4M3, E5M2
-from fp8_linear import Fp8Linear
+from fp8_linear import Fp8Linear, share_scaling_state
 from mx import BlockScaledLinear
 from scaling import DelayedScaling
 
@@ -132,12 +132,13 @@ class PrecisionSettings:
     scaling: str = "delayed"  # delayed | current (per-tensor backends)
     torchao_recipe: str = "tensorwise"
     compile: bool = False
+    compile_backend: str = "inductor"  # tests use "aot_eager": the same tracing, no code generation
 
 
 @dataclass
 class Prepared:
-    model: nn.Module  # what to call (compiled when asked)
-    raw: nn.Module  # the uncompiled module: state_dict, hooks, names
+    model: nn.Module  # what to call
+    raw: nn.Module  # the same module (blocks compile in place): state_dict, hooks, names
     backend: str  # the backend that runs ("torch" for fp32/bf16/fp16)
     reason: str
     context: Callable[[], ContextManager]  # enter around each forward
@@ -145,10 +146,15 @@ class Prepared:
     low_modules: list[str]
     probe: backends.AmaxProbe | None = None
     notes: list[str] = field(default_factory=list)
+    compiled: bool = False  # model is a torch.compile'd module (recorded in every timed row)
 
 
 def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device) -> Prepared:
     """Build the GPT for one run: same seed -> same initial weights, then the precision conversion."""
+    if s.compile:
+        # Dynamo keeps 8 compiled entries per code object (torch._dynamo.config.cache_size_limit) and
+        # every run shares GPT.forward: without a reset the 9th model of a process silently runs eager.
+        torch._dynamo.reset()
     torch.manual_seed(spec.seed)
     model = GPT(cfg)  # built on the CPU in fp32 so every mode and device starts identical
     cpu = device.type == "cpu"
@@ -170,7 +176,9 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
                 parent, attr = backends._parent(model, n)
                 setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out))
     model = model.to(device)
-    if backend == "te":
+    if backend in ("native", "emulated") and spec.precision == "fp8":
+        share_scaling_state(model)  # one amax history for every layer: one update per step
+    elif backend == "te":
         fwd_ctx = backends.te_convert(model, names, backends.te_recipe(
             spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo))
     elif backend == "torchao":
@@ -201,15 +209,21 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
             yield
 
     scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
-    runnable: nn.Module = model
+    compiled = False
     if s.compile:
-        if backend == "te" and s.scaling == "delayed":
-            notes.append("not compiled: TE DelayedScaling is not supported under torch.compile")
+        if backend == "te":
+            notes.append("not compiled: TransformerEngine modules run eagerly (its fused kernels are its own)")
         else:
             # Keep explicit low-precision round trips (the CPU emulation's .to(bf16).to(fp32)) inside
             # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
             import torch._inductor.config as inductor_config
             inductor_config.emulate_precision_casts = True
-            runnable = torch.compile(model)
-    return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes)
+            # Regional compilation, as torchtitan does: each block is compiled in place (same module,
+            # same parameter names and hooks); identical blocks share one graph, so compile time does
+            # not grow with depth. Embeddings, the final norm, the LM head and the loss run eagerly.
+            for block in model.layers:
+                block.compile(backend=s.compile_backend)
+            compiled = True
+    runnable: nn.Module = model
+    return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes, compiled=compiled)
 

@@ -41,7 +41,8 @@ def summarize(steps: pd.DataFrame) -> pd.DataFrame:
         val = g["val_loss"].dropna()
         mem = g["peak_mem_MiB"].dropna()
         act = g["saved_act_MiB"].dropna()
-        rows.append(dict(run=run, precision=g["precision"].iloc[0], backend=g["backend"].iloc[0],
+        rows.append(dict(run=run, precision=g["precision"].iloc[0], backend=g["precision_backend"].iloc[0],
+                         compiled=str(g["compiled"].iloc[0]).lower() == "true" if "compiled" in g else False,
                          seed=int(g["seed"].iloc[0]), steps=n, tokens_per_step=int(g["tokens_per_step"].iloc[0]),
                          final_loss=tail["loss"].mean(), final_val=val.iloc[-1] if len(val) else math.nan,
                          tokens_per_s=warm["tokens_per_s"].median(), peak_mem=mem.max() if len(mem) else math.nan,
@@ -70,15 +71,43 @@ def table(summary: pd.DataFrame, band, device_is_gpu: bool) -> list[str]:
     mem_head = "peak memory (MiB)" if device_is_gpu else "saved activations (MiB)"
     # MFU against the BF16 peak, for BF16/FP16 runs only (torchtitan skips it for FP8); targets: >= 50% BF16
     # MFU and FP8/BF16 tokens/s >= 1.3 at the h100 preset (issue 6).
-    out = [f"| run | precision | backend | tokens/step | tokens/s | vs BF16 | MFU | {mem_head} | final loss | "
-           "final val | vs BF16 noise |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [f"| run | precision | backend | compiled | tokens/step | tokens/s | vs BF16 | MFU | {mem_head} | "
+           "final loss | final val | vs BF16 noise |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary.itertuples():
         mem = r.peak_mem if device_is_gpu else r.saved_act
         mfu = "" if math.isnan(r.mfu) else f"{r.mfu:.1%}"
-        out.append(f"| {r.run} | {r.precision} | {r.backend} | {r.tokens_per_step} | {r.tokens_per_s:,.0f} | "
+        out.append(f"| {r.run} | {r.precision} | {r.backend} | {'yes' if r.compiled else 'no'} | "
+                   f"{r.tokens_per_step} | {r.tokens_per_s:,.0f} | "
                    f"{r.tokens_per_s / base:.2f}x | {mfu} | {mem:.1f} | {r.final_loss:.4f} | {r.final_val:.4f} | "
                    f"{verdict(r, band) if r.precision != 'bf16' else 'reference'} |")
     return out
+
+
+TARGETS = ("FP8 (torchao) / BF16 tokens/s >= 1.3 at hidden 4096", "native FP8 within 15% of torchao (tokens/s)",
+           "BF16 MFU >= 50%", "TE FP8 / BF16 tokens/s >= 1.3 at hidden 4096")
+
+
+def targets(summary: pd.DataFrame, d_model: int) -> list[str]:
+    """The GPU targets (issues 6, 12, 14) against this preset's runs; 'not measured' where a run is missing."""
+    tps = lambda prec, be: summary[(summary.precision == prec) & (summary.backend == be)]["tokens_per_s"]  # noqa
+    bf16, ao, nat, te = tps("bf16", "torch"), tps("fp8", "torchao"), tps("fp8", "native"), tps("fp8", "te")
+    mfu = summary[summary.precision == "bf16"]["mfu"].dropna()
+    base = bf16.median() if len(bf16) else math.nan
+
+    def row(name, value, ok, fmt):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return f"| {name} | not measured | |"
+        return f"| {name} | {fmt(value)} | {'met' if ok else '**not met**'} |"
+
+    at = "" if d_model == 4096 else f" (measured at hidden {d_model})"
+    r_ao = ao.median() / base if len(ao) else None
+    r_nat = nat.median() / ao.median() if len(nat) and len(ao) else None
+    r_te = te.median() / base if len(te) else None
+    return ["| target | measured | |", "|---|---|---|",
+            row(TARGETS[0] + at, r_ao, r_ao is not None and r_ao >= 1.3, "{:.2f}x".format),
+            row(TARGETS[1], r_nat, r_nat is not None and r_nat >= 0.85, "{:.2f}x of torchao".format),
+            row(TARGETS[2], mfu.median() if len(mfu) else None, len(mfu) and mfu.median() >= 0.5, "{:.1%}".format),
+            row(TARGETS[3] + at, r_te, r_te is not None and r_te >= 1.3, "{:.2f}x".format), ""]
 
 
 def plot_loss(steps: pd.DataFrame, summary: pd.DataFrame, out: Path, footer: str) -> Path:
@@ -168,6 +197,9 @@ def preset_section(d: Path, root: Path) -> list[str]:
                   "own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native keeps "
                   "FP8 bytes): a memory comparison that means something needs a GPU run.", ""]
     lines += table(summary, band, gpu) + [""]
+    if gpu:
+        lines += ["Targets (tokens/s: median after the first 10% of steps; MFU against the BF16 dense peak, "
+                  "BF16 runs only):", ""] + targets(summary, int(steps["d_model"].iloc[0]))
     if band:
         lines += [f"BF16 noise band (final val loss over {int((summary.precision == 'bf16').sum())} seeds): "
                   f"[{band[0]:.4f}, {band[1]:.4f}].", ""]
@@ -186,7 +218,7 @@ def preset_section(d: Path, root: Path) -> list[str]:
     skipped = cfg.get("skipped_runs") or []
     if skipped:
         lines += ["Preset runs not run here:", ""] + [f"- {s}" for s in skipped] + [""]
-    lines += bench_section(d) + health_report.monitor_lines(d)
+    lines += bench_section(d, root) + health_report.monitor_lines(d)
     return lines
 
 
@@ -194,27 +226,63 @@ def _rel(p: Path, root: Path) -> str:
     return os.path.relpath(p, root)
 
 
-def bench_section(d: Path) -> list[str]:
-    b, g = _read(d / "bench_step.csv"), _read(d / "bench_gemm.csv")
+def bench_section(d: Path, root: Path) -> list[str]:
+    b, g, k = _read(d / "bench_step.csv"), _read(d / "bench_gemm.csv"), _read(d / "bench_kernels.csv")
     lines = []
     if b is not None and len(b):
-        lines += ["Step cost (bench.py; modes interleaved, median step time). The FP8 runs include the bf16 "
-                  "emulation around their FP8 linears, so `vs bf16` is the cost of the FP8 casts alone:", "",
-                  "| d_model | run | ms/step | vs fp32 | vs bf16 | target (vs fp32) | met |",
-                  "|---|---|---|---|---|---|---|"]
-        ref = {p: b[b["precision"] == p].set_index("d_model")["step_time_s"] for p in ("fp32", "bf16")}
-        vs = lambda r, p: f"{r.step_time_s / ref[p][r.d_model]:.2f}x" if r.d_model in ref[p].index else ""  # noqa
-        for r in b.itertuples():
-            tgt = "" if pd.isna(r.target_ratio) else f"<= {r.target_ratio}"
-            met = "" if pd.isna(r.target_ratio) else ("yes" if str(r.meets_target).lower() == "true" else "**no**")
-            lines.append(f"| {r.d_model} | {r.run} | {r.step_time_s * 1e3:.1f} | {vs(r, 'fp32')} | {vs(r, 'bf16')} | "
-                         f"{tgt} | {met} |")
-        lines.append("")
+        lines += bench_step_lines(b, d, root)
     if g is not None and len(g):
-        lines += ["FP8 GEMM paths (one GEMM, best of up to 10):", "", "| op | shape | us | GFLOP/s |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r.op} | {r.m}x{r.k}x{r.n} | {r.time_us:,.0f} | {r.gflops:.2f} |" for r in g.itertuples()] + [""]
+        lines += ["GEMM paths (one GEMM per path and shape, best of the timed calls; "
+                  f"{g['timing'].iloc[0]}):", "", "| op | M x K x N | us | TFLOP/s |", "|---|---|---|---|"]
+        lines += [f"| {r.op} | {r.m}x{r.k}x{r.n} | {r.time_us:,.1f} | {r.tflops:.3g} |" for r in g.itertuples()] + [""]
+    if k is not None and len(k):
+        lines += ["Launch proxy (bench.py --parts kernels, CPU): kernels Inductor generates for one compiled "
+                  "block's FP8 forward + backward, and operators the eager scale update dispatches for that "
+                  "block's 6 FP8 linears. The shared scaling state makes the update one batched operation "
+                  "whatever the number of layers; the saved column-major FP8 copies remove the backward's "
+                  "re-layout passes:", "", "| fp8_linear.py | Inductor kernels | scale-update operators |",
+                  "|---|---|---|"]
+        lines += [f"| {r.fp8_linear_version} | {r.inductor_kernels} | {r.update_ops} |" for r in k.itertuples()]
+        lines.append("")
     return lines
+
+
+def bench_step_lines(b: pd.DataFrame, d: Path, root: Path) -> list[str]:
+    gpu = str(b["cuda_version"].iloc[0]) not in ("none", "nan")
+    ref_prec = "bf16" if gpu else "fp32"
+    ref = b[b["precision"] == ref_prec].set_index("d_model")["step_time_s"]
+    lines = [f"Step cost (bench.py, {b['n_layers'].iloc[0]} blocks, {b['tokens_per_step'].iloc[0]} tokens/step; "
+             + ("modes one after another, CUDA events, median step" if gpu else
+                "modes interleaved, median step; the FP8 runs include the bf16 emulation around their FP8 linears")
+             + "):", "", f"| d_model | run | compiled | ms/step | model TFLOP/s | vs {ref_prec} | kernels/step | "
+             "target | met |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in b.itertuples():
+        vs = f"{r.step_time_s / ref[r.d_model]:.2f}x" if r.d_model in ref.index else ""
+        tgt = "" if pd.isna(r.target_ratio) else f"<= {r.target_ratio} vs fp32"
+        met = "" if pd.isna(r.target_ratio) else ("yes" if str(r.meets_target).lower() == "true" else "**no**")
+        kern = "" if pd.isna(r.kernels_per_step) else f"{int(r.kernels_per_step)}"
+        comp = "yes" if str(r.compiled).lower() == "true" else "no"
+        lines.append(f"| {r.d_model} | {r.run} | {comp} | {r.step_time_s * 1e3:.2f} | {r.model_tflops:.3g} | {vs} | "
+                     f"{kern} | {tgt} | {met} |")
+    lines.append("")
+    if gpu and b["d_model"].nunique() > 1:
+        sweep = b.rename(columns={"precision_backend": "backend"})
+        lines += [f"![crossover]({_rel(plot_sweep(sweep, d, describe_runs(b)), root)})", ""]
+        lines += crossover_lines(b)
+    return lines
+
+
+def crossover_lines(b: pd.DataFrame) -> list[str]:
+    """The smallest hidden size from which each FP8 mode is faster than BF16 at every larger size measured."""
+    ref = b[b["precision"] == "bf16"].set_index("d_model")["step_time_s"]
+    out = []
+    for run, g in b[b["precision"] != "bf16"].groupby("run", sort=False):
+        g = g.set_index("d_model").sort_index()
+        wins = [dm for dm in g.index if dm in ref.index and g.loc[dm, "step_time_s"] < ref[dm]]
+        first = next((dm for dm in g.index if all(x in wins for x in g.index if x >= dm)), None)
+        out.append(f"- {run}: " + (f"faster than BF16 from hidden {first} on" if first is not None else
+                                   "not faster than BF16 at any measured size"))
+    return out + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,15 +300,23 @@ def main(argv: list[str] | None = None) -> int:
             sections += preset_section(d, out.parent)
         sections += health_report.section(d, out.parent)
     gpu_runs = [d.name for d in dirs if _is_gpu(d)]
+    ran = sorted({b for d in dirs for b in _backends(d)} & {"te", "torchao"})
+    not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao")) if key not in ran]
     head = ["# fp8-train report", "",
-            "Generated by `report.py` from the CSVs in `results/`; definitions are in its docstring. "
-            "TransformerEngine and torchao paths are written against their documentation and have not been run "
-            "(neither is installed where these results were taken).", "",
+            "Generated by `report.py` from the CSVs in `results/`; definitions are in its docstring."
+            + (f" {' and '.join(not_ran)}: written against the documentation, no run of it is in these results."
+               if not_ran else ""), "",
             "GPU runs: " + (", ".join(gpu_runs) if gpu_runs else "**none yet** -- no GPU number appears below; "
-                           "`make fp8-train GPU=h100` on an H100/H200 adds them."), ""]
+                           "`make fp8-train GPU=h100` on an H100/H200 adds them. Against the GPU targets ("
+                           + "; ".join(TARGETS) + "): not measured."), ""]
     out.write_text("\n".join(head + sections).rstrip() + "\n")
     print(f"wrote {out.name} ({len(dirs)} result folders)")
     return 0
+
+
+def _backends(d: Path) -> set[str]:
+    steps = _read(d / "steps.csv")
+    return set() if steps is None or "precision_backend" not in steps else set(steps["precision_backend"])
 
 
 def _is_gpu(d: Path) -> bool:

@@ -13,7 +13,7 @@ policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard
 Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
 backend auto|te|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
     cpu        tiny GPT, fp32 / bf16 (emulated) x3 seeds / fp8 native + emulated / mxfp8, nvfp4 emulated
-    h100 h200  hidden 2048, 8 layers, 8K tokens/step, torch.compile; fp8 native, torchao, te; sweep 512-4096
+    h100 h200  hidden 4096, 8 layers, 8K tokens/step, blocks compiled; bf16 x2 seeds, fp8 torchao, te, native
     a100       no FP8 hardware: fp32 vs bf16 vs fp16 + GradScaler
     b200       the h100 set plus mxfp8 and nvfp4 through TransformerEngine
 Preset runs whose backend is missing are skipped with the reason; a backend you name yourself
@@ -100,8 +100,9 @@ def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):
 
 def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, prov: dict) -> None:
     """Tokens/s of bf16 vs each FP8 backend across hidden sizes: where FP8 starts to pay (GPU presets)."""
-    w = ResultsWriter(out / "sweep.csv", ["d_model", "n_layers", "run", "precision", "backend", "tokens_per_s",
-                                          "step_time_s", "peak_mem_MiB", "tokens_per_step"],
+    w = ResultsWriter(out / "sweep.csv", ["d_model", "n_layers", "run", "precision", "precision_backend",
+                                          "compiled", "tokens_per_s", "step_time_s", "peak_mem_MiB",
+                                          "tokens_per_step"],
                       key=["d_model", "run"], provenance=prov, enabled=env.is_main)
     for d in cfg.sweep_hidden or ():
         mcfg = GPTConfig(vocab_size=data.vocab_size, seq_len=cfg.seq_len, d_model=d, n_layers=4,
@@ -114,14 +115,23 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
             t = sorted(times[cfg.sweep_steps // 2:])[len(times[cfg.sweep_steps // 2:]) // 2]  # median, warm half
-            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, backend=prep.backend,
+            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend,
+                       compiled=prep.compiled,
                        tokens_per_s=tr.tokens_per_step / t, step_time_s=t, tokens_per_step=tr.tokens_per_step,
                        peak_mem_MiB=torch.cuda.max_memory_allocated() / 2**20 if env.device.type == "cuda" else None)
             w.write(row)
             print0(f"sweep d_model={d:5d} {spec.name:22s} {row['tokens_per_s']:12,.0f} tokens/s")
             del tr, prep
-            if env.device.type == "cuda":
-                torch.cuda.empty_cache()  # the next size starts from a clean allocator
+            free_memory(env.device)  # the next size starts from a clean allocator
+
+
+def free_memory(device: torch.device) -> None:
+    """Drop what the last run left: compiled graphs (they hold the model), garbage, cached blocks."""
+    import gc
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 @functools.lru_cache(maxsize=2)
@@ -141,7 +151,8 @@ def writers_for(out: Path, env: DistInfo, prov: dict, cfg_json: dict, resume: bo
 
 
 def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
-            ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> None:
+            ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> Path | None:
+    """Train one run to its end (or its stop); returns its checkpoint path when it keeps one."""
     prep = build(cfg, spec, mcfg, env)
     print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
            "".join(f"; {n}" for n in prep.notes))
@@ -158,7 +169,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     elif cfg.resume and writers.steps.done({"run": spec.name, "step": 0}):
         if writers.steps.done({"run": spec.name, "step": cfg.steps - 1}):
             print0("   complete, nothing to resume")
-            return
+            return None
         raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
                                          f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
                                          "rerun without --resume")
@@ -167,6 +178,13 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         if cfg.on_nan == "rollback":
             tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
     loop.run(start, stop)
+    return ckpt
+
+
+def prune_checkpoints(done: list[Path], keep: int) -> None:
+    """Delete the checkpoints of completed runs beyond the newest `keep` (a big model's is ~19 GB)."""
+    for path in done[:max(0, len(done) - keep)]:
+        path.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +216,7 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
         except (ValueError, backends.BackendUnavailable) as e:
             fail(str(e), 2)
         mcfg = dataclasses.replace(mcfg, vocab_size=data.vocab_size)
-        out = Path(cfg.out) if cfg.out else LAB / "results" / preset.name
+        out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
         ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
         cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
                     data.fingerprint, "skipped_runs": skipped}
@@ -208,10 +226,12 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
             fail(str(e), 2)
         for note in skipped:
             print0(f"skipped {note}")
+        completed: list[Path] = []
         with checkpoint.GracefulStop() as stop:
             for spec in specs:
                 try:
-                    run_one(cfg, spec, mcfg, env, data, writers, out, ckpt_dir, preset.peak_tflops("bf16"), stop)
+                    ckpt = run_one(cfg, spec, mcfg, env, data, writers, out, ckpt_dir, preset.peak_tflops("bf16"),
+                                   stop)
                 except checkpoint.CheckpointError as e:
                     fail(str(e), 2)
                 except Preempted as e:
@@ -220,6 +240,10 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
                 except StopRun as e:
                     print0(f"{spec.name}: {e}")
                     return 3
+                if ckpt is not None and env.is_main:
+                    completed.append(ckpt)
+                    prune_checkpoints(completed, cfg.keep_ckpts)
+                free_memory(env.device)
         if env.is_main and len(specs) > 1:
             import dashboard
             dashboard.write([(out, s.name, None) for s in specs], out / "dashboard.html",

@@ -91,13 +91,93 @@ def test_current_scaling_and_nan(batch):
     assert torch.isnan(y).any()  # a NaN input must reach the loss (NaN detection depends on it)
 
 
+def test_native_gemm_operands_have_the_layouts_cublaslt_wants(batch, monkeypatch):
+    """cuBLASLt's FP8 GEMM on Hopper takes `a` row-major and `b` column-major only: check every call."""
+    import fp8_linear
+    seen = []
+    real = fp8_linear.scaled_mm
+
+    def spy(a8, b8, *args, **kw):
+        seen.append((a8.shape, a8.stride(), b8.shape, b8.stride()))
+        return real(a8, b8, *args, **kw)
+
+    monkeypatch.setattr(fp8_linear, "scaled_mm", spy)
+    x, dy = batch
+    _, fp8 = make("native")
+    step(fp8, x, dy)
+    assert len(seen) == 3  # y = x W^T, dx = dy W, dW = dy^T x
+    for a_shape, a_stride, b_shape, b_stride in seen:
+        assert a_stride == (a_shape[1], 1), (a_shape, a_stride)  # row-major
+        assert b_stride == (1, b_shape[0]), (b_shape, b_stride)  # column-major
+    assert [(a[0], b[1]) for a, _, b, _ in seen] == [(64, 48), (64, 64), (48, 64)]  # (M,N), (M,K), (N,K)
+
+
+def test_scale_update_is_one_batched_operation_for_any_number_of_layers():
+    """All FP8 linears of a model share one state: the update dispatches as many ops for 6 layers as for 1."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fp8_linear import share_scaling_state
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for n in (1, 6):
+        model = nn.Sequential(*[Fp8Linear(nn.Linear(16, 16, bias=False), "emulated") for _ in range(n)])
+        share_scaling_state(model)
+        layers = [m for m in model if isinstance(m, Fp8Linear)]
+        with Count() as c:
+            update_scales(layers)
+        counts.append(c.n)
+        assert [m.slot for m in layers] == list(range(n))
+        assert set(model.state_dict()) == {f"{i}.weight" for i in range(n)} | {"fp8_scaling.history",
+                                                                                  "fp8_scaling.scale"}
+    assert counts[0] == counts[1], counts
+
+
+def test_shared_state_gives_the_same_training_as_separate_states(batch):
+    from fp8_linear import share_scaling_state
+    x, dy = batch
+    outs = []
+    for shared in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(Fp8Linear(nn.Linear(64, 64), "emulated"), Fp8Linear(nn.Linear(64, 48), "emulated"))
+        if shared:
+            share_scaling_state(model)
+        layers = list(model)[:2]
+        for _ in range(3):
+            model.zero_grad()
+            for m in layers:
+                x_in = x if m is layers[0] else out
+                out = m(x_in)
+            out.backward(dy)
+            update_scales(layers)
+        outs.append([t.clone() for m in layers for t in (m.scale_fwd, m.scale_bwd, m.amax_history_fwd, m.weight.grad)])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.gpu
 def test_native_on_gpu_matches_cpu_emulation(batch):
+    """The GPU FP8 GEMM against the exact FP8 arithmetic on the CPU, within the tensor cores' accumulation error.
+
+    H100 FP8 tensor cores accumulate in fewer bits than fp32 (about 14 in the forward's fast-accumulation
+    mode), so the error scales with the result, not a fixed 1e-6: relative to each tensor's largest
+    value, 3e-3 as PyTorch's own test_scaled_mm_vs_emulated allows, and an SQNR of at least 50 dB.
+    """
     x, dy = batch
     _, gpu = make("native", "current", device="cuda")
     _, cpu = make("emulated", "current")
     with torch.no_grad():
         gpu.weight.copy_(cpu.weight)
         gpu.bias.copy_(cpu.bias)
-    for a, b in zip(step(gpu, x.cuda(), dy.cuda()), step(cpu, x, dy)):
-        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-6)
+    for name, a, b in zip(("y", "dx", "dW", "db"), step(gpu, x.cuda(), dy.cuda()), step(cpu, x, dy)):
+        a = a.cpu()
+        torch.testing.assert_close(a, b, rtol=0, atol=3e-3 * b.abs().max().item(), msg=name)
+        assert sqnr_db(b, a) > 50, (name, sqnr_db(b, a))

@@ -70,4 +70,4 @@ def test_fp8_linear_follows_the_recipe():
     scrub_histories([lin])
     assert torch.isfinite(lin.amax_history_bwd).all()
     sd = lin.state_dict()  # scaling state travels with the weights (checkpoints, rollback)
-    assert {"amax_history_fwd", "scale_fwd", "amax_history_bwd", "scale_bwd", "weight"} <= set(sd)
+    assert {"scaling.history", "scaling.scale", "weight"} <= set(sd)

@@ -10,6 +10,7 @@ import torch
 
 import report
 import train
+from common.dist import distributed
 from common.model import GPT, GPTConfig
 from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
 
@@ -54,7 +55,7 @@ def test_every_mode_trains(tmp_path, capsys):
     first = steps[(steps.step == 0) & (steps.seed == 0)].set_index("run")["loss"]
     assert (first - first["fp32-s0"]).abs().max() < 0.05  # same weights, same batch: only arithmetic differs
     assert first["bf16-s0"] != first["fp32-s0"]  # ... and the arithmetic does differ
-    auto = steps[steps.run == "fp8-auto-s0"]["backend"].unique().tolist()
+    auto = steps[steps.run == "fp8-auto-s0"]["precision_backend"].unique().tolist()
     assert auto == ["native"]  # auto records what it chose (torch._scaled_mm works on CPU)
     fp8 = pd.read_csv(tmp_path / "results" / "cpu" / "fp8.csv")
     nat = fp8[fp8.run == "fp8-native-s0"]
@@ -136,3 +137,28 @@ def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
     assert one_loss == pytest.approx(l0, abs=2e-3)
     assert s0 == one_scales  # max over ranks of each shard's amax == the global batch's amax
     assert r0 == r1 == l0[3]  # restored from the full-state checkpoint: step 3 again, bit for bit
+
+
+def test_activation_ranges_are_measured_under_compile():
+    """Compiled blocks keep their activation hooks for the whole run: act_amax is real on every health step.
+
+    aot_eager traces exactly what Inductor would compile (Dynamo + AOTAutograd) without generating code.
+    """
+    from precision import PrecisionSettings, prepare
+    from trainer import Trainer
+    cfg = train.with_preset(train.Config(gpu="cpu", steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
+                                         lr=1e-2, warmup=1, health_every=5, stats_every=0), "cpu", True)
+    mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2)
+    spec = RunSpec("fp8", "native", 0)
+    with distributed(device="cpu") as env:
+        prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
+        assert prep.compiled
+        tr = Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), mcfg)
+        seen = {}
+        for s in range(11):
+            tr.train_step(s)
+            if s % 5 == 0:
+                seen[s] = [v["act_amax"] for k, v in tr.layer_stats.items() if "act_amax" in v]
+    assert set(seen) == {0, 5, 10}
+    for s, amaxes in seen.items():
+        assert len(amaxes) == 6 and min(amaxes) > 0, (s, amaxes)
