@@ -52,6 +52,8 @@ def git_commit() -> str:
     Without a usable git checkout, DT_GIT_COMMIT (set by whoever copied the tree) names it.
     """
     from_env = os.environ.get("DT_GIT_COMMIT", "").strip()
+    if from_env:  # whoever copied the tree knows its commit; a copied .git may be stale
+        return from_env
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=10).stdout.strip()
