@@ -21,6 +21,7 @@ from busbw import COLLECTIVES
 from common.config import parse_config
 from common.hardware import PRESETS
 from common.plotting import describe_runs, log2_size_axis, new_figure, save
+import collectives as C
 from fit import fit_alpha_beta, wire_factor
 from published import matching
 
@@ -46,14 +47,13 @@ def num(x: float) -> str:
 
 
 def load(results: Path, pattern: str = "sweep_*.csv") -> pd.DataFrame:
-    frames = [pd.read_csv(p) for p in sorted(results.glob(pattern))]
+    frames = [pd.read_csv(p, dtype={"git_commit": str}) for p in sorted(results.glob(pattern))]
     if not frames:
         return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)
-    # A row that moved no data (one rank, in place) has a time but no bandwidth; sweeps written before the
-    # column existed moved data in every row (they ran on >= 2 ranks).
-    moves = df["moves_data"].astype(str).str.lower() if "moves_data" in df else pd.Series("", index=df.index)
-    df["moves_data"] = ~moves.isin(["false", "0"])
+    # A row that moved no data (one rank, in place) has a time but no bandwidth; files without the column
+    # (older sweeps, overhead.py) get it from the collective and the world size.
+    df["moves_data"] = [C.moves_data(c, int(n)) for c, n in zip(df["collective"], df["world_size"])]
     df["run"] = [f"{r.preset} {r.world_size} rank{'s' if r.world_size > 1 else ''}"
                  + (f" on {r.nnodes} nodes" if r.nnodes > 1 else "") + f", {r.backend}, {r.dtype}"
                  for r in df[RUN].itertuples()]
@@ -159,18 +159,27 @@ def overhead_section(ov: pd.DataFrame) -> list[str]:
         return ["Not measured yet: `make allreduce-bench-overhead` writes results/overhead_<hw>_ws<N>.csv."]
     lines = ["overhead.py times each size both ways in one job: ratio = bare time / our time, the median over "
              "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
-             "| run | collective | sizes | median ratio | worst size | rounds' spread |", "|---|---|---|---|---|---|"]
+             "| run | collective | sizes | median ratio | worst size | >= 0.97 from | rounds' spread |",
+             "|---|---|---|---|---|---|---|"]
     if (ov.backend == "gloo").any():
         lines[2:2] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
                      "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
                      "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
                      "GPU runs, where CUDA events time the device and ranks do not share cores"
                      + ("" if (ov.backend == "nccl").any() else "; none has been measured yet") + ".", ""]
-    for (run, coll), g in ov.groupby(["run", "collective"], sort=False):
+    for (run, coll), g in ov[ov.moves_data].groupby(["run", "collective"], sort=False):
+        g = g.sort_values("size_bytes")
         worst = g.loc[g.ratio.idxmin()]
         sizes = f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}"
+        ok = [s for s in g.size_bytes if (g[g.size_bytes >= s].ratio >= 0.97).all()]
         lines.append(f"| {run.rsplit(',', 1)[0]} | {coll} | {sizes} | {g.ratio.median():.3f} | {worst.ratio:.3f} at "
-                     f"{size_str(worst.size_bytes)} | {g.ratio_min.min():.2f}..{g.ratio_max.max():.2f} |")
+                     f"{size_str(worst.size_bytes)} | {size_str(ok[0]) if ok else 'never'} | "
+                     f"{g.ratio_min.min():.2f}..{g.ratio_max.max():.2f} |")
+    idle = ov[~ov.moves_data]
+    if len(idle):
+        lines += ["", "Left out: " + ", ".join(sorted(set(f"{c} on {n} rank" for c, n in zip(idle.collective,
+                                                                                            idle.world_size))))
+                  + " (in place on one rank: no data moves, so both timings are launch overhead, not a transfer)."]
     return lines
 
 

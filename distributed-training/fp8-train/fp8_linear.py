@@ -44,6 +44,7 @@ scaling state lives in buffers and so travels with model.state_dict() (checkpoin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -108,17 +109,35 @@ def scaled_mm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: to
               fast_accum: bool = False) -> torch.Tensor:
     """Tensorwise-scaled FP8 GEMM: (a8 * inv_a) @ (b8 * inv_b), a8 (M,K), b8 (K,N) -> (M,N) in out_dtype.
 
-    torch.nn.functional.scaled_mm is the public form of torch._scaled_mm (torch >= 2.10); both take
-    the *dequantization* scales. Prefer it: on the CPU wheel the private op falls back to a
-    reference kernel that measured ~1000x slower here (bench.py records both), while the public
-    one reaches oneDNN. On CUDA both are the same cuBLASLt FP8 GEMM.
+    Both torch._scaled_mm and its public form torch.nn.functional.scaled_mm (torch >= 2.10) take the
+    *dequantization* scales. On CUDA the private op is the one to call: it is the same cuBLASLt FP8
+    GEMM, and TorchDynamo traces it, where torch 2.11 cannot trace the public op's _scaled_mm_v2 and
+    breaks the compiled graph at every GEMM (measured: the native layer at 0.6x torchao's speed). On
+    the CPU wheel the public op reaches oneDNN while the private one falls back to a reference kernel
+    ~1000x slower (bench.py records both); torch 2.11's CPU build has no public kernel at all, so the
+    private one is the fallback there.
     """
-    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+    if a8.is_cuda:
+        return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    if _public_scaled_mm_on_cpu():
         tw = F.ScalingType.TensorWise
-        return F.scaled_mm(a8, b8, inv_a.reshape(1), tw, inv_b.reshape(1), tw, output_dtype=out_dtype,
-                           use_fast_accum=fast_accum and a8.is_cuda)
-    kw = {"use_fast_accum": fast_accum} if a8.is_cuda else {}
-    return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype, **kw)
+        return F.scaled_mm(a8, b8, inv_a.reshape(1), tw, inv_b.reshape(1), tw, output_dtype=out_dtype)
+    return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def _public_scaled_mm_on_cpu() -> bool:
+    """Does this torch build run torch.nn.functional.scaled_mm on the CPU? (probed once)"""
+    if not (hasattr(F, "scaled_mm") and hasattr(F, "ScalingType")):
+        return False
+    a = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    one = torch.ones(1)
+    try:
+        tw = F.ScalingType.TensorWise
+        F.scaled_mm(a, a.t(), one, tw, one, tw, output_dtype=torch.float32)
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
 
 
 def _gemm(a8: torch.Tensor, b8: torch.Tensor, inv_a: torch.Tensor, inv_b: torch.Tensor, engine: str,

@@ -20,7 +20,7 @@ EVENT_STYLE = {"grad_spike": ("tab:orange", "^"), "nonfinite": ("tab:red", "X"),
 
 
 def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
+    return pd.read_csv(path, dtype={"git_commit": str}) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
 
 
 def _rel(p: Path, root: Path) -> str:

@@ -187,14 +187,15 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     # backward. Every other low-precision path scales dynamically: hooks record the amaxes.
     keeps_state = spec.precision == "fp8" and (backend in ("native", "emulated") or
                                                (backend == "te" and s.scaling == "delayed"))
+    will_compile = s.compile and backend != "te"  # TE modules run eagerly (below)
     if spec.precision in LOW and not keeps_state:
         mods = [(n, model.get_submodule(n)) for n in names]
         if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
             gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
-            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current", backward=not s.compile)
+            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current", backward=not will_compile)
         else:
             fmax = backends.BLOCK_MAX[spec.precision]
-            probe = backends.AmaxProbe(mods, fmax, fmax, "derived", backward=not s.compile)
+            probe = backends.AmaxProbe(mods, fmax, fmax, "derived", backward=not will_compile)
     hp_ctx: Callable[[], ContextManager] = nullcontext
     if hp is not None:
         if cpu:

@@ -28,7 +28,7 @@ ROLE_STYLE = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:re
 
 
 def _read(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(path) if path.exists() and path.stat().st_size > 0 else None
+    return pd.read_csv(path, dtype={"git_commit": str}) if path.exists() and path.stat().st_size > 0 else None
 
 
 def summarize(steps: pd.DataFrame) -> pd.DataFrame:
@@ -65,9 +65,10 @@ def verdict(row, band) -> str:
     return f"outside ({row.final_val - (hi if row.final_val > hi else lo):+.4f} from band)"
 
 
-def table(summary: pd.DataFrame, band, device_is_gpu: bool) -> list[str]:
-    bf16 = summary[(summary["precision"] == "bf16")]["tokens_per_s"]
-    base = bf16.iloc[0] if len(bf16) else math.nan
+def table(summary: pd.DataFrame, band, device_is_gpu: bool, pool: pd.DataFrame) -> list[str]:
+    """`pool`: this folder's runs plus same-model BF16 runs of sibling folders (the BF16 reference)."""
+    bf16 = pool[(pool["precision"] == "bf16")]["tokens_per_s"]
+    base = bf16.median() if len(bf16) else math.nan
     mem_head = "peak memory (MiB)" if device_is_gpu else "saved activations (MiB)"
     # MFU against the BF16 peak, for BF16/FP16 runs only (torchtitan skips it for FP8); targets: >= 50% BF16
     # MFU and FP8/BF16 tokens/s >= 1.3 at the h100 preset (issue 6).
@@ -87,11 +88,12 @@ TARGETS = ("FP8 (torchao) / BF16 tokens/s >= 1.3 at hidden 4096", "native FP8 wi
            "BF16 MFU >= 50%", "TE FP8 / BF16 tokens/s >= 1.3 at hidden 4096")
 
 
-def targets(summary: pd.DataFrame, d_model: int) -> list[str]:
+def targets(summary: pd.DataFrame, pool: pd.DataFrame, d_model: int) -> list[str]:
     """The GPU targets (issues 6, 12, 14) against this preset's runs; 'not measured' where a run is missing."""
     tps = lambda prec, be: summary[(summary.precision == prec) & (summary.backend == be)]["tokens_per_s"]  # noqa
-    bf16, ao, nat, te = tps("bf16", "torch"), tps("fp8", "torchao"), tps("fp8", "native"), tps("fp8", "te")
-    mfu = summary[summary.precision == "bf16"]["mfu"].dropna()
+    ao, nat, te = tps("fp8", "torchao"), tps("fp8", "native"), tps("fp8", "te")
+    bf16 = pool[pool.precision == "bf16"]["tokens_per_s"]
+    mfu = pool[pool.precision == "bf16"]["mfu"].dropna()
     base = bf16.median() if len(bf16) else math.nan
 
     def row(name, value, ok, fmt):
@@ -169,9 +171,30 @@ def fp8_table(fp8: pd.DataFrame) -> list[str]:
     for (run, role), g in fp8.groupby(["run", "role"], sort=False):
         u, s = g["underflow_frac"].dropna(), g["saturation_frac"].dropna()
         f = lambda x, fn: f"{fn(x):.2%}" if len(x) else "n/a"  # noqa: E731
-        out.append(f"| {run} | {role} | {g['format'].iloc[0]} | {g['scale'].median():.3g} | {g['scale'].min():.3g} | "
+        sc = g["scale"].dropna()
+        if sc.empty:  # compiled dynamic-scaling runs: no backward hooks, so no gradient amax was recorded
+            out.append(f"| {run} | {role} | {g['format'].iloc[0]} | not recorded | | | | |")
+            continue
+        out.append(f"| {run} | {role} | {g['format'].iloc[0]} | {sc.median():.3g} | {sc.min():.3g} | "
                    f"{f(u, pd.Series.mean)} | {f(u, pd.Series.max)} | {f(s, pd.Series.max)} |")
     return out
+
+
+MODEL_KEY = ["hardware", "d_model", "n_layers", "seq_len", "tokens_per_step"]
+
+
+def sibling_bf16(d: Path, steps: pd.DataFrame) -> pd.DataFrame:
+    """BF16 runs of the same model, hardware and length in other result folders (another invocation of the
+    same preset, e.g. the TransformerEngine runs made after the main ones): more samples for the noise band."""
+    key, last = steps[MODEL_KEY].iloc[0].tolist(), steps["step"].max()
+    out = []
+    for other in sorted(p for p in d.parent.iterdir() if p.is_dir() and p != d):
+        s = _read(other / "steps.csv")
+        if s is None or s.empty or s[MODEL_KEY].iloc[0].tolist() != key or s["step"].max() != last:
+            continue
+        bf = s[s["precision"] == "bf16"]
+        out.append(bf.assign(run=bf["run"] + f" ({other.name})"))
+    return pd.concat(out, ignore_index=True) if out else steps.iloc[0:0]
 
 
 def preset_section(d: Path, root: Path) -> list[str]:
@@ -182,7 +205,9 @@ def preset_section(d: Path, root: Path) -> list[str]:
     gpu = _is_gpu(d)
     footer = describe_runs(steps, {"tokens/step": int(steps["tokens_per_step"].iloc[0])})
     summary = summarize(steps)
-    band = noise_band(summary)
+    sib = sibling_bf16(d, steps)
+    pool = pd.concat([summary, summarize(sib)], ignore_index=True) if len(sib) else summary
+    band = noise_band(pool)
     lines = [f"## Preset `{d.name}`: {steps['hardware'].iloc[0]}", "",
              f"Model: d_model {steps['d_model'].iloc[0]}, n_layers {steps['n_layers'].iloc[0]}, "
              f"seq {steps['seq_len'].iloc[0]}, {steps['tokens_per_step'].iloc[0]} tokens/step, "
@@ -196,13 +221,16 @@ def preset_section(d: Path, root: Path) -> list[str]:
                   "is the activations autograd saved for backward (no allocator counters on CPU); the emulation's "
                   "own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native keeps "
                   "FP8 bytes): a memory comparison that means something needs a GPU run.", ""]
-    lines += table(summary, band, gpu) + [""]
+    lines += table(summary, band, gpu, pool) + [""]
     if gpu:
         lines += ["Targets (tokens/s: median after the first 10% of steps; MFU against the BF16 dense peak, "
-                  "BF16 runs only):", ""] + targets(summary, int(steps["d_model"].iloc[0]))
+                  "BF16 runs only; the BF16 reference includes same-model runs of sibling folders):", ""]
+        lines += targets(summary, pool, int(steps["d_model"].iloc[0]))
     if band:
-        lines += [f"BF16 noise band (final val loss over {int((summary.precision == 'bf16').sum())} seeds): "
-                  f"[{band[0]:.4f}, {band[1]:.4f}].", ""]
+        others = sorted(set(sib["run"])) if len(sib) else []
+        lines += [f"BF16 noise band (final val loss over {int((pool.precision == 'bf16').sum())} BF16 runs"
+                  + (f", including {', '.join(others)} from a sibling folder of the same model" if others else "")
+                  + f"): [{band[0]:.4f}, {band[1]:.4f}].", ""]
     lines += [f"![loss curves]({_rel(plot_loss(steps, summary, d, footer), root)})", ""]
     if fp8 is not None and len(fp8):
         lines += ["Per-tensor FP8 scales over steps (one line per module, colour = role) and how well they fit:", "",
@@ -211,7 +239,7 @@ def preset_section(d: Path, root: Path) -> list[str]:
     if sweep is not None and len(sweep):
         lines += [f"![crossover]({_rel(plot_sweep(sweep, d, describe_runs(sweep)), root)})", ""]
     elif not gpu:
-        lines += ["Hidden-size crossover: GPU presets only; no GPU run exists yet.", ""]
+        lines += ["Hidden-size crossover: measured on GPU presets only (bench.py at hidden 1024-8192).", ""]
     bad = steps[steps["nonfinite"].astype(str).str.lower() == "true"]
     lines += ["NaN/Inf steps: " + ("none." if bad.empty else ", ".join(f"{r.run} step {r.step}" for r in
                                                                         bad.itertuples())), ""]

@@ -21,7 +21,7 @@ MiB = 2**20
 
 def read(pattern: str) -> pd.DataFrame:
     files = sorted(RES.glob(pattern))
-    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True) if files else pd.DataFrame()
+    return pd.concat([pd.read_csv(f, dtype={"git_commit": str}) for f in files], ignore_index=True) if files else pd.DataFrame()
 
 
 def table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:

@@ -68,7 +68,7 @@ def test_every_mode_trains(tmp_path, capsys):
     assert report.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "| fp8-native-s0 | fp8 | native |" in text and "BF16 noise band" in text
-    assert "no GPU run exists yet" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
+    assert "GPU runs: **none yet**" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
 
 
 @pytest.mark.parametrize("args, expect", [
