@@ -84,7 +84,8 @@ def status(backend: str, precision: str, device: torch.device) -> tuple[bool, st
         if device.type != "cuda":
             return False, "TransformerEngine needs a CUDA GPU; use --fp8-backend native or emulated on this machine"
         ok, reason = _te_check(te, need)
-        return ok, (f"TransformerEngine {getattr(te, '__version__', '?')}, {need} available" if ok else
+        version = getattr(importlib.import_module("transformer_engine"), "__version__", "?")
+        return ok, (f"TransformerEngine {version}, {need} available" if ok else
                     f"TransformerEngine cannot run {need} on this GPU ({reason}); use --fp8-backend emulated")
     if precision != "fp8":
         return False, f"{precision} runs through --fp8-backend te (Blackwell) or emulated, not {backend}"
