@@ -27,10 +27,9 @@ import torch
 import collectives as C
 from bench import LAB_DIR, Config as BenchConfig, resolve, time_collective
 from common.config import config_dict, parse_config, parse_size
-from common.dist import DistInfo, distributed, print0
+from common.dist import DistInfo, distributed, print0, reduce_across_ranks
 from common.hardware import CHOICES
 from common.results import ResultsWriter, provenance
-from common.timing import reduce_across_ranks
 
 COLUMNS = ["collective", "size_bytes", "dtype", "preset", "iters", "ours_us", "bare_us", "ratio", "ratio_min",
            "ratio_max", "rounds"]
