@@ -46,7 +46,7 @@ import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
 from common.config import config_dict, format_size, parse_config, parse_size
 from common.dist import DistInfo, distributed, fail, from_rank0, print0
-from common.hardware import CHOICES, GPUPreset, get_preset
+from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import Timing, time_iterations
 
@@ -106,8 +106,7 @@ class Config:
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     """Preset and default size range for this machine: bad input raises ValueError (exit 2)."""
     preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    device_kind(preset)
     max_bytes = DEFAULT_MAX["cpu" if preset.name == "cpu" else "gpu"] if cfg.max_bytes == "auto" else cfg.max_bytes
     if parse_size(max_bytes) < parse_size(cfg.min_bytes):
         raise ValueError(f"size range reversed: --min-bytes {cfg.min_bytes} > --max-bytes {max_bytes}")
@@ -117,8 +116,7 @@ def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
 def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
     if cfg.out:
         return Path(cfg.out)
-    nodes = f"_n{env.nnodes}" if env.nnodes > 1 else ""
-    return LAB_DIR / "results" / f"sweep_{preset.tag}_ws{env.world_size}{nodes}.csv"
+    return LAB_DIR / "results" / f"sweep_{preset.run_tag(env.world_size, env.nnodes)}.csv"
 
 
 def comm_env() -> dict[str, str]:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(2)
     ngpus = torch.cuda.device_count()
     env = DistInfo(0, 0, ngpus, ngpus, torch.device("cuda", 0), "nccl")
-    path = LAB_DIR / "results" / f"nccl_tests_{preset.tag}_ws{ngpus}.csv"
+    path = LAB_DIR / "results" / f"nccl_tests_{preset.run_tag(ngpus)}.csv"
     writer = ResultsWriter(path, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
                            config={**config_dict(cfg), "tool": BINARY})
     for dtype in cfg.dtypes:

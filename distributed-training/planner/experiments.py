@@ -16,6 +16,7 @@ import numpy as np
 
 import published
 from cluster import make_cluster
+from common import markdown
 from common.hardware import get_preset
 from degrees import NONE, SELECTIVE, Degrees
 from memory import memory_breakdown, model_state_bytes
@@ -63,8 +64,8 @@ def prose(text: str) -> str:
 
 
 def table(header: list[str], rows: list[list]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
-    return "\n".join(out + ["| " + " | ".join(str(x) for x in row) + " |" for row in rows])
+    """The guide's tables: the first column left-aligned, the numbers right (common/markdown.py)."""
+    return markdown.table(header, rows, align="l" + "r" * (len(header) - 1))
 
 
 def no_fit(res) -> str:
