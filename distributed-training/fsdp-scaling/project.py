@@ -89,7 +89,9 @@ def measured_network(preset: str, node_size: int, fallback: Network | None, acro
     except ValueError as e:  # a sweep that shows no bandwidth regime: say so, keep the table's figures
         print(f"note: allreduce-bench sweeps of {preset} not used: {e}")
         return fallback
-    return net.calibrated(source=f"allreduce-bench sweep_*.csv ({preset}), all_reduce fits: " + "; ".join(notes))
+    hardware = ", ".join(sorted(df["hardware"].astype(str).unique()))
+    return net.calibrated(source=f"allreduce-bench sweep_*.csv ({preset}; measured on {hardware}), all_reduce fits: "
+                          + "; ".join(notes))
 
 
 def comm_time_s(strategy: str, gcfg: GPTConfig, n: int, prec: mm.Precision, net: Network) -> float:
@@ -163,7 +165,7 @@ def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
         strong = g[g["mode"] == "strong"]["effective_batch"]
         out.append(Target(hw, model, parse_model(model), int(weak.iloc[0]) if len(weak) else 1,
                           strong_global or (int(strong.iloc[0]) if len(strong) else 1), per_seq,
-                          f"measured 1-rank step, scaling_{hw}.csv"))
+                          f"measured 1-rank step, scaling_{hw}.csv ({g['hardware'].iloc[0]})"))
     return out
 
 
