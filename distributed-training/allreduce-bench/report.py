@@ -89,49 +89,44 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
+def _per_collective(df: pd.DataFrame, path: Path, ylabel: str, draw, footer: str, log_y: bool = False) -> None:
+    """One panel per collective (2 x 3), size on a log2 axis; draw(ax, collective, run, rows) plots one run."""
     colls = [c for c in COLLECTIVES if c in set(df.collective)]
     fig, axes = new_figure(2, 3, sharex=True)
     for ax, coll in zip(axes.flat, colls):
-        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
-            g = g.sort_values("size_bytes")
-            one = g.world_size.iloc[0] == 1
-            ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
+        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):  # one-rank no-ops out
+            draw(ax, coll, run, g.sort_values("size_bytes"))
         ax.set_title(coll)
+        if log_y:
+            ax.set_yscale("log")
         log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
-        ax.set_ylabel("busbw (GB/s)")
+        ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(colls):]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("message size S")
     axes.flat[0].legend()
-    save(fig, path, footer=_footer(df) + ("  dashed: algbw of a 1-rank run (busbw is 0 there)"
-                                          if (df.world_size == 1).any() else ""))
+    save(fig, path, footer=_footer(df) + footer)
+
+
+def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
+    def draw(ax, coll, run, g):
+        one = g.world_size.iloc[0] == 1
+        ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
+    note = "  dashed: algbw of a 1-rank run (busbw is 0 there)" if (df.world_size == 1).any() else ""
+    _per_collective(df, path, "busbw (GB/s)", draw, note)
 
 
 def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
-    colls = [c for c in COLLECTIVES if c in set(df.collective)]
-    fig, axes = new_figure(2, 3, sharex=True)
-    for ax, coll in zip(axes.flat, colls):
-        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
-            g = g.sort_values("size_bytes")
-            err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
-            line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
-            fit = summ[(summ.run == run) & (summ.collective == coll)].fit.iloc[0]
-            if fit is not None:
-                s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
-                ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
-                        color=line[0].get_color(), lw=1)
-        ax.set_title(coll)
-        ax.set_yscale("log")
-        log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
-        ax.set_ylabel("time (us)")
-    for ax in list(axes.flat)[len(colls):]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("message size S")
-    axes.flat[0].legend()
-    save(fig, path, footer=_footer(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
+    def draw(ax, coll, run, g):
+        err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
+        line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
+        fit = summ[(summ.run == run) & (summ.collective == coll)].fit.iloc[0]
+        if fit is not None:
+            s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
+            ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
+                    color=line[0].get_color(), lw=1)
+    _per_collective(df, path, "time (us)", draw, "  dots: median, bars: min-max; lines: alpha-beta fit", log_y=True)
 
 
 def _footer(df: pd.DataFrame) -> str:
