@@ -122,8 +122,9 @@ def section_memory(a: pd.DataFrame) -> list[str]:
             f"Measured per-rank bytes of DDP, zero2, zero3 and HSDP differ from the ZeRO formula by at most "
             f"{worst:.2%} up to 128 ranks. Two effects the formula leaves out, both reproduced exactly by the "
             f"exact model (largest deviation over all rows {exact:.2%}): FSDP2's Shard(0) pads every tensor to "
-            "ceil(rows/N) rows per rank, which dominates once N exceeds this small model's dimensions (1024 "
-            "ranks, a 128-wide model); and ZeroRedundancyOptimizer gives each rank whole tensors, so its "
+            "ceil(rows/N) rows per rank, which dominates once N exceeds this small model's dimensions "
+            f"({int(a['world_size'].max())} ranks, a {a['model'].iloc[0].split('-')[0].removeprefix('d')}-wide "
+            "model); and ZeroRedundancyOptimizer gives each rank whole tensors, so its "
             "worst rank never holds less than the largest tensor's optimizer state and drifts above KΨ/N. The "
             "last two columns are FSDP's gathered-unit term (Zhao et al. 2023): the root plus one block for "
             "zero3 and HSDP, every unit for zero2 (its peak, not between steps).", "",
