@@ -31,7 +31,6 @@ import torch.distributed as dist
 from .dist import reduce_across_ranks
 
 
-
 @dataclass(frozen=True)
 class Timing:
     samples_s: tuple[float, ...]  # per timed iteration, already reduced across ranks
