@@ -209,17 +209,18 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
 
 def weak_scaling_anchor(p: pd.DataFrame) -> list[str]:
     """The published 8B FSDP weak-scaling run beside the projection's zero3 bounds (per-GPU rate kept)."""
-    lo, hi = (a.gpus for a in WEAK_SCALING_8B)
+    small, large = WEAK_SCALING_8B
+    lo, hi = small.gpus, large.gpus
     z = p[(p["strategy"] == "zero3") & (p["mode"] == "weak")].set_index("n_gpus")
     if not {lo, hi} <= set(z.index):
         return []
-    pub = WEAK_SCALING_8B[1].tokens_per_s_per_gpu / WEAK_SCALING_8B[0].tokens_per_s_per_gpu
-    kept = {b: z.loc[hi, f"efficiency_{b}"] / z.loc[lo, f"efficiency_{b}"] for b in ("no_overlap", "full_overlap")}
-    a, b = WEAK_SCALING_8B
-    rows = [[f"published: {a.setting} ({a.source})", f"{a.tokens_per_s_per_gpu:,.0f} tok/s/GPU",
-             f"{b.tokens_per_s_per_gpu:,.0f} tok/s/GPU", f"{pub:.1%}"]]
-    rows += [[f"PROJECTION, zero3, {b.replace('_', ' ')}", f"E = {z.loc[lo, f'efficiency_{b}']:.3f}",
-              f"E = {z.loc[hi, f'efficiency_{b}']:.3f}", f"{kept[b]:.1%}"] for b in kept]
+    pub = large.tokens_per_s_per_gpu / small.tokens_per_s_per_gpu
+    bounds = ("no_overlap", "full_overlap")
+    kept = {bound: z.loc[hi, f"efficiency_{bound}"] / z.loc[lo, f"efficiency_{bound}"] for bound in bounds}
+    rows = [[f"published: {small.setting} ({small.source})", f"{small.tokens_per_s_per_gpu:,.0f} tok/s/GPU",
+             f"{large.tokens_per_s_per_gpu:,.0f} tok/s/GPU", f"{pub:.1%}"]]
+    rows += [[f"PROJECTION, zero3, {bound.replace('_', ' ')}", f"E = {z.loc[lo, f'efficiency_{bound}']:.3f}",
+              f"E = {z.loc[hi, f'efficiency_{bound}']:.3f}", f"{kept[bound]:.1%}"] for bound in bounds]
     if pub < kept["no_overlap"]:
         verdict = ("The published run keeps less of its per-GPU rate than the projection keeps with no overlap at "
                    "all, so nothing here says how much communication that run hid: what the model leaves out "
@@ -267,8 +268,8 @@ def main() -> int:
              "measured on the real FSDP2/DDP code at 8 to 1024 ranks through PyTorch's fake process group; "
              "(3) collective counts and bytes per step, exact; (4) a projection to GPU clusters. Timings on "
              f"CPU are the weakest evidence: N ranks share the machine's cores{cores_note(s)} and gloo's "
-             "reduce-scatter is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies below measure core "
-             "contention and gloo over loopback, not how these strategies scale.", "",
+             "reduce-scatter is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies below "
+             "measure core contention and gloo over loopback, not how these strategies scale.", "",
              "## 1. Memory per rank at scale (measured on the fake process group)", ""]
     lines += section_memory(a) if not a.empty else ["No at_scale.csv yet (make fsdp-scaling-run)."]
     if not worked.empty:

@@ -14,7 +14,7 @@ import project
 from common.collective_cost import Network, members_per_domain
 from common.hardware import PRESETS
 from common.model import GPTConfig, count_params
-from report import efficiency
+from report import efficiency, weak_scaling_anchor
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
 
@@ -97,6 +97,18 @@ def test_network_from_allreduce_bench_csvs(tmp_path, monkeypatch):
     assert project.measured_network("h100", 8, None) is None  # no rows for that preset, no fallback
     monkeypatch.setattr(project, "ALLREDUCE", tmp_path / "absent")
     assert project.measured_network("cpu", 8, None) is None
+
+
+@pytest.mark.parametrize("no, full, verdict", [(0.99, 1.0, "keeps less of its per-GPU rate"),
+                                               (0.96, 1.0, "lies between the projection's bounds"),
+                                               (0.90, 0.95, "keeps more than either bound")])
+def test_weak_scaling_anchor_reads_the_bounds(no, full, verdict):
+    # torchtitan keeps 5605 / 5762 = 97.3% from 8 to 128 GPUs; the projection's bounds keep `no` and `full`.
+    rows = [{"strategy": "zero3", "mode": "weak", "n_gpus": n, "efficiency_no_overlap": e,
+             "efficiency_full_overlap": f} for n, e, f in ((8, 1.0, 1.0), (128, no, full))]
+    text = "\n".join(weak_scaling_anchor(pd.DataFrame(rows)))
+    assert "| 5,762 tok/s/GPU | 5,605 tok/s/GPU | 97.3% |" in text and verdict in text
+    assert f"| E = 1.000 | E = {no:.3f} | {no:.1%} |" in text
 
 
 def test_scaling_efficiency_definition():
