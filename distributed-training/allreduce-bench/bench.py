@@ -3,9 +3,14 @@
 Sweeps all_reduce, all_gather, reduce_scatter, broadcast, all_to_all and send/recv (a ring shift)
 over message sizes (x2 steps) through torch.distributed: NCCL on GPUs, gloo over TCP on CPUs. Per
 size it times the collective, takes the max over ranks of every iteration, and writes one CSV row:
-median/min/max time, algbw and busbw exactly as nccl-tests defines them (collectives.py), and
-`wrong`, the elements that differ from an exact expectation after the timed loop. report.py fits
+median/min/max time, algbw and busbw exactly as nccl-tests defines them (common/collective_cost.py),
+and `wrong`, the elements that differ from an exact expectation after the timed loop. report.py fits
 the alpha-beta model and draws the plots from the CSVs; topology.py documents the links.
+
+Two statistics of time. Ours, `time_us` (and algbw/busbw): the median over iterations of each
+iteration's max over ranks, robust to one slow iteration and honest about the slowest rank.
+nccl-tests' headline, `time_loop_us` and `busbw_loop_GBps`: each rank's loop time divided by the
+iterations, averaged over ranks (src/common.cu, -a 1); report.py compares all_reduce_perf with this one.
 
     make allreduce-bench                         # CPU: 4 gloo ranks, 1 KiB..64 MiB, report included
     make allreduce-bench-gpu                     # 1 GPU (algbw only: busbw is 0 on one rank)
@@ -38,10 +43,10 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 import collectives as C
-from busbw import COLLECTIVES, bus_bandwidth
+from common.collective_cost import COLLECTIVES, bus_bandwidth
 from common.config import config_dict, format_size, parse_config, parse_size
 from common.dist import DistInfo, distributed, fail, from_rank0, print0
-from common.hardware import CHOICES, GPUPreset, get_preset
+from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import Timing, time_iterations
 
@@ -50,8 +55,8 @@ LAB_DIR = Path(__file__).resolve().parent
 # Other labs (fsdp-scaling's projection, the planner's --calibrate) read these columns from
 # results/sweep_*.csv: keep their names and meaning stable.
 COLUMNS = ["collective", "size_bytes", "count", "dtype", "world_size", "nnodes", "backend", "hardware", "time_us",
-           "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "wrong", "warmup", "iters", "timing", "preset",
-           "nccl_env", "moves_data", "note"]
+           "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "time_loop_us", "busbw_loop_GBps", "wrong",
+           "warmup", "iters", "timing", "preset", "nccl_env", "moves_data", "note"]
 KEY = ["collective", "dtype", "size_bytes"]
 DEFAULT_MAX = {"cpu": "64M", "gpu": "4G"}
 ONE_RANK_NOTE = "1 rank: no byte crosses a link, busbw is 0 by definition"
@@ -101,8 +106,7 @@ class Config:
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     """Preset and default size range for this machine: bad input raises ValueError (exit 2)."""
     preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    device_kind(preset)
     max_bytes = DEFAULT_MAX["cpu" if preset.name == "cpu" else "gpu"] if cfg.max_bytes == "auto" else cfg.max_bytes
     if parse_size(max_bytes) < parse_size(cfg.min_bytes):
         raise ValueError(f"size range reversed: --min-bytes {cfg.min_bytes} > --max-bytes {max_bytes}")
@@ -112,8 +116,7 @@ def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
 def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
     if cfg.out:
         return Path(cfg.out)
-    nodes = f"_n{env.nnodes}" if env.nnodes > 1 else ""
-    return LAB_DIR / "results" / f"sweep_{preset.tag}_ws{env.world_size}{nodes}.csv"
+    return LAB_DIR / "results" / f"sweep_{preset.run_tag(env.world_size, env.nnodes)}.csv"
 
 
 def comm_env() -> dict[str, str]:
@@ -176,8 +179,10 @@ def measure(row: dict, cfg: Config, env: DistInfo, group) -> dict:
                          dtype=torch.int64, device=env.device)
     dist.all_reduce(wrong, group=group)  # summed over ranks, as nccl-tests' #wrong
     algbw, busbw = bus_bandwidth(coll, row["size_bytes"], t.median_s, n)
+    busbw_loop = bus_bandwidth(coll, row["size_bytes"], t.loop_s, n)[1]
     return {**row, "time_us": _us(t.median_s), "time_min_us": _us(t.min_s), "time_max_us": _us(t.max_s),
-            "algbw_GBps": _sig(algbw), "busbw_GBps": _sig(busbw) if n > 1 else 0.0, "wrong": int(wrong.item()),
+            "algbw_GBps": _sig(algbw), "busbw_GBps": _sig(busbw) if n > 1 else 0.0, "time_loop_us": _us(t.loop_s),
+            "busbw_loop_GBps": _sig(busbw_loop) if n > 1 else 0.0, "wrong": int(wrong.item()),
             "warmup": warmup, "iters": len(t.samples_s),
             "timing": f"{t.method}, {'barrier each' if cfg.barrier else 'back-to-back'}, {t.reduction}",
             "moves_data": C.moves_data(coll, n), "note": _note(coll, n)}

@@ -1,6 +1,6 @@
 """The six collectives as torch.distributed calls: buffer shapes, the calls, exact test data.
 
-Sizes and counts follow nccl-tests (see busbw.py for S and the bandwidth factors). For the
+Sizes and counts follow nccl-tests (see common/collective_cost.py for S and the bandwidth factors). For the
 collectives whose S is split into n parts, each part is rounded down to a multiple of 16 bytes,
 as nccl-tests' `*GetCollByteCount` does, so the size in a row can be a little under the one asked.
 
@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from busbw import PARTS
+from common.collective_cost import PARTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 EXACT_INT_LIMIT = {torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8}

@@ -7,7 +7,9 @@ Build nccl-tests once (github.com/NVIDIA/nccl-tests: `make` with CUDA_HOME/NCCL_
 its build/ folder on PATH. It runs as one process driving every GPU of this node (`-g N`), the
 single-node form that needs no MPI; across nodes nccl-tests needs an MPI build, so this lab only
 compares on one node. Its table (out-of-place and in-place: time, algbw, busbw, #wrong) is parsed
-into results/nccl_tests_<hw>_ws<N>.csv; report.py sets its busbw beside ours for the same sizes.
+into results/nccl_tests_<hw>_ws<N>.csv; report.py sets its busbw beside ours for the same sizes, ours
+computed with nccl-tests' statistic (loop time / iterations, mean over ranks: bench.py's busbw_loop_GBps),
+and runs it the way bench.py ran: back-to-back, or with a barrier per iteration (-z 1) under --barrier.
 The raw output is not stored: its "Rank .. on <host>" lines name the machine.
 """
 
@@ -67,13 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(2)
     ngpus = torch.cuda.device_count()
     env = DistInfo(0, 0, ngpus, ngpus, torch.device("cuda", 0), "nccl")
-    path = LAB_DIR / "results" / f"nccl_tests_{preset.tag}_ws{ngpus}.csv"
+    path = LAB_DIR / "results" / f"nccl_tests_{preset.run_tag(ngpus)}.csv"
     writer = ResultsWriter(path, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
                            config={**config_dict(cfg), "tool": BINARY})
     for dtype in cfg.dtypes:
         cmd = [binary, "-b", str(parse_size(cfg.min_bytes)), "-e", str(parse_size(cfg.max_bytes)),
                "-f", str(cfg.step_factor), "-g", str(ngpus), "-d", NCCL_TYPES[dtype], "-n", str(cfg.iters),
-               "-w", str(cfg.warmup), "-c", "1"]
+               "-w", str(cfg.warmup), "-c", "1", "-z", "1" if cfg.barrier else "0"]  # -z 1 = our --barrier
         print(" ".join([BINARY, *cmd[1:]]), flush=True)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cfg.timeout_s * len(sizes(cfg)))

@@ -27,10 +27,9 @@ import torch
 import collectives as C
 from bench import LAB_DIR, Config as BenchConfig, resolve, time_collective
 from common.config import config_dict, parse_config, parse_size
-from common.dist import DistInfo, distributed, print0
+from common.dist import DistInfo, distributed, print0, reduce_across_ranks
 from common.hardware import CHOICES
 from common.results import ResultsWriter, provenance
-from common.timing import reduce_across_ranks
 
 COLUMNS = ["collective", "size_bytes", "dtype", "preset", "iters", "ours_us", "bare_us", "ratio", "ratio_min",
            "ratio_max", "rounds"]
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(2)
     with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=bench_cfg.timeout_s) as env:
         group, n = torch.distributed.group.WORLD, env.world_size
-        path = cfg.out or LAB_DIR / "results" / f"overhead_{preset.tag}_ws{n}.csv"
+        path = cfg.out or LAB_DIR / "results" / f"overhead_{preset.run_tag(n)}.csv"
         writer = ResultsWriter(path, COLUMNS, ["collective", "size_bytes"], provenance(env, "1"),
                                config=config_dict(replace(cfg, max_bytes=bench_cfg.max_bytes, gpu=preset.name)),
                                enabled=env.is_main)

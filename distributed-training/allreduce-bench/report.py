@@ -3,7 +3,7 @@
     make allreduce-bench-report          # or: python report.py [--results DIR] [--out REPORT.md]
 
 Runs on different hardware, rank counts, node counts or dtypes are drawn side by side. Per run and
-collective: peak busbw, the alpha-beta fit (fit.py), the peak as a fraction of the link's
+collective: peak busbw, the alpha-beta fit (common/collective_fit.py), the peak as a fraction of the link's
 per-direction rate from common.hardware's table (single-node GPU runs), and the published figures
 for the same hardware and rank count (published.py) where one exists.
 """
@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from busbw import COLLECTIVES
+from common.collective_cost import COLLECTIVES
+from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
 from common.hardware import PRESETS
+from common.markdown import number, table
 from common.plotting import describe_runs, log2_size_axis, new_figure, save
 import collectives as C
-from fit import fit_alpha_beta, wire_factor
 from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -88,49 +89,44 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
+def _per_collective(df: pd.DataFrame, path: Path, ylabel: str, draw, footer: str, log_y: bool = False) -> None:
+    """One panel per collective (2 x 3), size on a log2 axis; draw(ax, collective, run, rows) plots one run."""
     colls = [c for c in COLLECTIVES if c in set(df.collective)]
     fig, axes = new_figure(2, 3, sharex=True)
     for ax, coll in zip(axes.flat, colls):
-        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
-            g = g.sort_values("size_bytes")
-            one = g.world_size.iloc[0] == 1
-            ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
+        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):  # one-rank no-ops out
+            draw(ax, coll, run, g.sort_values("size_bytes"))
         ax.set_title(coll)
+        if log_y:
+            ax.set_yscale("log")
         log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
-        ax.set_ylabel("busbw (GB/s)")
+        ax.set_ylabel(ylabel)
     for ax in list(axes.flat)[len(colls):]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("message size S")
     axes.flat[0].legend()
-    save(fig, path, footer=_footer(df) + ("  dashed: algbw of a 1-rank run (busbw is 0 there)"
-                                          if (df.world_size == 1).any() else ""))
+    save(fig, path, footer=_footer(df) + footer)
+
+
+def plot_bandwidth(df: pd.DataFrame, path: Path) -> None:
+    def draw(ax, coll, run, g):
+        one = g.world_size.iloc[0] == 1
+        ax.plot(g.size_bytes, g.algbw_GBps if one else g.busbw_GBps, "--" if one else "-o", label=run)
+    note = "  dashed: algbw of a 1-rank run (busbw is 0 there)" if (df.world_size == 1).any() else ""
+    _per_collective(df, path, "busbw (GB/s)", draw, note)
 
 
 def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
-    colls = [c for c in COLLECTIVES if c in set(df.collective)]
-    fig, axes = new_figure(2, 3, sharex=True)
-    for ax, coll in zip(axes.flat, colls):
-        for run, g in df[(df.collective == coll) & df.moves_data].groupby("run", sort=False):
-            g = g.sort_values("size_bytes")
-            err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
-            line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
-            fit = summ[(summ.run == run) & (summ.collective == coll)].fit.iloc[0]
-            if fit is not None:
-                s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
-                ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
-                        color=line[0].get_color(), lw=1)
-        ax.set_title(coll)
-        ax.set_yscale("log")
-        log2_size_axis(ax, sorted(set(df.size_bytes))[::4])  # a tick every 16x keeps 3 columns legible
-        ax.set_ylabel("time (us)")
-    for ax in list(axes.flat)[len(colls):]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("message size S")
-    axes.flat[0].legend()
-    save(fig, path, footer=_footer(df) + "  dots: median, bars: min-max; lines: alpha-beta fit")
+    def draw(ax, coll, run, g):
+        err = [g.time_us - g.time_min_us, g.time_max_us - g.time_us]
+        line = ax.errorbar(g.size_bytes, g.time_us, yerr=err, fmt="o", ms=3, capsize=0, lw=0.6, label=run)
+        fit = summ[(summ.run == run) & (summ.collective == coll)].fit.iloc[0]
+        if fit is not None:
+            s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
+            ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
+                    color=line[0].get_color(), lw=1)
+    _per_collective(df, path, "time (us)", draw, "  dots: median, bars: min-max; lines: alpha-beta fit", log_y=True)
 
 
 def _footer(df: pd.DataFrame) -> str:
@@ -139,19 +135,25 @@ def _footer(df: pd.DataFrame) -> str:
 
 
 def nccl_tests_section(df: pd.DataFrame, nt: pd.DataFrame) -> list[str]:
+    """all_reduce_perf's in-place busbw beside ours computed with its statistic (loop time / iterations,
+    mean over ranks); our own statistic (median of the per-iteration max over ranks) beside both."""
     if nt.empty:
         return ["No nccl-tests run is stored (`make allreduce-bench NCCL_TESTS=1` on a GPU node adds one)."]
-    ours = df[df.collective == "all_reduce"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
-    theirs = nt[nt.placement == "in-place"][["hardware", "world_size", "dtype", "size_bytes", "busbw_GBps"]]
-    m = ours.merge(theirs, on=["hardware", "world_size", "dtype", "size_bytes"], suffixes=("_ours", "_nccl_tests"))
-    lines = ["| hardware | ranks | dtype | size | ours busbw | all_reduce_perf busbw | ours / theirs |",
-             "|---|---|---|---|---|---|---|"]
-    for r in m[m.size_bytes >= 2**20].itertuples():
-        ratio = r.busbw_GBps_ours / r.busbw_GBps_nccl_tests if r.busbw_GBps_nccl_tests else float("nan")
-        lines.append(f"| {r.hardware} | {r.world_size} | {r.dtype} | {size_str(r.size_bytes)} | "
-                     f"{r.busbw_GBps_ours:.1f} | {r.busbw_GBps_nccl_tests:.1f} | {ratio:.2f} |")
-    return lines if len(lines) > 2 else ["nccl-tests rows exist but none matches a run of ours (same hardware, "
-                                         "ranks, dtype and size >= 1 MiB)."]
+    keys = ["hardware", "world_size", "dtype", "size_bytes"]
+    ours = df[df.collective == "all_reduce"].reindex(columns=keys + ["busbw_loop_GBps", "busbw_GBps"])
+    theirs = nt[nt.placement == "in-place"][keys + ["busbw_GBps"]].rename(columns={"busbw_GBps": "theirs"})
+    m = ours.merge(theirs, on=keys)
+    m = m[m.size_bytes >= 2**20]
+    if m.empty:
+        return ["nccl-tests rows exist but none matches a run of ours (same hardware, ranks, dtype and size >= 1 MiB)."]
+    rows = [[r.hardware, r.world_size, r.dtype, size_str(r.size_bytes), r.busbw_loop_GBps, r.theirs,
+             r.busbw_loop_GBps / r.theirs if r.theirs else float("nan"), r.busbw_GBps] for r in m.itertuples()]
+    return ["Like with like: nccl-tests reports one timer around its loop divided by the iterations, averaged over "
+            "ranks; `ours, same statistic` is computed that way from the same run as `ours, median of max` "
+            "(our headline: the median over iterations of the slowest rank's time, which is lower when one "
+            "iteration or one rank lags).", "",
+            table(["hardware", "ranks", "dtype", "size", "ours, same statistic (GB/s)", "all_reduce_perf (GB/s)",
+                   "ours / theirs", "ours, median of max (GB/s)"], rows, fmt=lambda v: number(v, ".3g"))]
 
 
 def overhead_section(ov: pd.DataFrame) -> list[str]:
@@ -159,28 +161,40 @@ def overhead_section(ov: pd.DataFrame) -> list[str]:
         return ["Not measured yet: `make allreduce-bench-overhead` writes results/overhead_<hw>_ws<N>.csv."]
     lines = ["overhead.py times each size both ways in one job: ratio = bare time / our time, the median over "
              "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
-             "| run | collective | sizes | median ratio | worst size | >= 0.97 from | rounds' spread |",
-             "|---|---|---|---|---|---|---|"]
+             ""]
     if (ov.backend == "gloo").any():
         lines[2:2] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
                      "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
                      "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
                      "GPU runs, where CUDA events time the device and ranks do not share cores"
                      + ("" if (ov.backend == "nccl").any() else "; none has been measured yet") + ".", ""]
+    rows = []
     for (run, coll), g in ov[ov.moves_data].groupby(["run", "collective"], sort=False):
         g = g.sort_values("size_bytes")
         worst = g.loc[g.ratio.idxmin()]
-        sizes = f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}"
         ok = [s for s in g.size_bytes if (g[g.size_bytes >= s].ratio >= 0.97).all()]
-        lines.append(f"| {run.rsplit(',', 1)[0]} | {coll} | {sizes} | {g.ratio.median():.3f} | {worst.ratio:.3f} at "
-                     f"{size_str(worst.size_bytes)} | {size_str(ok[0]) if ok else 'never'} | "
-                     f"{g.ratio_min.min():.2f}..{g.ratio_max.max():.2f} |")
+        rows.append([run.rsplit(",", 1)[0], coll, f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}",
+                     f"{g.ratio.median():.3f}", f"{worst.ratio:.3f} at {size_str(worst.size_bytes)}",
+                     size_str(ok[0]) if ok else "never", f"{g.ratio_min.min():.2f}..{g.ratio_max.max():.2f}"])
+    lines = lines[:-1] + [table(["run", "collective", "sizes", "median ratio", "worst size", ">= 0.97 from",
+                                 "rounds' spread"], rows)]
     idle = ov[~ov.moves_data]
     if len(idle):
         lines += ["", "Left out: " + ", ".join(sorted(set(f"{c} on {n} rank" for c, n in zip(idle.collective,
                                                                                             idle.world_size))))
                   + " (in place on one rank: no data moves, so both timings are launch overhead, not a transfer)."]
     return lines
+
+
+def fit_row(r) -> list:
+    """One row of the fit table: peak, the fit's figures (dashes without a bandwidth regime), flags."""
+    f, peak = r.fit, num(r.peak) + ("" if r.kind == "busbw" else " (algbw)")
+    if f is None or np.isnan(f.bw_GBps):
+        fit = ["-"] * 6
+    else:
+        fit = [num(f.bw_GBps), num(f.alpha_us), num(f.alpha_step_us), size_str(f.n_half_bytes),
+               f"{f.rms_rel_err:.0%}", f.extrapolated.upper() if f.extrapolated else "-"]
+    return [r.run, r.collective, peak, r.peak_at, *fit, r.link, r.wrong]
 
 
 def report(cfg: Config) -> str:
@@ -195,9 +209,11 @@ def report(cfg: Config) -> str:
     gpu = df[df.backend == "nccl"]
     L = ["# allreduce-bench report", "",
          "Generated by `make allreduce-bench-report` from `results/sweep_*.csv` alone; regenerate it, do not edit it.",
-         "Metrics as nccl-tests defines them (busbw.py): algbw = S/t, busbw = algbw x 2(n-1)/n for all_reduce, "
-         "(n-1)/n for all_gather, reduce_scatter and all_to_all (S = the whole n-part buffer), 1 for broadcast and "
-         "send_recv; GB = 1e9 bytes. Time is the median over iterations of the max over ranks.", ""]
+         "Metrics as nccl-tests defines them (common/collective_cost.py): algbw = S/t, busbw = algbw x 2(n-1)/n for "
+         "all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all (S = the whole n-part buffer), 1 for broadcast and "
+         "send_recv; GB = 1e9 bytes. Time is the median over iterations of the max over ranks; nccl-tests' own "
+         "statistic (loop time / iterations, mean over ranks) is recorded beside it (time_loop_us, busbw_loop_GBps) "
+         "and used where ours is set beside all_reduce_perf.", ""]
     if gpu.empty:
         L += ["**No GPU run exists yet.** Every number below was measured on CPUs with gloo; the GPU path "
               "(`make allreduce-bench-gpu`, or `make allreduce-bench` on a GPU node) has not been run for this "
@@ -214,35 +230,31 @@ def report(cfg: Config) -> str:
               "algbw (a local copy), marked as such. In-place all_reduce and broadcast on one rank move no data "
               "at all (NCCL returns at once): those rows are launch overhead, kept in the CSV as `moves_data` = "
               "false and left out of peaks, fits and plots.", ""]
-    L += ["## Runs", "", "| run | hardware | timing | torch | NCCL | commit | measured (UTC) | rows | wrong |",
-          "|---|---|---|---|---|---|---|---|---|"]
-    for run, g in df.groupby("run", sort=False):
-        r = g.iloc[0]
-        L.append(f"| {run} | {r.hardware} | {r.timing} | {r.torch_version} | {r.nccl_version} | {r.git_commit} "
-                 f"| {str(g.timestamp_utc.min())[:16]} | {len(g)} | {int(g.wrong.sum())} |")
+    runs = [[run, g.hardware.iloc[0], g.timing.iloc[0], g.torch_version.iloc[0], g.nccl_version.iloc[0],
+             g.git_commit.iloc[0], str(g.timestamp_utc.min())[:16], len(g), int(g.wrong.sum())]
+            for run, g in df.groupby("run", sort=False)]
+    L += ["## Runs", "", table(["run", "hardware", "timing", "torch", "NCCL", "commit", "measured (UTC)", "rows",
+                                "wrong"], runs)]
     L += ["", "## Peak bandwidth and the alpha-beta fit", "",
           "Fit: time = alpha + factor(n) S / B by least squares on relative residuals over every size of the run "
-          "(fit.py, after Hockney; ring cost forms of Thakur, Rabenseifner & Gropp 2005), so B is the asymptotic "
-          "busbw. n_1/2 is the size at which busbw reaches B/2; alpha/step divides alpha by the ring's latency steps "
-          "(2(n-1) for all_reduce, n-1 for the others). A large fit error means the curve has regimes (protocol or "
-          "algorithm switches) that one line cannot follow. Link fraction: peak busbw over the per-direction NVLink "
-          "rate in common/hardware.py (single-node GPU runs only).", "",
-          "| run | collective | peak busbw (GB/s) | at size | B fit (GB/s) | alpha (us) | alpha/step (us) | n_1/2 | fit err "
-          "| link fraction | wrong |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in summ.itertuples():
-        f = r.fit
-        fit_cols = (f"{num(f.bw_GBps)} | {num(f.alpha_us)} | {num(f.alpha_step_us)} | {size_str(f.n_half_bytes)} | "
-                    f"{f.rms_rel_err:.0%}" if f is not None and not np.isnan(f.bw_GBps) else "- | - | - | - | -")
-        peak = num(r.peak) + ("" if r.kind == "busbw" else " (algbw)")
-        L.append(f"| {r.run} | {r.collective} | {peak} | {r.peak_at} | {fit_cols} | {r.link} | {r.wrong} |")
+          "(common/collective_fit.py, after Hockney; ring cost forms of Thakur, Rabenseifner & Gropp 2005), so B is "
+          "the asymptotic busbw. n_1/2 is the size at which busbw reaches B/2; alpha/step divides alpha by the "
+          "ring's latency steps (2(n-1) for all_reduce, n-1 for the others). A large fit error means the curve has "
+          "regimes (protocol or algorithm switches) that one line cannot follow. `beyond the sweep` flags an "
+          f"extrapolation: n_1/2 larger than the largest size measured, or B not reached there (the fitted busbw at "
+          f"the largest size below {PLATEAU:.0%} of B); such a B or n_1/2 is the line's, not a measurement. "
+          "fsdp-scaling's projection and the planner's --calibrate use exactly these fits of the all_reduce rows. "
+          "Link fraction: peak busbw over the per-direction NVLink rate in common/hardware.py (single-node GPU runs "
+          "only).", "", table(["run", "collective", "peak busbw (GB/s)", "at size", "B fit (GB/s)", "alpha (us)",
+                                "alpha/step (us)", "n_1/2", "fit err", "beyond the sweep", "link fraction", "wrong"],
+                               [fit_row(r) for r in summ.itertuples()])]
     L += ["", "## Published figures for the same hardware", ""]
     refs = [(r, p) for r in summ.itertuples() for p in matching(r.preset, r.collective, r.ws, r.nnodes)]
     if refs:
         L += ["Published figures are large-message plateaus (1-16 GiB); ours is the peak over the sizes swept.", "",
-              "| run | collective | ours peak (GB/s) | at size | published (GB/s) | setting | source |",
-              "|---|---|---|---|---|---|---|"]
-        L += [f"| {r.run} | {r.collective} | {num(r.peak)} | {r.peak_at} | {num(p.busbw_GBps)} | {p.setting} "
-              f"| {p.source} |" for r, p in refs]
+              table(["run", "collective", "ours peak (GB/s)", "at size", "published (GB/s)", "setting", "source"],
+                    [[r.run, r.collective, num(r.peak), r.peak_at, num(p.busbw_GBps), p.setting, p.source]
+                     for r, p in refs])]
     else:
         L.append("None: published busbw figures exist for 8-GPU A100/H100/H200/B200 nodes (published.py), and no run "
                  "here is on such hardware. gloo on loopback has no published reference.")

@@ -1,12 +1,18 @@
 """Shared utilities for the labs, symlinked into each lab as `common`. Kept tiny and stable.
 
 One concept per module:
-    dist       the torchrun environment contract: DistInfo, distributed(), print0, fail
+    dist       the torchrun environment contract: DistInfo, distributed(), print0, fail, from_rank0,
+               reduce_across_ranks
     config     frozen-dataclass configs -> argparse (defaults in --help); bad input exits 2 in one line
-    timing     warm-up, barrier, CUDA events / perf_counter, max over ranks, raw samples kept
+    timing     warm-up, barrier, CUDA events / perf_counter, max over ranks, raw samples kept, and
+               nccl-tests' loop average
     results    tidy CSV with provenance columns, appended row by row, resumable
     plotting   one matplotlib style (Agg, PNG) with a provenance footer
-    hardware   the GPU preset table (peak TFLOP/s, memory, NVLink) and guarded NVML access
+    hardware   the GPU preset table (peak TFLOP/s, memory, NVLink), the one "preset needs CUDA" check, NVML
+    collective_cost  what a collective costs: nccl-tests' bus factors, ring/tree time, half-bandwidth size
+    collective_fit   the alpha-beta fit of a measured sweep, and the one rule that calibrates the cost model
+    zero_memory      ZeRO / FSDP model-state bytes per rank
+    markdown   the one markdown table writer of the reports and the guide
     model      the small GPT, its parameter count and FLOPs per token (MFU)
     data       the byte-level stdlib corpus and nanoGPT .bin files, deterministic batches
     testing    run a function on N forked gloo ranks (tests only)

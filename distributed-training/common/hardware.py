@@ -6,6 +6,12 @@ glennklockwood.com H100/B200 pages; the Megatron SC21 paper for A100). NVLink ba
 *per direction* (the vendors' headline figures are bidirectional: H100 "900 GB/s" is 450 each
 way), because that is what the alpha-beta collective formulas and nccl-tests' busbw compare with.
 
+Memory is what a GPU of the named system exposes, not the HBM stacks' raw capacity: a B200 carries
+192 GB of HBM3e, but HGX/DGX B200 systems ship 180 GB per GPU (NVIDIA DGX B200 User Guide,
+docs.nvidia.com/dgx/dgxb200-user-guide: "8 x NVIDIA B200 GPUs that provide 1,440 GB total GPU memory")
+and GB200 NVL72 about 186 GB (NVIDIA's GB200 NVL72 page, nvidia.com/en-us/data-center/gb200-nvl72:
+13.4 TB of HBM3e for 72 GPUs; ../shared/reference/parallelism-formulas.md section 6).
+
 A figure we do not know is None, and everything downstream prints "unknown" for it rather than
 guessing (the CPU row, FP8 on A100, FP4 before Blackwell).
 
@@ -58,6 +64,10 @@ class GPUPreset:
         """The preset in result file names: cpu, h100, ... or a slug of an unrecognised GPU's name."""
         return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
 
+    def run_tag(self, world_size: int, nnodes: int = 1) -> str:
+        """A run's tag in result file names: <preset>_ws<N>[_n<nodes>] (sweep_h100_ws8.csv, bench_cpu_ws4.csv)."""
+        return f"{self.tag}_ws{world_size}" + (f"_n{nnodes}" if nnodes > 1 else "")
+
     def peak_tflops(self, precision: str) -> float | None:
         """Peak dense TFLOP/s used for MFU; bf16 and fp16 share the tensor-core rate."""
         return {"bf16": self.bf16_tflops, "fp16": self.bf16_tflops, "fp8": self.fp8_tflops,
@@ -79,9 +89,9 @@ PRESETS: dict[str, GPUPreset] = {p.name: p for p in (
               ("H100 80GB HBM3", "H100 SXM"), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1402.6),
     GPUPreset("h200", "H200 SXM 141GB", 989.4, 1978.9, None, 141.0, 4.8, 450.0, 8, 400.0,
               ("H200",), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1453.4),
-    GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 192.0, 8.0, 900.0, 8, 400.0,
+    GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 180.0, 8.0, 900.0, 8, 400.0,
               ("B200",), bf16_mamf_tflops=1745.0, fp8_mamf_tflops=3432.5),
-    GPUPreset("gb200", "GB200 NVL72 (B200 at 1200 W)", 2500.0, 5000.0, 10000.0, 192.0, 8.0, 900.0, 72, 400.0,
+    GPUPreset("gb200", "GB200 NVL72 (B200 at 1200 W)", 2500.0, 5000.0, 10000.0, 186.0, 8.0, 900.0, 72, 400.0,
               ("GB200",), bf16_mamf_tflops=1822.0, fp8_mamf_tflops=3615.6),
 )}
 ALIASES = {"a100-80gb": "a100"}
@@ -100,6 +110,16 @@ def get_preset(name: str) -> GPUPreset:
     if key not in PRESETS:
         raise ValueError(f"unknown GPU preset {name!r}; valid: {', '.join(CHOICES)}")
     return PRESETS[key]
+
+
+def device_kind(preset: GPUPreset) -> str:
+    """'cpu' for the CPU preset, 'cuda' for any other; ValueError (exit 2 upstream) for a GPU preset on a
+    machine where torch sees no CUDA device. The one place every runner checks this."""
+    if preset.name == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise ValueError(f"--gpu {preset.name} needs a CUDA GPU and torch sees none; use --gpu cpu (CPU + gloo)")
+    return "cuda"
 
 
 def detect_preset() -> GPUPreset:

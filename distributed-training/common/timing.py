@@ -1,7 +1,7 @@
 """Timing, done the same way in every lab.
 
     t = time_iterations(lambda: dist.all_reduce(x), warmup=5, iters=20, device=env.device)
-    t.median_s, t.min_s, t.max_s, t.samples_s, t.method, t.reduction
+    t.median_s, t.min_s, t.max_s, t.samples_s, t.method, t.reduction, t.loop_s
 
 The method (after nccl-tests' BenchTime and the ml-engineering benchmarks):
 - `warmup` untimed iterations first (first calls pay for connection set-up, allocator growth,
@@ -11,11 +11,15 @@ The method (after nccl-tests' BenchTime and the ml-engineering benchmarks):
 - on GPU the iteration is bracketed by CUDA events on the current stream (device time, not host
   launch time); on CPU by time.perf_counter (gloo collectives return when they are complete);
 - the raw per-iteration samples are kept, and after the loop they are reduced across ranks with
-  one all-reduce: by default MAX, because a collective is only as fast as its slowest rank.
+  one all-reduce: by default MAX, because a collective is only as fast as its slowest rank;
+- beside them, nccl-tests' own statistic (src/common.cu): one timer around the whole loop divided by
+  the iterations, averaged over ranks (its default -a 1): `loop_s`. Back-to-back it is the mean time
+  per call; with barriers (nccl-tests -z 1) the barriers are inside the loop, as they are there.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-REDUCTIONS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+from .dist import reduce_across_ranks
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Timing:
     samples_s: tuple[float, ...]  # per timed iteration, already reduced across ranks
     method: str  # "cuda_event" or "perf_counter"
     reduction: str  # e.g. "max over 4 ranks"
+    loop_s: float = math.nan  # nccl-tests' statistic: each rank's loop time / iterations, mean over ranks
 
     @property
     def median_s(self) -> float:
@@ -79,26 +84,19 @@ def time_iterations(fn: Callable[[], object], *, warmup: int, iters: int, device
             end.record()
         torch.cuda.synchronize(device)
         samples = [s.elapsed_time(e) / 1e3 for s, e in events]
+        loop = events[0][0].elapsed_time(events[-1][1]) / 1e3
     else:
+        t_loop = time.perf_counter()
         for _ in range(iters):
             if barrier:
                 _barrier(group)
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
-    return Timing(tuple(reduce_across_ranks(samples, reduce, group)), "cuda_event" if cuda else "perf_counter",
-                  _reduction_label(reduce, group))
-
-
-def reduce_across_ranks(values: list[float], reduce: str = "max", group=None) -> list[float]:
-    """Element-wise max (or min) of a list of floats over the ranks of `group`."""
-    if not dist.is_initialized() or dist.get_world_size(group) == 1:
-        return list(values)
-    backend = dist.get_backend(group)
-    dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    t = torch.tensor(values, dtype=torch.float64, device=dev)
-    dist.all_reduce(t, op=REDUCTIONS[reduce], group=group)
-    return t.tolist()
+        loop = time.perf_counter() - t_loop
+    reduced = reduce_across_ranks(samples, reduce, group)
+    (loop_mean,) = reduce_across_ranks([loop / iters], "mean", group)
+    return Timing(tuple(reduced), "cuda_event" if cuda else "perf_counter", _reduction_label(reduce, group), loop_mean)
 
 
 def _reduction_label(reduce: str, group) -> str:

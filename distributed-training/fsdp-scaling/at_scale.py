@@ -9,8 +9,10 @@ the collectives a step issues. The numbers computed from garbage (the gathered v
 filled in) are ignored; only sizes and counts are kept.
 
 For each (strategy, W) one row in results/at_scale.csv: measured bytes per category beside the
-analytic model (memory_model.py: ZeRO's per-stage formula and FSDP's largest-unit term, with the
-exact variant that counts FSDP2's padding and ZeroRedundancyOptimizer's whole-tensor partition),
+analytic model (memory_model.py: ZeRO's per-stage formula for what each strategy holds between steps
+and FSDP's largest-unit term, with the exact variant that counts FSDP2's padding and
+ZeroRedundancyOptimizer's whole-tensor partition; and the paper's stage of the strategy's name, which
+differs for zero2: FSDP2 shards its parameters between steps, the paper's ZeRO-2 replicates them),
 the tracker's peak by category, and collective counts and bytes per step beside the model.
 
     make fsdp-scaling-run                                  # runs this after the torchrun sweep
@@ -43,7 +45,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 COLUMNS = ["strategy", "world_size", "backend", "replicate", "shard", "model", "n_params", "optimizer",
            "param_bytes", "grad_bytes", "opt_bytes", "opt_bytes_worst_rank",
-           "model_param_bytes", "model_grad_bytes", "model_opt_bytes", "exact_model_state_bytes",
+           "model_param_bytes", "model_grad_bytes", "model_opt_bytes", "paper_model_state_bytes",
+           "exact_model_state_bytes",
            "unsharded_peak_bytes", "model_unsharded_bytes", "tracker_peak_bytes",
            "all_gathers", "reduce_scatters", "all_reduces", "broadcasts", "payload_bytes", "bus_bytes_per_rank",
            "model_payload_bytes", "model_bus_bytes_per_rank", "wall_s"]
@@ -83,6 +86,7 @@ def measure_one(strategy: str, world: int, cfg: Config, gcfg: GPTConfig | None =
             "shard": shard if strategy in ("zero2", "zero3", "hsdp") else 1, "model": describe_model(gcfg),
             "n_params": count_params(gcfg), "optimizer": cfg.optimizer, **held, "opt_bytes_worst_rank": worst,
             "model_param_bytes": ideal["param"], "model_grad_bytes": ideal["grad"], "model_opt_bytes": ideal["opt"],
+            "paper_model_state_bytes": mm.paper_model_states(strategy, gcfg, shard, prec),
             "exact_model_state_bytes": sum(exact.values()), "unsharded_peak_bytes": peak.get("max_unsharded_param", 0),
             "model_unsharded_bytes": mm.unsharded_peak(strategy, gcfg, prec, shard),
             "tracker_peak_bytes": peak["total"],

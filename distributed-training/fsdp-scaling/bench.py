@@ -34,15 +34,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from tqdm import tqdm
 
 import overlap
 from common.config import config_dict, parse_config
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, print0
-from common.hardware import GPUPreset, get_preset
+from common.dist import DistInfo, distributed, fail, from_rank0, print0, reduce_across_ranks
+from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
 from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import time_iterations
@@ -66,8 +65,7 @@ COMM_KEY = ["strategy", "collective", "group_size", "world_size", "nnodes"]
 
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    device_kind(preset)
     precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
     return replace(cfg, gpu=preset.name, precision=precision), preset
 
@@ -149,12 +147,10 @@ class Run:
         if log_comms:
             self.write_comms(strategy, tr, log)
         # Per-rank figures: the largest rank sets the memory a job needs. Losses: mean over ranks.
-        mx = torch.tensor([cuda_peak, held["param_bytes"], held["grad_bytes"], held["opt_bytes"], peak["total"],
-                           peak.get("max_unsharded_param", 0), peak.get("max_act", 0)], dtype=torch.float64, device=dev)
-        dist.all_reduce(mx, op=dist.ReduceOp.MAX)
-        first_last = torch.stack([losses[0], losses[-1]]).float()
-        dist.all_reduce(first_last, op=dist.ReduceOp.AVG)
-        cuda_peak, pb, gb, ob, tracker, unsharded, act = (int(v) for v in mx.tolist())
+        mx = reduce_across_ranks([cuda_peak, held["param_bytes"], held["grad_bytes"], held["opt_bytes"],
+                                  peak["total"], peak.get("max_unsharded_param", 0), peak.get("max_act", 0)], "max")
+        first_last = reduce_across_ranks([losses[0].item(), losses[-1].item()], "mean")
+        cuda_peak, pb, gb, ob, tracker, unsharded, act = (int(v) for v in mx)
         tokens = micro * cfg.grad_accum * env.world_size * self.gcfg.seq_len
         tps = tokens / t.median_s
         peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None
@@ -172,8 +168,8 @@ class Run:
                "peak_mem_bytes": cuda_peak if dev.type == "cuda" else tracker,
                "mem_method": "torch.cuda.max_memory_allocated" if dev.type == "cuda" else "torch MemTracker peak",
                "param_bytes": pb, "grad_bytes": gb, "opt_bytes": ob, "tracker_peak_bytes": tracker,
-               "unsharded_peak_bytes": unsharded, "act_peak_bytes": act, "loss_first": first_last[0].item(),
-               "loss_last": first_last[1].item(), "warmup": cfg.warmup, "steps": cfg.steps,
+               "unsharded_peak_bytes": unsharded, "act_peak_bytes": act, "loss_first": first_last[0],
+               "loss_last": first_last[1], "warmup": cfg.warmup, "steps": cfg.steps,
                "timing": f"{t.method}, {t.reduction}"}
         return row
 
@@ -205,7 +201,28 @@ class Run:
                            f"{row['tokens_per_s']:9.0f} tok/s  peak {row['peak_mem_bytes'] / 2**20:7.1f} MiB  "
                            f"loss {row['loss_first']:.3f} -> {row['loss_last']:.3f}")
         if env.device.type == "cuda" and cfg.profile:
-            overlap.profile_all(self)
+            self.profile()
+
+    def profile(self) -> None:
+        """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<hw>.csv."""
+        cfg, env = self.cfg, self.env
+        writer = ResultsWriter(RESULTS / f"overlap_{self.preset.tag}.csv", overlap.COLUMNS, overlap.KEY,
+                               provenance(env, "1"), resume=cfg.resume or cfg.append, enabled=env.is_main)
+        micro = self.micro_size("strong")
+        plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
+                for p in ((False, True) if s in FSDP_STRATEGIES else (False,))]
+        todo = from_rank0([(s, p) for s, p in plan if not writer.done({"strategy": s, "prefetch": p})])
+        for strategy, prefetch in todo:
+            tr = self.trainer(strategy, prefetch)
+            stats = overlap.profile_trainer(tr, lambda i: self.batches(i, micro))
+            # Max over ranks: the slowest rank's exposed communication is what the step waits for.
+            stats["exposed_comm_ms"], stats["comm_ms"] = reduce_across_ranks(
+                [stats["exposed_comm_ms"], stats["comm_ms"]], "max")
+            stats["exposed_fraction"] = stats["exposed_comm_ms"] / stats["comm_ms"] if stats["comm_ms"] else 0.0
+            writer.write({"strategy": strategy, "prefetch": prefetch, **stats})
+            del tr
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:

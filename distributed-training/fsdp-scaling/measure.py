@@ -28,7 +28,7 @@ from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.distributed.tensor.debug import CommDebugMode
 
-from memory_model import bus_factor
+from common.collective_cost import busbw_factor
 from strategies import Batch, Trainer
 
 _c10d = torch.ops.c10d
@@ -77,7 +77,7 @@ class CollectiveLog(CommDebugMode):
         counts = Counter(kind for kind, _, _ in self.calls)
         out: dict[str, float] = {f"{k}s": counts.get(k, 0) for k in KINDS}
         out["payload_bytes"] = sum(p for _, p, _ in self.calls)
-        out["bus_bytes_per_rank"] = sum(p * bus_factor(k, n) for k, p, n in self.calls)
+        out["bus_bytes_per_rank"] = sum(p * busbw_factor(k, n) for k, p, n in self.calls)
         return out
 
     def per_kind(self) -> list[dict]:
@@ -88,7 +88,7 @@ class CollectiveLog(CommDebugMode):
                                             "bus_bytes_per_rank": 0.0})
             r["count"] += 1
             r["payload_bytes"] += payload
-            r["bus_bytes_per_rank"] += payload * bus_factor(kind, n)
+            r["bus_bytes_per_rank"] += payload * busbw_factor(kind, n)
         return list(rows.values())
 
 

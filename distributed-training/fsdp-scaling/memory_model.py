@@ -1,23 +1,21 @@
 """The analytic model the measurements are checked against: memory per rank and bytes per step.
 
-Memory (Rajbhandari et al., ZeRO, SC20, arXiv 1910.02054, section 5 and Figure 1). With mixed-
-precision Adam a parameter costs 2 B (fp16 weight) + 2 B (fp16 grad) + K B of optimizer state,
-K = 12 (fp32 master weight, momentum, variance): 16 Psi bytes in all. Per device at DP degree N:
-
-    baseline DP   (2 + 2 + K) Psi          ZeRO-1 (P_os)      2 Psi + 2 Psi + K Psi / N
-    ZeRO-2 (P_os+g)  2 Psi + (2 + K) Psi / N      ZeRO-3 (P_os+g+p)  (2 + 2 + K) Psi / N
-
-FSDP2 stores the same 16 bytes differently: its sharded parameter is fp32 and *is* the master copy,
-gradients are reduced into fp32 shards, AdamW keeps 8 B: param 4 + grad 4 + optimizer 8 = 16, all
-divided by the shard-group size. The model below is written per category with bytes per element
-(`Precision`), so one formula covers ZeRO's accounting, fp32 CPU runs and FSDP2 with bf16 compute.
-FSDP adds what is gathered at once (Zhao et al., PyTorch FSDP, VLDB 2023, section 3.2.1: peak
-parameter memory ~ sum(psi_i)/F + max(psi_i)): with reshard_after_forward=True the root unit plus
-the largest block (the root is never resharded, see common/fsdp.py); with False, every unit.
+Memory: the ZeRO stage formula (Rajbhandari et al., ZeRO, SC20, section 5 and Figure 1), written once in
+common/zero_memory.py and shared with the planner, with bytes per element by category (`Precision`):
+mixed-precision Adam's 2 + 2 + K (K = 12) bytes for the paper's accounting; FSDP2's own layout, whose
+sharded fp32 parameter *is* the master copy (param 4 + grad 4 + AdamW 8 = 16 B, all divided by the
+shard group). Per strategy, what a rank holds *between steps*: DDP stage 0, ZeRO-1 stage 1, and zero2,
+zero3 and HSDP stage 3 over their shard group; zero2 (FSDP2 with reshard_after_forward=False) frees
+its gathered parameters after backward, so between steps it is not the paper's ZeRO-2 (replicated
+parameters, `paper_model_states`). FSDP adds what is gathered at once (Zhao et al., PyTorch FSDP,
+VLDB 2023, section 3.2.1: peak parameter memory ~ sum(psi_i)/F + max(psi_i)): with
+reshard_after_forward=True the root unit plus the largest block (the root is never resharded, see
+common/fsdp.py); with False, every unit.
 
 Communication (ZeRO section 7, in elements per rank; x bytes per element for bytes): DP all-reduce
 2 Psi; ZeRO-2 reduce-scatter + all-gather 2 Psi; ZeRO-3 all-gathers twice (forward and backward)
-+ reduce-scatter = 3 Psi, 1.5x DP. `comm_plan` lists the collectives one optimizer step issues.
++ reduce-scatter = 3 Psi, 1.5x DP. `comm_plan` lists the collectives one optimizer step issues; bus
+bytes use nccl-tests' factors (common/collective_cost.py).
 """
 
 from __future__ import annotations
@@ -25,9 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from common.collective_cost import busbw_factor
 from common.model import GPTConfig
-
-GB = 1e9  # the ZeRO paper's GB
+from common.zero_memory import FSDP2_BETWEEN_STEPS, STAGES, StateBytes, model_state_bytes
+from common.zero_memory import GB, zero_paper_table  # noqa: F401  (re-exported for project.py and the report)
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,9 @@ class Precision:
     opt: int  # optimizer state
     compute: int  # the gathered (unsharded) parameter: compute and all-gather dtype
 
-
-ZERO_PAPER = Precision(param=2, grad=2, opt=12, compute=2)  # fp16 weights/grads, K = 12
+    @property
+    def state(self) -> StateBytes:
+        return StateBytes(self.param, self.grad, self.opt)
 
 
 def precision_for(optimizer: str, compute_bytes: int = 4) -> Precision:
@@ -92,18 +92,26 @@ def model_states(strategy: str, cfg: GPTConfig, world: int, prec: Precision, sha
     """Bytes per rank of params, grads and optimizer state between steps (the ZeRO stage formula).
 
     `shard` is the shard-group size (HSDP; the world for zero2/zero3). padded=True counts FSDP2's
-    padding (exact); False is the paper's Psi / N. zero2 holds sharded params *between* steps: FSDP2
-    frees the gathered copy after backward; its peak is in `unsharded_peak`."""
+    padding and ZeroRedundancyOptimizer's whole-tensor partition (exact); False is the paper's Psi / N.
+    zero2 holds sharded params *between* steps: FSDP2 frees the gathered copy after backward; its peak
+    is in `unsharded_peak`."""
     shapes = all_shapes(cfg)
     psi = sum(numel(s) for s in shapes)
-    if strategy in ("single", "ddp"):
-        return {"param": prec.param * psi, "grad": prec.grad * psi, "opt": prec.opt * psi}
-    if strategy == "zero1":
-        per_rank = zero1_worst_rank_numel(shapes, world) if padded else psi / world
-        return {"param": prec.param * psi, "grad": prec.grad * psi, "opt": prec.opt * per_rank}
-    s = shard or world
-    local = shard_numel(shapes, s) if padded else psi / s
-    return {"param": prec.param * local, "grad": prec.grad * local, "opt": prec.opt * local}
+    stage = FSDP2_BETWEEN_STEPS[strategy]
+    n = world if stage < 3 else (shard or world)
+    held = None
+    if padded and stage == 1:
+        held = zero1_worst_rank_numel(shapes, n)
+    elif padded and stage == 3:
+        held = shard_numel(shapes, n)
+    w, g, o = (float(x) for x in model_state_bytes(psi, n, stage, prec.state, sharded=held))
+    return {"param": w, "grad": g, "opt": o}
+
+
+def paper_model_states(strategy: str, cfg: GPTConfig, world: int, prec: Precision) -> float:
+    """Bytes per rank the ZeRO paper's stage of this strategy's name holds (zero2: replicated parameters)."""
+    psi = sum(numel(s) for s in all_shapes(cfg))
+    return float(model_state_bytes(psi, world, STAGES.get(strategy, 3), prec.state).total)
 
 
 def unsharded_peak(strategy: str, cfg: GPTConfig, prec: Precision, shard: int | None = None) -> float:
@@ -117,12 +125,6 @@ def unsharded_peak(strategy: str, cfg: GPTConfig, prec: Precision, shard: int | 
     if strategy in ("zero3", "hsdp"):
         return prec.compute * (r + b)
     return 0.0
-
-
-def zero_paper_table(psi: float, nd: int, k: int = ZERO_PAPER.opt) -> dict[str, float]:
-    """Per-device model-state GB of the four ZeRO stages (the paper's Figure 1 rows)."""
-    return {"baseline": (2 + 2 + k) * psi / GB, "zero1": (2 + 2 + k / nd) * psi / GB,
-            "zero2": (2 + (2 + k) / nd) * psi / GB, "zero3": (2 + 2 + k) * psi / nd / GB}
 
 
 def comm_plan(strategy: str, cfg: GPTConfig, world: int, prec: Precision, accum: int = 1,
@@ -156,15 +158,6 @@ def comm_plan(strategy: str, cfg: GPTConfig, world: int, prec: Precision, accum:
     return out
 
 
-def bus_factor(kind: str, n: int) -> float:
-    """nccl-tests' bus factor (doc/PERFORMANCE.md): bytes each rank moves per payload byte in a
-    bandwidth-optimal ring; bus bytes / busbw is then the bandwidth-bound time."""
-    if n <= 1:
-        return 0.0
-    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "broadcast": 1.0}[kind]
-
-
 def bus_bytes(plan: list[dict]) -> float:
     """Sum of payload x bus factor over a plan."""
-    return sum(c["payload_bytes"] * bus_factor(c["collective"], c["group_size"]) for c in plan)
+    return sum(c["payload_bytes"] * busbw_factor(c["collective"], c["group_size"]) for c in plan)

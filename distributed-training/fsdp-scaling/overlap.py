@@ -9,23 +9,15 @@ backward prefetch alone worth ~18% on GPT-175B for exactly this reason.
 
 On one GPU there is nothing to hide: FSDP2 issues no collectives at world size 1 and NCCL's
 one-rank all-reduce is a local copy. The numbers mean something from 2 GPUs up. Nothing here runs
-on CPU (the interval arithmetic is tested on its own).
+on CPU (the interval arithmetic is tested on its own). bench.py runs it per strategy (Run.profile) and
+writes results/overlap_<hw>.csv with the columns below.
 """
 
 from __future__ import annotations
 
-import gc
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 import torch
 
-from common.dist import from_rank0
-from common.results import ResultsWriter, provenance
 from strategies import Trainer
-
-if TYPE_CHECKING:
-    from bench import Run
 
 Interval = tuple[float, float]
 COLUMNS = ["strategy", "prefetch", "profiled_steps", "step_time_ms", "compute_ms", "comm_ms", "exposed_comm_ms",
@@ -97,27 +89,3 @@ def profile_trainer(tr: Trainer, get_batch, steps: int = 3, warmup: int = 2) -> 
             "compute_ms": comp_us / 1e3 / steps,
             "comm_ms": comm_us / 1e3 / steps, "exposed_comm_ms": exp_us / 1e3 / steps,
             "exposed_fraction": exp_us / comm_us if comm_us else 0.0, "n_comm_kernels": len(comm)}
-
-
-def profile_all(run: "Run") -> None:
-    """Every strategy of the run, prefetch off and (for FSDP2) on; rows in results/overlap_<hw>.csv."""
-    from bench import RESULTS  # the runner owns the file layout
-    cfg, env = run.cfg, run.env
-    writer = ResultsWriter(Path(RESULTS) / f"overlap_{run.preset.tag}.csv", COLUMNS, KEY,
-                           provenance(env, "1"), resume=cfg.resume or cfg.append, enabled=env.is_main)
-    micro = run.micro_size("strong")
-    plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
-            for p in ((False, True) if s in ("zero2", "zero3", "hsdp") else (False,))]
-    todo = from_rank0([(s, p) for s, p in plan if not writer.done({"strategy": s, "prefetch": p})])
-    for strategy, prefetch in todo:
-        tr = run.trainer(strategy, prefetch)
-        stats = profile_trainer(tr, lambda i: run.batches(i, micro))
-        # Max over ranks: the slowest rank's exposed communication is what the step waits for.
-        t = torch.tensor([stats["exposed_comm_ms"], stats["comm_ms"]], device=env.device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        stats["exposed_comm_ms"], stats["comm_ms"] = t.tolist()
-        stats["exposed_fraction"] = stats["exposed_comm_ms"] / stats["comm_ms"] if stats["comm_ms"] else 0.0
-        writer.write({"strategy": strategy, "prefetch": prefetch, **stats})
-        del tr
-        gc.collect()
-        torch.cuda.empty_cache()

@@ -7,18 +7,14 @@ size 1: no collective runs there), scaled linearly with tokens per rank. Where n
 measured, it is FLOPs / (peak x an assumed MFU of 0.40, within torchtitan's published 33-42% for
 1-D FSDP on 8-128 H100s, arXiv 2410.06511) and every row says so. t_comm sums, over the
 collectives of one optimizer step (memory_model.comm_plan, the plan the fake-PG study and the
-tests check count for count and byte for byte), an alpha-beta ring cost:
-
-    t = base + steps(n) x hop + payload x bus_factor(n) / busbw
-
-(nccl-tests' bus bandwidth, so busbw is what allreduce-bench measures; steps = n-1, or 2(n-1) for
-all-reduce). busbw comes from allreduce-bench's results/sweep_*.csv for the same preset when they
-exist (largest busbw per collective, one node and across nodes), else the hardware table: NVLink
-per direction inside a node, the per-GPU NIC across nodes. Latency defaults are NCCL's own ring
-Simple-protocol figures (src/graph/tuning.cc, an older version: base 8.4 us, 3.4 us per NVLink
-ring step, 9.6 us per network step); NCCL's tree and PAT algorithms lower this term at large N, so
-the projection is pessimistic there. Two bounds are written: no overlap (compute + communication)
-and full overlap (the larger of the two). The GPU profile (overlap.py) says where a real step falls.
+tests check count for count and byte for byte), the cost of common/collective_cost.py: the model the
+planner prices collectives with (a test checks the two agree), nccl-tests' bus factors, ring steps
+inside a node and tree levels across, NVLink inside a node and min(NVLink, GPUs per node x NIC)
+across (NCCL runs one ring per NIC), with its documented efficiencies and latencies. The network
+comes from allreduce-bench's results/sweep_*.csv for the same preset when they exist (the fit of
+their all_reduce rows, common/collective_fit.calibrate: the planner's --calibrate rule), else from
+the hardware table. Two bounds are written: no overlap (compute + communication) and full overlap
+(the larger of the two). The GPU profile (overlap.py) says where a real step falls.
 
 Efficiency, T = tokens/s: weak scaling T(N) / (N T(1)) = t(1) / t(N) with tokens per rank fixed;
 strong scaling with the global batch fixed (1024 sequences, one per rank at 1024).
@@ -29,6 +25,7 @@ strong scaling with the global batch fixed (1024 sequences, one per rank at 1024
 from __future__ import annotations
 
 import glob
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +33,14 @@ import pandas as pd
 import torch
 
 import memory_model as mm
+from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
+from common.collective_fit import calibrate
 from common.config import config_dict, parse_config
 from common.dist import DistInfo
 from common.hardware import PRESETS, GPUPreset, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
+from common.zero_memory import ZERO_PAPER
 from settings import MODELS, Config, describe_model, parse_model
 
 LAB = Path(__file__).resolve().parent
@@ -61,68 +61,53 @@ COLUMNS = ["target", "model", "n_params", "strategy", "mode", "n_gpus", "nodes",
 WORKED_COLUMNS = ["example", "psi", "n_d", "k", "baseline_GB", "zero1_GB", "zero2_GB", "zero3_GB"]
 
 
-@dataclass(frozen=True)
-class Links:
-    intra_GBps: float  # bus bandwidth inside a node (NVLink domain)
-    inter_GBps: float  # bus bandwidth when a group spans nodes (per-GPU NIC)
-    hop_intra_us: float
-    hop_inter_us: float
-    base_us: float
-    node_size: int
-    source: str
-
-
-def table_links(p: GPUPreset, node_size: int) -> Links | None:
+def table_network(p: GPUPreset, node_size: int) -> Network | None:
+    """The hardware table's network for `node_size` GPUs per node (common/collective_cost.py)."""
     if p.nvlink_gbps is None or p.net_gbits is None:
         return None
-    return Links(p.nvlink_gbps, p.net_gbits / 8, 3.4, 9.6, 8.4, node_size,
-                 f"hardware table {p.name}: NVLink {p.nvlink_gbps:.0f} GB/s per direction, network "
-                 f"{p.net_gbits / 8:.0f} GB/s per GPU; NCCL ring latencies")
+    return preset_network(node_size, p.nvlink_gbps, p.net_gbits,
+                          f"hardware table {p.name}: NVLink {p.nvlink_gbps:.0f} GB/s per direction, network "
+                          f"{p.net_gbits / 8:.0f} GB/s per GPU, at the shared model's efficiencies and latencies")
 
 
-def _fit(df: pd.DataFrame) -> tuple[float, float]:
-    """(largest busbw in GB/s, latency per ring step in us from the smallest message)."""
-    small = df[df["size_bytes"] == df["size_bytes"].min()]
-    steps = small["world_size"].sub(1) * small["collective"].map(lambda c: 2 if c == "all_reduce" else 1)
-    return float(df["busbw_GBps"].max()), float((small["time_us"] / steps).median())
-
-
-def measured_links(preset: str, node_size: int, fallback: Links | None) -> Links | None:
-    """Bus bandwidth and per-hop latency from allreduce-bench's sweeps of `preset`, else `fallback`."""
+def measured_network(preset: str, node_size: int, fallback: Network | None, across_nodes: bool = True
+                     ) -> Network | None:
+    """The network calibrated from allreduce-bench's sweeps of `preset` (the planner's rule), else `fallback`.
+    across_nodes=False ignores multi-node sweeps (the CPU projection stays on one machine)."""
     files = sorted(glob.glob(str(ALLREDUCE / "sweep_*.csv")))
     if not files:
         return fallback
     df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
     tag = df["preset"] if "preset" in df else df["backend"].map({"gloo": "cpu"})
-    df = df[(tag == preset) & (df["world_size"] > 1)
-            & df["collective"].isin(["all_reduce", "all_gather", "reduce_scatter"])]
-    intra, inter = df[df["nnodes"] == 1], df[df["nnodes"] > 1]
-    if intra.empty:
+    df = df[(tag == preset) & (df["world_size"] > 1) & (df["collective"] == "all_reduce")
+            & ((df["nnodes"] == 1) | across_nodes)]
+    if df[df["nnodes"] == 1].empty:
         return fallback
-    bw, hop = _fit(intra)
-    bw_x, hop_x = _fit(inter) if not inter.empty else (
-        (fallback.inter_GBps, fallback.hop_inter_us) if fallback else (bw, hop))
-    return Links(bw, bw_x, hop, hop_x, 0.0, node_size,
-                 f"allreduce-bench sweep_*.csv ({preset}): busbw {bw:.2f} GB/s in a node"
-                 + (f", {bw_x:.2f} GB/s across nodes" if not inter.empty else "") + f"; {hop:.1f} us per ring step")
+    base = fallback or Network(node_size, math.nan, math.nan)
+    try:
+        net, notes = calibrate(base.calibrated(domain=node_size), df)
+    except ValueError as e:  # a sweep that shows no bandwidth regime: say so, keep the table's figures
+        print(f"note: allreduce-bench sweeps of {preset} not used: {e}")
+        return fallback
+    hardware = ", ".join(sorted(df["hardware"].astype(str).unique()))
+    return net.calibrated(source=f"allreduce-bench sweep_*.csv ({preset}; measured on {hardware}), all_reduce fits: "
+                          + "; ".join(notes))
 
 
-def comm_time_s(strategy: str, gcfg: GPTConfig, n: int, prec: mm.Precision, links: Links) -> float:
-    """Alpha-beta ring time of one optimizer step's collectives (one micro-step, no accumulation).
+def comm_time_s(strategy: str, gcfg: GPTConfig, n: int, prec: mm.Precision, net: Network) -> float:
+    """Seconds for one optimizer step's collectives (one micro-step, no accumulation) on `net`.
 
-    Latency as NCCL models a ring (tuning.cc): base + intra-node steps x NVLink hop + inter-node
-    steps x network hop, a ring over k nodes crossing the network k-1 times per pass."""
-    mesh = (max(1, n // links.node_size), min(n, links.node_size)) if strategy == "hsdp" else None
+    Every call of a kind pays the model's latency; the bytes of all its calls pay the bandwidth once.
+    HSDP shards inside a node and all-reduces across replicas with one GPU per node."""
+    node = net.domain
+    mesh = (max(1, n // node), min(n, node)) if strategy == "hsdp" else None
     total = 0.0
     for c in mm.comm_plan(strategy, gcfg, n, prec, mesh=mesh, n_buckets=1):
-        g, passes = c["group_size"], 2 if c["collective"] == "all_reduce" else 1
-        across = strategy == "hsdp" and c["collective"] == "all_reduce"  # one rank per node
-        nodes = g if across else -(-g // links.node_size)
-        inter = passes * (nodes - 1)
-        intra = passes * (g - 1) - inter
-        bw = links.inter_GBps if nodes > 1 else links.intra_GBps
-        total += c["count"] * (links.base_us + intra * links.hop_intra_us + inter * links.hop_inter_us) * 1e-6
-        total += c["payload_bytes"] * mm.bus_factor(c["collective"], g) / (bw * 1e9)
+        g = c["group_size"]
+        stride = node if strategy == "hsdp" and c["collective"] == "all_reduce" else 1
+        local = members_per_domain(g, stride, node)
+        total += float(collective_time_s(c["collective"], c["payload_bytes"], g, local, net)
+                       + (c["count"] - 1) * latency_s(c["collective"], g, local, net))
     return total
 
 
@@ -144,7 +129,7 @@ def state_gb(strategy: str, gcfg: GPTConfig, n: int, prec: mm.Precision, node_si
             + mm.unsharded_peak(strategy, gcfg, prec, shard)) / mm.GB
 
 
-def project(t: Target, links: Links, ns: tuple[int, ...]) -> list[dict]:
+def project(t: Target, net: Network, ns: tuple[int, ...]) -> list[dict]:
     prec = mm.precision_for("adamw", compute_bytes=4 if t.name == "cpu" else 2)
     n_params = sum(map(mm.numel, mm.all_shapes(t.gcfg)))
     capacity = PRESETS[t.name].memory_gb if t.name in PRESETS else None
@@ -153,18 +138,18 @@ def project(t: Target, links: Links, ns: tuple[int, ...]) -> list[dict]:
         seqs = {n: t.weak_seqs if mode == "weak" else t.strong_global / n for n in ns}
         t1 = per_seq * (t.weak_seqs if mode == "weak" else t.strong_global)  # one rank: no communication
         for n in ns:
-            tc, tm = per_seq * seqs[n], comm_time_s(strategy, t.gcfg, n, prec, links)
+            tc, tm = per_seq * seqs[n], comm_time_s(strategy, t.gcfg, n, prec, net)
             no, full = tc + tm, max(tc, tm)
             rows.append({"target": t.name, "model": t.model, "n_params": n_params, "strategy": strategy,
-                         "mode": mode, "n_gpus": n, "nodes": -(-n // links.node_size),
+                         "mode": mode, "n_gpus": n, "nodes": -(-n // net.domain),
                          "tokens_per_rank": seqs[n] * t.gcfg.seq_len, "compute_ms": tc * 1e3, "comm_ms": tm * 1e3,
                          "step_ms_no_overlap": no * 1e3, "step_ms_full_overlap": full * 1e3,
                          # T(N) / (N T(1)) with T = tokens/s: both modes reduce to this ratio of step times
                          "efficiency_no_overlap": t1 * seqs[n] / (no * seqs[1]),
                          "efficiency_full_overlap": t1 * seqs[n] / (full * seqs[1]),
-                         "state_GB_per_rank": (gb := state_gb(strategy, t.gcfg, n, prec, links.node_size)),
+                         "state_GB_per_rank": (gb := state_gb(strategy, t.gcfg, n, prec, net.domain)),
                          "fits_in_memory": None if capacity is None else gb < capacity,
-                         "compute_source": t.compute_source, "bandwidth_source": links.source})
+                         "compute_source": t.compute_source, "bandwidth_source": net.source})
     return rows
 
 
@@ -180,7 +165,7 @@ def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
         strong = g[g["mode"] == "strong"]["effective_batch"]
         out.append(Target(hw, model, parse_model(model), int(weak.iloc[0]) if len(weak) else 1,
                           strong_global or (int(strong.iloc[0]) if len(strong) else 1), per_seq,
-                          f"measured 1-rank step, scaling_{hw}.csv"))
+                          f"measured 1-rank step, scaling_{hw}.csv ({g['hardware'].iloc[0]})"))
     return out
 
 
@@ -198,18 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     for csv in sorted((LAB / "results").glob("scaling_*.csv")):
         cpu = csv.stem == "scaling_cpu"
         for t in measured_targets(csv, None if cpu else STRONG_GLOBAL):
-            if cpu:  # one core per rank at the measured gloo bandwidth: only with allreduce-bench's CPU sweep
-                links = measured_links("cpu", 10**6, None)
+            if cpu:  # one machine, one core per rank at the measured gloo rate: only with allreduce-bench's CPU sweep
+                net = measured_network("cpu", max(CPU_N), None, across_nodes=False)
             else:
                 p = PRESETS.get(t.name)
-                links = p and measured_links(t.name, cfg.node_size, table_links(p, cfg.node_size))
+                net = p and measured_network(t.name, cfg.node_size, table_network(p, cfg.node_size))
                 measured_gpus.add((t.name, t.model))
-            rows += project(t, links, CPU_N if cpu else GPU_N) if links else []
+            rows += project(t, net, CPU_N if cpu else GPU_N) if net else []
     what_if = get_preset(cfg.gpu if cfg.gpu not in ("auto", "cpu") else "h100")
-    links = measured_links(what_if.name, cfg.node_size, table_links(what_if, cfg.node_size))
+    net = measured_network(what_if.name, cfg.node_size, table_network(what_if, cfg.node_size))
     for name, (gcfg, seqs) in PROJECTED.items():
         if (what_if.name, describe_model(gcfg)) not in measured_gpus:
-            rows += project(assumed_target(what_if, name, gcfg, seqs), links, GPU_N)
+            rows += project(assumed_target(what_if, name, gcfg, seqs), net, GPU_N)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "model")
     prov = {**provenance(env, "1"), "hardware": "projection (analytic model)", "world_size": "", "nnodes": ""}
     writer = ResultsWriter(LAB / "results" / "projection.csv", COLUMNS,
@@ -219,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     # The ZeRO paper's Figure 1 example (7.5B parameters, 64-way DP, K = 12): 120 / 31.4 / 16.6 / 1.9 GB.
     worked = ResultsWriter(LAB / "results" / "zero_worked_example.csv", WORKED_COLUMNS, ["example"], prov)
     paper = mm.zero_paper_table(7.5e9, 64)
-    worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": mm.ZERO_PAPER.opt,
+    worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": ZERO_PAPER.optimizer,
                   **{f"{k}_GB": v for k, v in paper.items()}})
     print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
           f"{', '.join(sorted({r['target'] for r in rows}))})")

@@ -7,11 +7,14 @@ rank = the largest rank's bytes; bus bytes per rank as nccl-tests defines them (
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from common.markdown import frame, number
 from common.plotting import describe_runs, new_figure, save
+from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
 LAB = Path(__file__).resolve().parent
 RES = LAB / "results"
@@ -24,16 +27,8 @@ def read(pattern: str) -> pd.DataFrame:
     return pd.concat([pd.read_csv(f, dtype={"git_commit": str}) for f in files], ignore_index=True) if files else pd.DataFrame()
 
 
-def table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    cols = list(df.columns)
-
-    def fmt(v) -> str:
-        if not isinstance(v, float):
-            return str(v)
-        return "–" if v != v else f"{v:,.0f}" if abs(v) >= 1000 and floatfmt == "{:.3g}" else floatfmt.format(v)
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)])
+def table(df: pd.DataFrame, spec: str = ".3g") -> str:
+    return frame(df, fmt=lambda v: number(v, spec))
 
 
 def efficiency(s: pd.DataFrame) -> pd.DataFrame:
@@ -110,9 +105,11 @@ def section_memory(a: pd.DataFrame) -> list[str]:
                  zero=(a["model_param_bytes"] + a["model_grad_bytes"] + a["model_opt_bytes"]) / MiB,
                  exact=a["exact_model_state_bytes"] / MiB)
     pick = a[a["world_size"].isin([8, 128, int(a["world_size"].max())])]
+    paper = pick["paper_model_state_bytes"] / MiB if "paper_model_state_bytes" in pick else float("nan")
     t = pd.DataFrame({"strategy": pick["strategy"], "ranks": pick["world_size"],
-                      "measured MiB/rank": pick["measured"], "ZeRO model MiB": pick["zero"],
-                      "vs model": (pick["measured"] / pick["zero"] - 1).map("{:+.1%}".format),
+                      "measured MiB/rank": pick["measured"], "ZeRO formula, as held MiB": pick["zero"],
+                      "paper's stage MiB": paper,
+                      "vs formula": (pick["measured"] / pick["zero"] - 1).map("{:+.1%}".format),
                       "vs exact model": (pick["measured"] / pick["exact"] - 1).map("{:+.1%}".format),
                       "gathered params peak MiB": pick["unsharded_peak_bytes"] / MiB,
                       "model (largest unit, padded) MiB": pick["model_unsharded_bytes"] / MiB})
@@ -125,11 +122,18 @@ def section_memory(a: pd.DataFrame) -> list[str]:
             f"Measured per-rank bytes of DDP, zero2, zero3 and HSDP differ from the ZeRO formula by at most "
             f"{worst:.2%} up to 128 ranks. Two effects the formula leaves out, both reproduced exactly by the "
             f"exact model (largest deviation over all rows {exact:.2%}): FSDP2's Shard(0) pads every tensor to "
-            "ceil(rows/N) rows per rank, which dominates once N exceeds this small model's dimensions (1024 "
-            "ranks, a 128-wide model); and ZeroRedundancyOptimizer gives each rank whole tensors, so its "
+            "ceil(rows/N) rows per rank, which dominates once N exceeds this small model's dimensions "
+            f"({int(a['world_size'].max())} ranks, a {a['model'].iloc[0].split('-')[0].removeprefix('d')}-wide "
+            "model); and ZeroRedundancyOptimizer gives each rank whole tensors, so its "
             "worst rank never holds less than the largest tensor's optimizer state and drifts above KΨ/N. The "
             "last two columns are FSDP's gathered-unit term (Zhao et al. 2023): the root plus one block for "
             "zero3 and HSDP, every unit for zero2 (its peak, not between steps).", "",
+            "`ZeRO formula, as held` applies the ZeRO paper's formula to what each strategy holds between steps "
+            "(common/zero_memory.py): DDP stage 0, ZeRO-1 stage 1, zero3 and HSDP stage 3 over their shard group, "
+            "and zero2 stage 3 as well: it is FSDP2 with reshard_after_forward=False, which keeps the gathered "
+            "parameters from forward to backward and frees them after backward, so between steps its parameters "
+            "are sharded. `paper's stage` is the paper's own ZeRO stage of each name; for zero2 that is ZeRO-2 "
+            "(P_os+g, parameters replicated), which FSDP2 does not implement.", "",
             table(t), "", f"![memory]({plot_memory(a)})", ""]
 
 
@@ -190,7 +194,7 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
     return ["Same tokens, same losses: every strategy at a given world size and mode trains on the same global "
             "batch, so the loss after the last step must agree (the tests check the same at 1e-5 against one "
             "process):", "",
-            table(spread.assign(spread=spread["max"] - spread["min"]), "{:.6g}"), "",
+            table(spread.assign(spread=spread["max"] - spread["min"]), ".6g"), "",
             f"Wrapper overhead at world size 1 against plain training (`single`), step time: {over or 'n/a'}. "
             f"Noise: the timed steps of one row spread by a median of {spread_pct:.0%} (max / min - 1); on a "
             "shared machine differences below that are not findings.", "",
@@ -201,6 +205,36 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
             f"{int(s['grad_accum'].iloc[0])}:", "",
             table(piv.reset_index()), "",
             f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})", ""]
+
+
+def weak_scaling_anchor(p: pd.DataFrame) -> list[str]:
+    """The published 8B FSDP weak-scaling run beside the projection's zero3 bounds (per-GPU rate kept)."""
+    small, large = WEAK_SCALING_8B
+    lo, hi = small.gpus, large.gpus
+    z = p[(p["strategy"] == "zero3") & (p["mode"] == "weak")].set_index("n_gpus")
+    if not {lo, hi} <= set(z.index):
+        return []
+    pub = large.tokens_per_s_per_gpu / small.tokens_per_s_per_gpu
+    bounds = ("no_overlap", "full_overlap")
+    kept = {bound: z.loc[hi, f"efficiency_{bound}"] / z.loc[lo, f"efficiency_{bound}"] for bound in bounds}
+    rows = [[f"published: {small.setting} ({small.source})", f"{small.tokens_per_s_per_gpu:,.0f} tok/s/GPU",
+             f"{large.tokens_per_s_per_gpu:,.0f} tok/s/GPU", f"{pub:.1%}"]]
+    rows += [[f"PROJECTION, zero3, {bound.replace('_', ' ')}", f"E = {z.loc[lo, f'efficiency_{bound}']:.3f}",
+              f"E = {z.loc[hi, f'efficiency_{bound}']:.3f}", f"{kept[bound]:.1%}"] for bound in bounds]
+    if pub < kept["no_overlap"]:
+        verdict = ("The published run keeps less of its per-GPU rate than the projection keeps with no overlap at "
+                   "all, so nothing here says how much communication that run hid: what the model leaves out "
+                   "(stragglers, NICs shared with other traffic, collectives slower at scale than the ring model) "
+                   "costs it more than the modelled communication grows.")
+    elif pub <= kept["full_overlap"]:
+        verdict = ("The published run lies between the projection's bounds: it hides part of its communication "
+                   "behind compute.")
+    else:
+        verdict = ("The published run keeps more than either bound: the projection prices more communication "
+                   "than it had.")
+    return [f"Anchor: per-GPU rate kept from {lo} to {hi} GPUs (weak scaling), published against this projection:",
+            "", table(pd.DataFrame(rows, columns=["", f"{lo} GPUs", f"{hi} GPUs", "kept"])), "",
+            verdict + " How much a given machine hides is what the GPU overlap profile measures.", ""]
 
 
 def section_projection(proj: pd.DataFrame) -> list[str]:
@@ -215,16 +249,7 @@ def section_projection(proj: pd.DataFrame) -> list[str]:
                 f"{p['compute_source'].iloc[0]}. Bandwidth: {p['bandwidth_source'].iloc[0]}. Efficiency, no "
                 "overlap .. full overlap; (OOM) = model states alone exceed the GPU's memory:", "",
                 table(piv.reset_index()), "", f"![projection]({plot_projection(proj, target, model)})", ""]
-        z = p[(p["strategy"] == "zero3") & (p["mode"] == "weak")].set_index("n_gpus")
-        if model == "8b" and {8, 128} <= set(z.index):
-            r = z.loc[128, ["efficiency_no_overlap", "efficiency_full_overlap"]] / \
-                z.loc[8, ["efficiency_no_overlap", "efficiency_full_overlap"]]
-            out += [f"Anchor: torchtitan measured Llama 3.1 8B with FSDP on H100s at 5,762 tok/s/GPU on 8 GPUs "
-                    "and 5,605 on 128 (benchmarks/llama3_h100_202412_torchtitan.md): 97.3% per-GPU retention. "
-                    f"This projection gives {r['efficiency_no_overlap']:.0%} from 8 to 128 GPUs without overlap "
-                    f"and {r['efficiency_full_overlap']:.0%} with full overlap: the real system hides nearly all of "
-                    "its communication. How much a given machine hides is what the GPU overlap profile measures.",
-                    ""]
+        out += weak_scaling_anchor(p) if model == WEAK_SCALING_8B[0].model else []
     return out or ["No projection rows (run project.py)."]
 
 
@@ -242,17 +267,18 @@ def main() -> int:
              "like one process on the same global batch (tests, and the loss table below); (2) memory per rank, "
              "measured on the real FSDP2/DDP code at 8 to 1024 ranks through PyTorch's fake process group; "
              "(3) collective counts and bytes per step, exact; (4) a projection to GPU clusters. Timings on "
-             "CPU are the weakest evidence: N ranks share the machine's cores (2 here) and gloo's reduce-scatter "
-             "is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies below measure core "
-             "contention and gloo over loopback, not how these strategies scale.", "",
+             f"CPU are the weakest evidence: N ranks share the machine's cores{cores_note(s)} and gloo's "
+             "reduce-scatter is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies below "
+             "measure core contention and gloo over loopback, not how these strategies scale.", "",
              "## 1. Memory per rank at scale (measured on the fake process group)", ""]
     lines += section_memory(a) if not a.empty else ["No at_scale.csv yet (make fsdp-scaling-run)."]
     if not worked.empty:
         w = worked.iloc[0]
-        lines += [f"Worked row, the ZeRO paper's Figure 1 (Ψ = {w['psi'] / 1e9:.1f} B, N_d = {int(w['n_d'])}, "
-                  f"K = {int(w['k'])}), from the same formulas: baseline {w['baseline_GB']:.1f} GB, ZeRO-1 "
-                  f"{w['zero1_GB']:.1f} GB, ZeRO-2 {w['zero2_GB']:.1f} GB, ZeRO-3 {w['zero3_GB']:.2f} GB "
-                  "(paper: 120 / 31.4 / 16.6 / 1.9 GB).", ""]
+        rows = [["published", *ZERO_FIGURE_1],
+                ["common/zero_memory.py", *(w[f"{k}_GB"] for k in ZERO_FIGURE_1._fields)]]
+        lines += [f"Worked example: {ZERO_SOURCE} (Ψ = {w['psi'] / 1e9:.1f} B, N_d = {int(w['n_d'])}, "
+                  f"K = {int(w['k'])}), GB per device, from the same formula:", "",
+                  table(pd.DataFrame(rows, columns=["", "baseline", "ZeRO-1", "ZeRO-2", "ZeRO-3"])), ""]
     lines += ["## 2. Communication per step", ""] + (section_comms(a, c) if not a.empty else [])
     lines += ["## 3. Measured throughput and scaling", ""]
     lines += section_measured(s, proj) if not s.empty else ["No scaling CSV yet."]
@@ -263,10 +289,39 @@ def main() -> int:
         "Not measured: it needs GPUs (torch.profiler's NCCL kernels against compute kernels, overlap.py). "
         "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
         "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
-    lines += ["## 6. Reading: which strategy", "", *READING]
+    lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:]]
     (LAB / "REPORT.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {LAB / 'REPORT.md'}")
     return 0
+
+
+def cores_note(s: pd.DataFrame) -> str:
+    """' (N here)' from the CSVs' hardware column ('<CPU model> (N cores)'); nothing where it does not say."""
+    cores = {m.group(1) for h in s.get("hardware", pd.Series(dtype=str)).astype(str)
+             if (m := re.search(r"\((\d+) cores\)", h))}
+    return f" ({', '.join(sorted(cores))} here, per the CSVs' hardware column)" if cores else ""
+
+
+def across_nodes(proj: pd.DataFrame) -> str:
+    """The across-nodes reading, from the projection's own rows (weak scaling, the largest GPU count)."""
+    p = proj[(proj["target"] != "cpu") & (proj["mode"] == "weak")]
+    if p.empty:
+        return "- **Across nodes**: no GPU projection to read (run project.py)."
+    model = p.groupby("model")["n_params"].first().idxmax()
+    p = p[p["model"] == model]
+    n = int(p["n_gpus"].max())
+    e = p[p["n_gpus"] == n].set_index("strategy")["efficiency_no_overlap"]
+    hsdp_wins = e.get("hsdp", 0) > e.get("zero3", 1)
+    return ("- **Across nodes, the network decides between zero3 and HSDP.** HSDP keeps all-gathers and "
+            "reduce-scatters inside the node and all-reduces its shard of the gradient across nodes with one GPU "
+            "per node; zero3 runs its rings across all nodes, one ring per NIC. With a NIC per GPU (the table's "
+            "DGX-style nodes) a ring across nodes runs nearly at NVLink's rate, and the projection of "
+            f"{model} at {n} GPUs (weak, no overlap) keeps {e.get('zero3', float('nan')):.2f} with zero3 and "
+            f"{e.get('hsdp', float('nan')):.2f} with HSDP: "
+            + ("HSDP's smaller cross-node traffic wins." if hsdp_wins else
+               "HSDP pays for its in-node collectives and one NIC per all-reduce and does not win there; it pays "
+               "off where the network per GPU is slower than NVLink (fewer NICs, oversubscribed fabrics).")
+            + " zero3 over the network needs its all-gathers hidden behind compute (prefetching).")
 
 
 READING = [
@@ -279,10 +334,6 @@ READING = [
     "all-gather); PyTorch's ZeRO-1 moves 3Ψ (all-reduce, then a broadcast per parameter), and its one "
     "collective per tensor makes it the most latency-bound at scale. With bf16 all-gathers and fp32 "
     "reductions, zero3's bytes equal DDP's.",
-    "- **Across nodes, keep the big collectives on NVLink.** The projection's gap between the no-overlap and "
-    "full-overlap bounds is the whole game beyond one node: zero3 over the network needs its all-gathers "
-    "hidden behind compute (prefetching), while HSDP keeps all-gathers and reduce-scatters inside the node "
-    "and sends only 1/8 of the gradient across it.",
     "- **A rule of thumb from these numbers:** DDP while the model's 16 bytes/param fit; zero2 when "
     "optimizer + gradient sharding is enough and there is room for the gathered model; zero3 when it is "
     "not; HSDP (shard within the node) once the job spans nodes and the network is the bottleneck. Check "

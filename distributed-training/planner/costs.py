@@ -14,17 +14,13 @@ activations is taken as written and read once in the forward and twice in the ba
 HBM bandwidth. The optimizer step streams its states once. Full recompute repeats the forward of
 every layer (with its TP communication), selective recompute the attention core.
 
-Communication (alpha-beta with ring factors, Thakur/Rabenseifner/Gropp; allreduce-anchors §5): a
-group of n GPUs with n_l of them per NVLink domain all-reduces S bytes in
-    2(n-1)/n · S / B  +  2(n_l-1)·a_in + 2·ceil(log2 k)·a_out,      k = n/n_l domains,
-with B the NVLink bus rate inside one domain and, across domains, min(NVLink, n_l x per-GPU network):
-NCCL runs one ring per NIC, so a group with 8 GPUs per node gets the node's 8 NICs (nccl-tests: 370-380
-GB/s busbw on DGX H100 nodes with 8 x 400G, allreduce-anchors §3.5), a group with one GPU per node one
-NIC. The latency across domains is a tree's (NCCL picks trees at scale) at a_out = 40 us per level, which
-puts the half-bandwidth size of multi-node all-reduces at 64-256 MiB for 32 to 8K GPUs, as NVIDIA's
-NVLSTree scan shows (allreduce-anchors §3.2). Reduce-scatter and all-gather cost half. NICs shared by
-concurrent TP and DP traffic are not modelled. Groups are laid out as Megatron does: TP innermost, then
-CP, then DP, then PP outermost.
+Communication: every collective is priced by common/collective_cost.py, the model fsdp-scaling's
+projection uses too (nccl-tests' bus factors; ring steps inside the NVLink domain, tree levels across;
+NVLink inside a domain and min(NVLink, n_l x NIC) across, NCCL's ring per NIC; the constants, their
+sources and the sizes at half bandwidth they give are there). Each paper's byte term is written first,
+as nccl-tests' S of the collective that carries it, then priced. NICs shared by concurrent TP and DP
+traffic are not modelled. Groups are laid out as Megatron does: TP innermost, then CP, then DP, then PP
+outermost.
 - TP (Megatron SC21 §3.2): 4 all-reduces of b·s·h per layer and micro-batch, 8bsh(t-1)/t of traffic;
   6 with full recompute; sequence parallelism turns each into an all-gather + reduce-scatter of the
   same volume (Korthikanti §4.2.2). The backward ones overlap with the weight-gradient GEMMs
@@ -45,36 +41,20 @@ Step = t_mb·(m + (p-1)/v) + exposed DP + optimizer, t_mb the slowest stage's ti
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cluster import Cluster
-from memory import activation_coefficient, stage_params
+from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
+from degrees import FULL, SELECTIVE, Degrees
+from memory import WEIGHT_BYTES, activation_coefficient, stage_params
 from shapes import Shape
 
 T0 = 2e-6  # fixed cost per GEMM kernel, s
 FP8_CAST_OVERHEAD = 1.2  # FP8 GEMM time multiplier for amax + cast kernels
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
-
-
-def ceil_log2(k):
-    """Exact ceil(log2 k) for k >= 1 (frexp: no transcendental functions, same bits on every machine)."""
-    return np.frexp(np.asarray(k, float) - 1.0)[1]
-
-
-def members_per_domain(n, stride, domain: int):
-    """How many members of a group (size n, consecutive ranks `stride` apart) share one NVLink domain."""
-    n, stride = np.asarray(n, float), np.asarray(stride, float)
-    return np.where(stride >= domain, 1.0, np.minimum(n, np.floor(domain / stride)))
-
-
-def allreduce_time(nbytes, n, n_local, cl: Cluster):
-    """Ring all-reduce of `nbytes` per GPU over n GPUs, n_local of them per NVLink domain (seconds)."""
-    nbytes, n, nl = (np.asarray(x, float) for x in (nbytes, n, n_local))
-    k = np.ceil(n / nl)
-    # Across domains NCCL runs one ring per NIC: the bus rate is the domain's NICs or NVLink, whichever is less.
-    bus = np.where(k > 1, np.minimum(cl.intra_gbps, nl * cl.inter_gbps), cl.intra_gbps) * 1e9
-    latency = 2 * (nl - 1) * cl.alpha_intra_us * 1e-6 + 2 * ceil_log2(k) * cl.alpha_inter_us * 1e-6
-    return np.where(n > 1, 2 * (n - 1) / n * nbytes / bus + latency, 0.0)
+ACT_BYTES = 2.0  # bf16 activations between layers
 
 
 def gemm_time(flops, tflops: float):
@@ -90,22 +70,41 @@ def layer_compute(shape: Shape, cl: Cluster, t, c, b, *, sp: bool, flash: bool, 
     linear = (gemm_time(2 * tokens * h * (h + 2 * shape.kv_dim) / t, rate) + gemm_time(2 * tokens * h * h / t, rate)
               + gemm_time(2 * tokens * h * f / t, rate) + gemm_time(2 * tokens * f * h / t, rate))
     attn = 2 * gemm_time(2 * b * (shape.heads / t) * (s / c) * s * shape.head_dim, cl.bf16_matmul_tflops)
-    coef = activation_coefficient(shape, t, 0, sp, flash, fp8, dropout)
+    coef = activation_coefficient(shape, t, 0, sequence_parallel=sp, flash=flash, fp8=fp8, dropout=dropout)
     elementwise = 2 * tokens * h * coef / (cl.hbm_gbps * 1e9)
     score_bytes = (5.0 if dropout else 2.0) * shape.heads * s / h / t
     scores = 0.0 if flash else 2 * tokens * h * score_bytes / (cl.hbm_gbps * 1e9)
     return {"linear": linear, "attn": attn, "elementwise": elementwise, "scores": scores}
 
 
-def step_costs(shape: Shape, cl: Cluster, t, p, c, d, b, v, m, zero, recompute, *, grad_bytes: float = 2.0,
-               sp: bool = True, flash: bool = True, fp8: bool = False, dropout: bool = False) -> dict:
-    """All time terms (seconds per step, arrays) for the configurations given as arrays."""
-    t, p, c, d, b, v, m = (np.asarray(x, float) for x in (t, p, c, d, b, v, m))
-    zero, r = np.asarray(zero), np.asarray(recompute)
+class DPCollectives(NamedTuple):
+    """Seconds for one step's data-parallel collectives of Ψ parameters (arrays)."""
+    all_reduce: np.ndarray  # the gradients, ZeRO-0
+    reduce_scatter: np.ndarray  # the gradients, ZeRO >= 1 (ZeRO-2/3: every micro-batch)
+    all_gather: np.ndarray  # the bf16 weights, ZeRO >= 1 (ZeRO-3: before forward and backward)
+
+
+def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network) -> DPCollectives:
+    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS."""
+    grads = grad_bytes * np.asarray(psi, float)  # nccl-tests' S of the gradient all-reduce / reduce-scatter
+    weights = WEIGHT_BYTES * np.asarray(psi, float)  # S of the weight all-gather
+    more_buckets = np.ceil(np.asarray(psi, float) / BUCKET_PARAMS) - 1
+
+    def priced(kind: str, nbytes):
+        extra = more_buckets * np.where(np.asarray(n) > 1, latency_s(kind, n, n_local, net), 0.0)
+        return collective_time_s(kind, nbytes, n, n_local, net) + extra
+    return DPCollectives(priced("all_reduce", grads), priced("reduce_scatter", grads), priced("all_gather", weights))
+
+
+def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, sp: bool = True,
+               flash: bool = True, fp8: bool = False, dropout: bool = False) -> dict:
+    """All time terms (seconds per step, arrays) for the configurations of `deg`."""
+    t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
+    full = r == FULL
     lc = layer_compute(shape, cl, t, c, b, sp=sp, flash=flash, fp8=fp8, dropout=dropout)
     fwd = lc["linear"] + lc["attn"] + lc["elementwise"]
     bwd = 2 * fwd
-    rec = np.where(r == 2, fwd, np.where(r == 1, lc["attn"] + lc["scores"], 0.0))
+    rec = np.where(full, fwd, np.where(r == SELECTIVE, lc["attn"] + lc["scores"], 0.0))
     layers = shape.layers / p
     tokens = b * shape.seq / c
     # LM head in bf16 even under FP8 (the first and last layers usually stay in high precision), then fp32
@@ -113,45 +112,39 @@ def step_costs(shape: Shape, cl: Cluster, t, p, c, d, b, v, m, zero, recompute, 
     logits = 3 * gemm_time(2 * tokens * shape.hidden * shape.vocab / t, cl.bf16_matmul_tflops) \
         + 24 * tokens * shape.vocab / t / (cl.hbm_gbps * 1e9)
     compute_mb = layers * (fwd + bwd + rec) + logits
+    net, dom = cl.net, cl.domain
 
-    act = 2.0 * tokens * shape.hidden  # bytes of one b x s x h bf16 activation on one CP rank
-    # TP: all-reduce-equivalents per layer: 2 forward, 2 backward, 2 more in a full recompute.
-    ar_tp = allreduce_time(act, t, members_per_domain(t, 1, cl.domain), cl)
-    tp_layer = (4 + 2 * (r == 2)) * ar_tp
+    # TP (SC21 §3.2): per layer and micro-batch 2 all-reduces of b·s·h forward, 2 backward (2 more in a full
+    # recompute): 8·b·s·h·(t-1)/t elements of traffic. With SP each is an all-gather + reduce-scatter of the
+    # same volume (Korthikanti §4.2.2).
+    tp_bytes = ACT_BYTES * tokens * shape.hidden  # S of one all-reduce: b·s·h on one CP rank
+    ar_tp = collective_time_s("all_reduce", tp_bytes, t, members_per_domain(t, 1, dom), net)
+    tp_layer = (4 + 2 * full) * ar_tp
     tp_hidden_layer = np.minimum(2 * ar_tp, lc["linear"])  # backward ones under the wgrad GEMMs
-    # CP: K and V chunks of this rank, c-1 ring steps forward, 2(c-1) backward.
-    kv = 2 * 2.0 * tokens * shape.kv_dim / t
-    cp_in_domain = t * c <= cl.domain
-    cp_step = np.where(cp_in_domain, kv / (cl.intra_gbps * 1e9) + cl.alpha_intra_us * 1e-6,
-                       kv / (cl.inter_gbps * 1e9) + cl.alpha_inter_us * 1e-6) * (c > 1)
+    # CP (ring attention): this rank's K and V chunks, c-1 ring steps forward and 2(c-1) backward.
+    kv_bytes = 2 * ACT_BYTES * tokens * shape.kv_dim / t
+    cp_pair = np.where(t * c <= dom, 2, 1)  # neighbours in one NVLink domain, or across the network
+    cp_step = collective_time_s("send_recv", kv_bytes, 2, cp_pair, net) * (c > 1)
     cp_fwd, cp_bwd = (c - 1) * cp_step, 2 * (c - 1) * cp_step
-    cp_layer = cp_fwd * (1 + (r == 2)) + cp_bwd
-    cp_exposed_layer = (np.maximum(0, cp_fwd - lc["attn"]) * (1 + (r == 2)) + np.maximum(0, cp_bwd - 2 * lc["attn"]))
-    # PP: one send forward and one backward per micro-batch (and per chunk when interleaved).
-    pp_cross = t * c * d * p > cl.domain
-    pp_xfer = np.where(pp_cross, act / t / (cl.inter_gbps * 1e9) + cl.alpha_inter_us * 1e-6,
-                       act / t / (cl.intra_gbps * 1e9) + cl.alpha_intra_us * 1e-6)
-    pp_mb = np.where(p > 1, 2 * v * pp_xfer, 0.0)
+    cp_layer = cp_fwd * (1 + full) + cp_bwd
+    cp_exposed_layer = (np.maximum(0, cp_fwd - lc["attn"]) * (1 + full) + np.maximum(0, cp_bwd - 2 * lc["attn"]))
+    # PP (SC21 §3.2, §4.1): b·s·h per micro-batch per stage boundary, each way; every TP rank sends 1/t
+    # of it (scatter/gather). One send forward and one backward per micro-batch and chunk.
+    pp_bytes = ACT_BYTES * tokens * shape.hidden / t
+    pp_pair = np.where(t * c * d * p > dom, 1, 2)
+    pp_mb = np.where(p > 1, 2 * v * collective_time_s("send_recv", pp_bytes, 2, pp_pair, net), 0.0)
     # DP over the DP x CP group (stride t): gradients and, with ZeRO >= 1, weight gathers.
     psi = stage_params(shape, t, p)
     n_dp = d * c
-    nl_dp = members_per_domain(n_dp, t, cl.domain)
-    buckets = np.ceil(psi / BUCKET_PARAMS)
-    ar = allreduce_time(grad_bytes * psi, n_dp, nl_dp, cl)
-    lat = allreduce_time(0.0, n_dp, nl_dp, cl) * (buckets - 1)  # latency paid once per bucket
-    rs = ar / 2 + lat / 2
-    ag = allreduce_time(2.0 * psi, n_dp, nl_dp, cl) / 2 + lat / 2  # bf16 weights
+    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net)
     fwd_mb, bwd_mb = layers * fwd, layers * (bwd + rec)
-    dp_step = np.select([zero == 0, zero == 1, zero == 2], [ar + lat, rs + ag, ag], 0.0)  # per step
-    dp_step_exposed = np.select([zero == 0, zero == 1], [np.maximum(0, ar + lat - bwd_mb),
+    dp_step = np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], 0.0)  # per step
+    dp_step_exposed = np.select([zero == 0, zero == 1], [np.maximum(0, ar - bwd_mb),
                                                          np.maximum(0, rs - bwd_mb) + np.maximum(0, ag - fwd_mb)],
                                 np.where(zero == 2, np.maximum(0, ag - fwd_mb), 0.0))
     dp_mb = np.select([zero == 2, zero == 3], [rs, 2 * ag + rs], 0.0)  # per micro-batch
     dp_mb_exposed = np.select([zero == 2, zero == 3], [np.maximum(0, rs - bwd_mb),
                                                        np.maximum(0, 2 * ag + rs - fwd_mb - bwd_mb)], 0.0)
-    has_dp = n_dp > 1
-    dp_step, dp_step_exposed = dp_step * has_dp, dp_step_exposed * has_dp
-    dp_mb, dp_mb_exposed = dp_mb * has_dp, dp_mb_exposed * has_dp
 
     opt_params = psi / np.where(zero >= 1, n_dp, 1.0)
     optimizer = opt_params * (26.0 + grad_bytes) / (cl.hbm_gbps * 1e9)  # read 4+4+4+g, write 4+4+4+2

@@ -22,6 +22,7 @@ import numpy as np
 
 from cluster import Cluster
 from costs import step_costs
+from degrees import Degrees
 from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
 from shapes import Shape, hardware_flops_per_token, model_flops_per_token
 
@@ -138,11 +139,10 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
 
 def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute) -> dict:
     """Memory (bytes) and times (s) for structures `s` crossed with the given zero/recompute arrays."""
-    kw = dict(grad_bytes=w.grad_bytes, fp8=w.fp8, dropout=w.dropout)
-    mem = memory_breakdown(w.shape, s["t"], s["p"], s["c"], s["d"], s["b"], s["v"], s["m"], zero, recompute,
-                           sequence_parallel=w.sequence_parallel, flash=w.flash_attention, **kw)
-    times = step_costs(w.shape, cl, s["t"], s["p"], s["c"], s["d"], s["b"], s["v"], s["m"], zero, recompute,
-                       sp=w.sequence_parallel, flash=w.flash_attention, **kw)
+    kw = dict(grad_bytes=w.grad_bytes, fp8=w.fp8, dropout=w.dropout, flash=w.flash_attention)
+    deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
+    mem = memory_breakdown(w.shape, deg, sequence_parallel=w.sequence_parallel, **kw)
+    times = step_costs(w.shape, cl, deg, sp=w.sequence_parallel, **kw)
     return {"memory": mem, **times}
 
 

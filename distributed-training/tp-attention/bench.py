@@ -36,7 +36,6 @@ timings there show contention and the shape of the curves, not tensor-parallel s
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,15 +48,15 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from tqdm import tqdm
 
 from common.config import config_dict, parse_config
-from common.dist import distributed, fail, print0
-from common.hardware import get_preset
+from common.dist import distributed, fail, from_rank0, print0
+from common.hardware import device_kind, get_preset
 from common.results import ResultsWriter, SchemaMismatch, provenance
 from common.timing import time_iterations
 from dtensor_tp import dtensor_parallel
 from mappings import TPGroup, without_communication
 from tp_block import tensor_parallel
 from tp_config import VerifyConfig, check_tp_shape
-from verify import build_reference, check, correctness_grid, device_kind
+from verify import CheckResult, build_reference, check, correctness_grid
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -126,7 +125,7 @@ def resolve(cfg: BenchConfig, kind: str, world: int) -> BenchConfig:
     preset = PRESETS[kind]
     filled = {k: (v if getattr(cfg, k) in (None, ()) else getattr(cfg, k)) for k, v in preset.items()}
     tps = cfg.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if world % t == 0)
-    gpu = re.sub(r"[^A-Za-z0-9.-]+", "-", get_preset(cfg.gpu).name)  # auto -> cpu, h100, ...: names the CSVs
+    gpu = get_preset(cfg.gpu).name  # auto -> cpu, h100, ...
     cfg = dataclasses.replace(cfg, tp=tps, gpu=gpu, out_dir=cfg.out_dir or str(RESULTS), **filled)
     for t in cfg.tp:
         if world % t:
@@ -141,28 +140,18 @@ def _fmt_counts(counts: dict[str, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "none"
 
 
-def _rank0_decides(flag: bool) -> bool:
-    """Rank 0 alone knows which rows the CSV holds; every rank must skip the same ones."""
-    t = torch.tensor([int(flag)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
-    dist.broadcast(t, src=0)
-    return bool(t.item())
-
-
-def correctness_row(case: str, res: dict) -> dict:
-    c, err = res["config"], res["max_rel_err"]
-    params = {k: v for k, v in err.items() if k not in ("output", "input_grad")}
-    worst = max(params, key=params.get)
-    return {"case": case, "impl": c["impl"], "tp": c["tp"], "sp": c["sp"], "dtype": c["dtype"],
-            "n_heads": c["n_heads"], "n_kv_heads": c["n_kv_heads"], "d_model": c["d_model"],
-            "seq_len": c["seq_len"], "batch": c["batch"], "bias": c["bias"], "fused_qkv": c["fused_qkv"],
-            "err_output": err["output"], "err_input_grad": err["input_grad"], "err_params_max": params[worst],
-            "worst_param": worst, "tolerance": res["tolerance"], "reference_vs_fp32": res["reference_vs_fp32"],
-            "fwd_collectives": _fmt_counts(res["collectives"]["forward"]),
-            "bwd_collectives": _fmt_counts(res["collectives"]["backward"]),
-            "grad_sync_collectives": _fmt_counts(res["collectives"]["grad_sync"]),
-            "comm_bytes_measured": res["comm_bytes_per_rank"]["measured_ring"],
-            "comm_bytes_analytic": res["comm_bytes_per_rank"]["analytic"], "counts_ok": res["counts_ok"],
-            "pass": res["pass"]}
+def correctness_row(case: str, res: CheckResult) -> dict:
+    c = res.config
+    worst, worst_err = res.worst_param
+    return {"case": case, "impl": c.impl, "tp": c.tp, "sp": c.sp, "dtype": c.dtype, "n_heads": c.n_heads,
+            "n_kv_heads": c.n_kv_heads, "d_model": c.d_model, "seq_len": c.seq_len, "batch": c.batch, "bias": c.bias,
+            "fused_qkv": c.fused_qkv, "err_output": res.errors["output"], "err_input_grad": res.errors["input_grad"],
+            "err_params_max": worst_err, "worst_param": worst, "tolerance": res.tolerance,
+            "reference_vs_fp32": res.reference_vs_fp32, "fwd_collectives": _fmt_counts(res.collectives.forward),
+            "bwd_collectives": _fmt_counts(res.collectives.backward),
+            "grad_sync_collectives": _fmt_counts(res.collectives.grad_sync),
+            "comm_bytes_measured": res.comm_bytes_measured, "comm_bytes_analytic": res.comm_bytes_analytic,
+            "counts_ok": res.counts_ok, "pass": res.passed}
 
 
 def _step(module: nn.Module, x: torch.Tensor, dy: torch.Tensor) -> Callable[[], None]:
@@ -218,16 +207,14 @@ def bench_row(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int
             "ours_compute_ms": compute_ms, "comm_share": 1.0 - compute_ms / t["ours"], "dtensor_ms": t["dtensor"],
             "ours_over_dtensor": t["ours"] / t["dtensor"],
             "ours_over_ref": t["ours"] / t["ref"] if "ref" in t else None,
-            "ours_max_rel_err": max(ours_res["max_rel_err"].values()),
-            "dtensor_max_rel_err": max(dt_res["max_rel_err"].values()), "tolerance": ours_res["tolerance"],
-            "verified": ours_res["pass"] and dt_res["pass"],
-            "ours_fwd_collectives": _fmt_counts(ours_res["collectives"]["forward"]),
-            "ours_bwd_collectives": _fmt_counts(ours_res["collectives"]["backward"]),
-            "dtensor_fwd_collectives": _fmt_counts(dt_res["collectives"]["forward"]),
-            "dtensor_bwd_collectives": _fmt_counts(dt_res["collectives"]["backward"]),
-            "comm_bytes_ours": ours_res["comm_bytes_per_rank"]["measured_ring"],
-            "comm_bytes_dtensor": dt_res["comm_bytes_per_rank"]["measured_ring"],
-            "comm_bytes_analytic": ours_res["comm_bytes_per_rank"]["analytic"],
+            "ours_max_rel_err": ours_res.max_err, "dtensor_max_rel_err": dt_res.max_err,
+            "tolerance": ours_res.tolerance, "verified": ours_res.passed and dt_res.passed,
+            "ours_fwd_collectives": _fmt_counts(ours_res.collectives.forward),
+            "ours_bwd_collectives": _fmt_counts(ours_res.collectives.backward),
+            "dtensor_fwd_collectives": _fmt_counts(dt_res.collectives.forward),
+            "dtensor_bwd_collectives": _fmt_counts(dt_res.collectives.backward),
+            "comm_bytes_ours": ours_res.comm_bytes_measured, "comm_bytes_dtensor": dt_res.comm_bytes_measured,
+            "comm_bytes_analytic": ours_res.comm_bytes_analytic,
             "iters": cfg.iters, "timing": f"median of {cfg.iters}, max over {dist.get_world_size()} ranks"}
 
 
@@ -241,7 +228,7 @@ def _inputs(vcfg: VerifyConfig, tp: TPGroup, device: torch.device) -> tuple[torc
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(BenchConfig, argv, description=__doc__, prog="bench.py")
     try:
-        kind = device_kind(cfg.gpu)
+        kind = device_kind(get_preset(cfg.gpu))
         if cfg.require_gpu and kind != "cuda":
             raise ValueError("this target measures a GPU and torch sees none (CPU runs: make tp-attention)")
     except ValueError as e:
@@ -252,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as e:
             fail(str(e), 2)
         torch.set_float32_matmul_precision("highest")
-        tag = f"{cfg.gpu}_w{env.world_size}"  # e.g. cpu_w4, h100_w8
+        tag = get_preset(cfg.gpu).run_tag(env.world_size, env.nnodes)  # e.g. cpu_ws4, h100_ws8
         prov, main_rank = provenance(env, BENCH_VERSION), env.rank == 0
         saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}  # no machine paths in results/
         meshes = {t: init_device_mesh(kind, (env.world_size // t, t), mesh_dim_names=("replica", "tp"))["tp"]
@@ -270,11 +257,11 @@ def main(argv: list[str] | None = None) -> None:
             grid = [(t, case, v) for t in cfg.tp for case, v in correctness_grid(t)]
             for t, case, vcfg in tqdm(grid, desc="correctness", disable=not main_rank):
                 row_key = {"case": case, "impl": vcfg.impl, "tp": t, "sp": vcfg.sp, "dtype": vcfg.dtype}
-                if not _rank0_decides(corr.done(row_key)):
+                if not from_rank0(corr.done(row_key)):
                     corr.write(correctness_row(case, check(vcfg, meshes[t], env.device)))
         runs = [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))]
         for t, s, d, sp in tqdm(runs, desc="timing", disable=not main_rank):
-            if not _rank0_decides(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
+            if not from_rank0(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
                 bench.write(bench_row(cfg, meshes[t], env.device, s, d, sp))
         print0(f"wrote {corr.path.name} and {bench.path.name} ({len(runs)} timing rows)")
 

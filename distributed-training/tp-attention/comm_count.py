@@ -16,7 +16,7 @@ Bytes: each collective's *full* tensor N (all-reduce: the tensor; all-gather: th
 output; reduce-scatter: the input before scattering) is read off the op's arguments and result,
 and each rank's traffic is N times the ring factor: 2(t-1)/t for all-reduce and (t-1)/t for
 all-gather and reduce-scatter, the factors nccl-tests uses for bus bandwidth (nccl-tests
-doc/PERFORMANCE.md; ../shared/reference/allreduce-anchors.md section 1.1). That is what a ring
+doc/PERFORMANCE.md; common/collective_cost.busbw_factor). That is what a ring
 moves, the model behind SC21's 8bsh(t-1)/t. Other algorithms move other bytes: NCCL may pick
 tree or NVLink SHARP, and gloo implements reduce-scatter as an all-reduce followed by a local
 chunk (pytorch/pytorch#118911), twice the ring's bytes.
@@ -32,6 +32,8 @@ import torch._dynamo  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from common.collective_cost import busbw_factor
+
 _KINDS = {
     "allreduce_": "all_reduce", "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
     "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
@@ -39,15 +41,6 @@ _KINDS = {
     "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
 }
 _NOT_COLLECTIVES = {"wait_tensor", "_wrap_tensor_autograd"}  # bookkeeping ops of the functional collectives
-
-
-def ring_factor(kind: str, tp: int) -> float:
-    """Bytes each rank sends per byte of the collective's full tensor (nccl-tests' busbw factors)."""
-    if kind == "all_reduce":
-        return 2 * (tp - 1) / tp
-    if kind in ("all_gather", "reduce_scatter"):
-        return (tp - 1) / tp
-    raise ValueError(f"no ring model for {kind}")
 
 
 def tp_bytes_per_layer(batch: int, seq_len: int, d_model: int, tp: int, elem_bytes: int) -> float:
@@ -83,4 +76,4 @@ class CommCounter(TorchDispatchMode):
     @property
     def wire_bytes(self) -> float:
         """Bytes each rank sends for the counted collectives under the ring algorithm."""
-        return sum(n * ring_factor(kind, self.tp) for kind, n in self.tensor_bytes.items() if kind in _KINDS.values())
+        return sum(n * busbw_factor(kind, self.tp) for kind, n in self.tensor_bytes.items() if kind in _KINDS.values())

@@ -18,6 +18,7 @@ import pandas as pd
 from comm_count import tp_bytes_per_layer
 from common.config import parse_config
 from common.hardware import PRESETS
+from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 
 LAB = Path(__file__).resolve().parent
@@ -27,12 +28,6 @@ LAB = Path(__file__).resolve().parent
 class ReportConfig:
     results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
     out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots: plots/ beside it)"})
-
-
-def md_table(df: pd.DataFrame) -> list[str]:
-    rows = [[str(v) for v in r] for r in df.itertuples(index=False)]
-    return ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)] + ["| " + " | ".join(r) + " |"
-                                                                                       for r in rows]
 
 
 def _sci(x: float) -> str:
@@ -67,7 +62,7 @@ def correctness_section(corr: pd.DataFrame) -> list[str]:
         "single-device module. Tolerance: 1e-5 in fp32; in bf16 twice the single-device bf16 module's own "
         "distance from fp32 on the same input (verify.py explains why). Collectives are counted at the dispatcher "
         "for one block (attention + MLP). `dtensor-naive` is DTensor without PrepareModuleInput.", "",
-        *md_table(table.rename(columns={"impl": "impl", "tp": "t", "sp": "SP"})), "",
+        frame(table.rename(columns={"impl": "impl", "tp": "t", "sp": "SP"})), "",
         f"{len(corr)} checks, {n_fail} failed. Cases: mha (8 heads, d 64), gqa (16 query / 8 K/V heads, d 128), "
         "gqa-fused (one QKV weight sharded per head group), odd-bias (head_dim 7, d_ff 104, batch 3, sequence 13, "
         "biases), gqa-bf16.", ""]
@@ -169,7 +164,7 @@ def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
                   "the ring's bytes here. Read the shapes of the curves and the counts, not the milliseconds.", ""]
     lines += [f"Forward+backward of one block at b = {b['batch'].iloc[0]}, s = {seq}, h = {dm} ({b['dtype'].iloc[0]}), "
               f"median of {b['iters'].iloc[0]} iterations of the max over ranks, implementations interleaved:", "",
-              *md_table(table), "",
+              frame(table), "",
               f"![time vs t]({_plot_time_vs_tp(base, tag, out, footer)})", "",
               f"![time vs shape]({_plot_sweeps(b, seq, dm, tag, out, footer)})", ""]
     if (b["tp"] > 1).any():

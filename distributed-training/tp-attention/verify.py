@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -43,8 +45,8 @@ from torch.distributed.tensor import DTensor
 
 from comm_count import CommCounter, tp_bytes_per_layer
 from common.config import config_dict, parse_config
-from common.dist import distributed, fail, print0
-from common.hardware import get_preset
+from common.dist import distributed, fail, print0, reduce_across_ranks
+from common.hardware import device_kind, get_preset
 from common.model import MLP, Attention, Block, GPTConfig
 from dtensor_tp import dtensor_parallel
 from layers import sync_sequence_parallel_grads
@@ -95,14 +97,6 @@ def _grad_scale(name: str, grads: dict[str, torch.Tensor]) -> float:
     return scale
 
 
-def _max_over_ranks(errors: dict[str, float]) -> dict[str, float]:
-    t = torch.tensor(list(errors.values()), dtype=torch.float64)
-    if dist.get_backend() == "nccl":
-        t = t.cuda()
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return dict(zip(errors, t.tolist()))
-
-
 def _uncovered(ref: nn.Module, module: nn.Module, tp: TPGroup) -> list[str]:
     """Master parameters (or parts of them) that no rank's shard holds: a slicing bug the errors would miss."""
     seen = {name: torch.zeros(p.shape, dtype=torch.int32, device=p.device) for name, p in ref.named_parameters()}
@@ -125,8 +119,65 @@ def _run(module: nn.Module, x: torch.Tensor, dy: torch.Tensor, tp: int) -> tuple
     return y.detach(), x.grad, {"forward": fwd, "backward": bwd}
 
 
-def check(cfg: VerifyConfig, tp_mesh: DeviceMesh, device: torch.device) -> dict:
-    """Run the comparison on this rank (a collective over the world); every rank returns the same dict."""
+class Collectives(NamedTuple):
+    """Collectives counted by kind at the dispatcher, in one forward, one backward, and the per-step sync."""
+    forward: dict[str, int]
+    backward: dict[str, int]
+    grad_sync: dict[str, int]  # the SP-replicated parameters' gradients, once per step
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One comparison of a TP module with its single-device reference; every rank holds the same."""
+    config: VerifyConfig
+    device: str
+    world_size: int
+    errors: dict[str, float]  # max relative error per tensor: output, input_grad, then every parameter gradient
+    tolerance: float
+    reference_vs_fp32: float | None  # the single-device module's own distance from fp32 (low precision only)
+    uncovered_params: list[str]  # master parameters no rank's shard holds
+    collectives: Collectives
+    expected: dict[str, dict[str, int]] | None  # Megatron's counts; None where no rule applies (dtensor-naive)
+    comm_bytes_measured: float  # bytes each rank sends per step, ring model, counted at the dispatcher
+    comm_bytes_analytic: float  # SC21's 8bsh(t-1)/t per layer, for this module's regions
+
+    @property
+    def max_err(self) -> float:
+        return max(self.errors.values())
+
+    @property
+    def worst_param(self) -> tuple[str, float]:
+        """The parameter gradient with the largest error, and that error."""
+        params = {k: v for k, v in self.errors.items() if k not in ("output", "input_grad")}
+        name = max(params, key=params.get)
+        return name, params[name]
+
+    @property
+    def errors_ok(self) -> bool:
+        return self.max_err <= self.tolerance and not self.uncovered_params
+
+    @property
+    def counts_ok(self) -> bool:
+        return self.expected is None or {"forward": self.collectives.forward,
+                                         "backward": self.collectives.backward} == self.expected
+
+    @property
+    def passed(self) -> bool:
+        return self.errors_ok and self.counts_ok
+
+    def as_json(self) -> dict:
+        """What `verify.py` prints: one JSON object."""
+        return {"config": config_dict(self.config), "device": self.device, "world_size": self.world_size,
+                "max_rel_err": self.errors, "tolerance": self.tolerance, "reference_vs_fp32": self.reference_vs_fp32,
+                "uncovered_params": self.uncovered_params, "errors_ok": self.errors_ok,
+                "collectives": self.collectives._asdict(), "expected_collectives": self.expected,
+                "counts_ok": self.counts_ok, "comm_bytes_per_rank": {"measured_ring": self.comm_bytes_measured,
+                                                                     "analytic": self.comm_bytes_analytic},
+                "pass": self.passed}
+
+
+def check(cfg: VerifyConfig, tp_mesh: DeviceMesh, device: torch.device) -> CheckResult:
+    """Run the comparison on this rank (a collective over the world); every rank returns the same result."""
     tp = TPGroup.of(tp_mesh.get_group())
     if tp.size != cfg.tp:
         raise ValueError(f"the mesh's TP size {tp.size} differs from --tp {cfg.tp}")
@@ -151,7 +202,7 @@ def check(cfg: VerifyConfig, tp_mesh: DeviceMesh, device: torch.device) -> dict:
     errors = {"output": _rel_err(y_tp, local(y_ref), y_ref.abs().max().item()),
               "input_grad": _rel_err(dx_tp, local(dx_ref), dx_ref.abs().max().item())}
     errors.update(_param_errors(ref, module, sliced=cfg.impl == "ours"))
-    errors = _max_over_ranks(errors)
+    errors = dict(zip(errors, reduce_across_ranks(list(errors.values()), "max")))
     uncovered = _uncovered(ref, module, tp) if cfg.impl == "ours" else []
     floor = None
     if cfg.dtype != "float32":  # the yardstick for low precision: the single-device module's own distance from fp32
@@ -159,22 +210,15 @@ def check(cfg: VerifyConfig, tp_mesh: DeviceMesh, device: torch.device) -> dict:
         y32, dx32, _ = _run(ref32, x.float(), dy.float(), 1)
         floor = max([_rel_err(y_ref, y32, y32.abs().max().item()), _rel_err(dx_ref, dx32, dx32.abs().max().item()),
                      *_param_errors(ref32, ref, sliced=False).values()])
-    tolerance = FP32_TOLERANCE if floor is None else 2 * floor
-
-    expected = expected_collectives(cfg) if cfg.impl != "dtensor-naive" else None
-    counted = {k: dict(c.counts) for k, c in counters.items()}
     regions = 2 if cfg.module == "block" else 1
     analytic = tp_bytes_per_layer(cfg.batch, cfg.seq_len, cfg.d_model, tp.size, x.element_size()) * regions / 2
-    errors_ok = max(errors.values()) <= tolerance and not uncovered
-    counts_ok = expected is None or counted == expected
-    return {
-        "config": config_dict(cfg), "device": device.type, "world_size": dist.get_world_size(),
-        "max_rel_err": errors, "tolerance": tolerance, "reference_vs_fp32": floor, "uncovered_params": uncovered,
-        "errors_ok": errors_ok, "collectives": {**counted, "grad_sync": dict(sync.counts)},
-        "expected_collectives": expected, "counts_ok": counts_ok,
-        "comm_bytes_per_rank": {"measured_ring": sum(c.wire_bytes for c in counters.values()), "analytic": analytic},
-        "pass": errors_ok and counts_ok,
-    }
+    return CheckResult(
+        config=cfg, device=device.type, world_size=dist.get_world_size(), errors=errors,
+        tolerance=FP32_TOLERANCE if floor is None else 2 * floor, reference_vs_fp32=floor, uncovered_params=uncovered,
+        collectives=Collectives(dict(counters["forward"].counts), dict(counters["backward"].counts),
+                                dict(sync.counts)),
+        expected=expected_collectives(cfg) if cfg.impl != "dtensor-naive" else None,
+        comm_bytes_measured=sum(c.wire_bytes for c in counters.values()), comm_bytes_analytic=analytic)
 
 
 def _param_errors(ref: nn.Module, module: nn.Module, sliced: bool) -> dict[str, float]:
@@ -215,20 +259,10 @@ def correctness_grid(tp: int) -> list[tuple[str, VerifyConfig]]:
     return grid
 
 
-def device_kind(gpu: str) -> str:
-    """'cpu' or 'cuda' for a GPU= preset; ValueError (-> exit 2) for an unknown preset or a missing GPU."""
-    preset = get_preset(gpu)
-    if preset.name == "cpu":
-        return "cpu"
-    if not torch.cuda.is_available():
-        raise ValueError(f"--gpu {gpu} needs a CUDA GPU and torch sees none; use --gpu cpu (CPU + gloo)")
-    return "cuda"
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
     try:
-        kind = device_kind(cfg.gpu)
+        kind = device_kind(get_preset(cfg.gpu))
     except ValueError as e:
         fail(str(e), 2)
     torch.set_float32_matmul_precision("highest")  # no TF32 on GPU: fp32 must mean fp32 here
@@ -237,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--tp {cfg.tp} must divide the number of ranks ({env.world_size}); the rest are replicas", 2)
         mesh = init_device_mesh(kind, (env.world_size // cfg.tp, cfg.tp), mesh_dim_names=("replica", "tp"))
         result = check(cfg, mesh["tp"], env.device)
-        print0(json.dumps(result))
-    return 0 if result["pass"] else 1
+        print0(json.dumps(result.as_json()))
+    return 0 if result.passed else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 import collectives as C
-from busbw import COLLECTIVES
+from common.collective_cost import COLLECTIVES
 from common.testing import run_ranks
 
 CPU = torch.device("cpu")

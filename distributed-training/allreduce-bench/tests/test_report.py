@@ -11,7 +11,7 @@ import pandas as pd
 import bench
 import report
 import topology
-from busbw import COLLECTIVES, busbw_factor
+from common.collective_cost import COLLECTIVES, busbw_factor
 from common.results import PROVENANCE_COLUMNS
 from nccl_tests import parse_perf_output
 
@@ -28,6 +28,7 @@ def _sweep_csv(path: Path, preset: str, hardware: str, ws: int, backend: str, al
             rows.append({"collective": coll, "size_bytes": s, "count": s // 4, "dtype": "fp32", "world_size": ws,
                          "nnodes": 1, "backend": backend, "hardware": hardware, "time_us": t, "time_min_us": t * 0.9,
                          "time_max_us": t * 1.2, "algbw_GBps": alg, "busbw_GBps": alg * busbw_factor(coll, ws),
+                         "time_loop_us": t * 0.9, "busbw_loop_GBps": alg / 0.9 * busbw_factor(coll, ws),
                          "wrong": 0, "warmup": 2, "iters": 20, "timing": "fixture", "preset": preset,
                          "nccl_env": "default", "note": "", "torch_version": "2.13.0", "nccl_version": "none"})
     cols = bench.COLUMNS + [c for c in PROVENANCE_COLUMNS if c not in bench.COLUMNS]
@@ -46,6 +47,8 @@ def test_report_from_fixture_csvs(tmp_path):
     line = next(ln for ln in text.splitlines() if ln.startswith("| cpu 4 ranks, gloo, fp32 | all_gather |"))
     cells = [c.strip() for c in line.split("|")[1:-1]]
     assert float(cells[4]) == 0.5 and float(cells[5]) == 800  # B and alpha of the fit, recovered
+    # n_1/2 = 800 us x 0.5 GB/s / 0.75 = 533 kB: at 1 MiB busbw is only 66% of B, so B lies beyond the sweep
+    assert cells[7:10] == ["521 KiB", "0%", "B"]
     assert (res / "busbw.png").stat().st_size > 10_000 and (res / "time_fit.png").stat().st_size > 10_000
     assert "![busbw vs size](results/busbw.png)" in text and "/tmp" not in text
     assert "- fixture topology" in (tmp_path / "TOPOLOGY.md").read_text()
@@ -57,14 +60,15 @@ def test_report_from_fixture_csvs(tmp_path):
     nt.assign(hardware="8x NVIDIA H100 80GB HBM3", world_size=8, nnodes=1, backend="nccl", preset="h100").to_csv(
         res / "nccl_tests_h100_ws8.csv", index=False)
     text = report.report(cfg)
-    assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 73.1 | 50.0 | 1.46 |" in text  # its in-place busbw
+    # its in-place busbw beside ours with its statistic (the fixture's loop time is 0.9 x the median of max)
+    assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 81.2 | 50 | 1.62 | 73.1 |" in text
     assert "No GPU run exists yet" not in text and "One-rank runs: no byte crosses a link" in text
     one = next(ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | broadcast |"))
     assert "(algbw) |" in one and "| n/a |" in one  # a 1-rank run is shown as algbw, with no link fraction
     peak = next(ln for ln in text.splitlines() if ln.startswith("| h100 8 ranks, nccl, fp32 | all_reduce |"))
     assert "% of 450 |" in peak
     assert "| 370 | NVLink4, ring (NVLS off) |" in text and "| 480 | NVLink4 SHARP" in text
-    assert "| 1000 | 8 | 8 | 7.63 MiB | 0% | n/a | 0 |" in one  # B = 1000 GB/s, alpha 8 us: recovered
+    assert "| 1000 | 8 | 8 | 7.63 MiB | 0% | N_1/2 AND B | n/a | 0 |" in one  # recovered, and flagged: 1 KiB-1 MiB
 
 
 class FakeNVML:

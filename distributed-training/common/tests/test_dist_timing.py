@@ -38,6 +38,34 @@ def test_timing_takes_the_max_over_ranks():
     assert results[0][0] == results[2][0]  # every rank holds the same reduced samples
 
 
+def _nccl_tests_statistic(env):
+    # No barrier: each rank runs its own loop, rank 1 at 20 ms per call and the others at 1 ms.
+    delay = 0.02 if env.rank == 1 else 0.001
+    t = time_iterations(lambda: time.sleep(delay), warmup=0, iters=4, device=env.device, barrier=False)
+    return t.loop_s, min(t.samples_s)
+
+
+def test_timing_also_records_nccl_tests_loop_average():
+    # nccl-tests: one timer around the loop / iterations, averaged over ranks: (1 + 20 + 1) / 3 ms, where
+    # the per-iteration max over ranks is the slow rank's 20 ms.
+    for loop_s, fastest_max in run_ranks(_nccl_tests_statistic, 3):
+        assert 0.022 / 3 <= loop_s < 0.02 <= fastest_max
+
+
+def _reduce_every_way(env):
+    from common.dist import reduce_across_ranks
+
+    return [reduce_across_ranks([env.rank + 1, 10.0], how) for how in ("max", "min", "sum", "mean")]
+
+
+def test_reduce_across_ranks():
+    assert run_ranks(_reduce_every_way, 3) == [[[3, 10], [1, 10], [6, 30], [2, 10]]] * 3
+    from common.dist import reduce_across_ranks
+    assert reduce_across_ranks([1, 2], "mean") == [1.0, 2.0]  # no process group: the values themselves
+    with pytest.raises(ValueError, match="reduce must be one of max, min, sum, mean"):
+        reduce_across_ranks([1], "avg")
+
+
 def _boom(env):
     if env.rank == 1:
         raise ValueError("rank one exploded")

@@ -13,6 +13,8 @@ def test_presets_carry_the_reference_figures():
     assert get_preset("a100-80gb") is get_preset("a100") and not get_preset("a100").supports_fp8
     assert get_preset("B200").supports_fp4 and not h100.supports_fp4
     assert get_preset("gb200").nvlink_domain == 72
+    # what the systems expose per GPU: DGX B200 1,440 GB / 8; GB200 NVL72 13.4 TB / 72 (not the 192 GB of HBM stacks)
+    assert (get_preset("b200").memory_gb, get_preset("gb200").memory_gb) == (180.0, 186.0)
     assert get_preset("cpu").peak_tflops("bf16") is None
     assert set(PRESETS) >= {"cpu", "a100-40gb", "a100", "h100", "h200", "b200"}
 
@@ -74,3 +76,15 @@ def test_doctor_reports_the_named_preset_and_refuses_unknown_ones(capsys):
 def test_preset_tag_names_result_files():
     assert get_preset("h100").tag == "h100" and get_preset("a100-40gb").tag == "a100-40gb"
     assert PRESETS["cpu"].tag == "cpu"
+    assert PRESETS["cpu"].run_tag(4) == "cpu_ws4" and get_preset("h100").run_tag(16, 2) == "h100_ws16_n2"
+
+
+def test_device_kind_is_the_one_cuda_check(monkeypatch):
+    from common.hardware import device_kind
+
+    assert device_kind(get_preset("cpu")) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="--gpu h100 needs a CUDA GPU and torch sees none; use --gpu cpu"):
+        device_kind(get_preset("h100"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device_kind(get_preset("a100-80gb")) == "cuda"

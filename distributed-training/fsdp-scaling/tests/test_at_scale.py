@@ -29,6 +29,9 @@ def test_fake_pg_memory_and_comms_match_the_model():
     z2 = rows["zero2"]
     assert z2["param_bytes"] + z2["grad_bytes"] + z2["opt_bytes"] == 16 * psi / world
     assert z2["unsharded_peak_bytes"] == 4 * psi and z2["all_gathers"] == 1 + CFG.n_layers
+    # ... which is not the paper's ZeRO-2 (replicated fp32 parameters), written beside it
+    assert z2["paper_model_state_bytes"] == 4 * psi + 12 * psi / world
+    assert z3["paper_model_state_bytes"] == z3["model_param_bytes"] + z3["model_grad_bytes"] + z3["model_opt_bytes"]
     # HSDP on (world/4) x 4: sharded over the node of 4, gradients all-reduced across nodes once per unit
     h = rows["hsdp"]
     assert (h["replicate"], h["shard"]) == (world // 4, 4)

@@ -36,6 +36,9 @@ def test_model_states_per_stage_by_hand():
     assert per("zero1", 4) == {"param": 4 * psi, "grad": 4 * psi, "opt": 2 * psi}
     assert per("zero3", 4) == {"param": psi, "grad": psi, "opt": 2 * psi}
     assert per("zero2", 4) == per("zero3", 4)  # equal between steps; zero2 differs at the peak
+    # ... and from the paper's ZeRO-2, whose parameters stay replicated: 4 Psi + (4 + 8) Psi / 4
+    assert mm.paper_model_states("zero2", cfg, 4, FP32_ADAMW) == 4 * psi + 12 * psi / 4
+    assert mm.paper_model_states("zero3", cfg, 4, FP32_ADAMW) == sum(per("zero3", 4).values())
     assert per("hsdp", 8, shard=2) == per("zero3", 2)
     # the peak term: root + one block gathered for zero3, everything for zero2 (fp32 compute here)
     assert mm.unsharded_peak("zero3", cfg, FP32_ADAMW) == 4 * (4640 + 12352)
@@ -74,5 +77,3 @@ def test_comm_plan_counts_and_volumes_by_hand():
     hsdp = {c["collective"]: c for c in mm.comm_plan("hsdp", cfg, 8, p, mesh=(4, 2))}
     assert hsdp["all_reduce"]["group_size"] == 4 and hsdp["all_reduce"]["payload_bytes"] == 4 * psi / 2
     assert mm.comm_plan("zero3", cfg, 1, p) == [] and mm.comm_plan("ddp", cfg, 1, p) == []
-    assert [mm.bus_factor(k, 4) for k in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")] == \
-        [1.5, 0.75, 0.75, 1.0]

@@ -1,5 +1,9 @@
 """The projection's cost model, the overlap arithmetic, the efficiency metric; and the GPU-only paths."""
 
+import dataclasses
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import torch
@@ -7,9 +11,10 @@ import torch
 import memory_model as mm
 import overlap
 import project
+from common.collective_cost import Network, members_per_domain
 from common.hardware import PRESETS
 from common.model import GPTConfig, count_params
-from report import efficiency
+from report import efficiency, weak_scaling_anchor
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
 
@@ -22,38 +27,88 @@ def test_exposed_communication_by_hand():
     assert overlap.exposed([], [(0, 1)]) == (1, 0, 0)
 
 
-def test_ring_cost_by_hand():
-    links = project.Links(intra_GBps=100.0, inter_GBps=10.0, hop_intra_us=2.0, hop_inter_us=5.0, base_us=1.0,
-                          node_size=4, source="test")
+TOY = Network(domain=4, intra_GBps=100.0, nic_GBps=10.0, alpha_step_us=2.0, alpha_level_us=5.0)
+
+
+def test_step_communication_by_hand():
     prec, psi = mm.precision_for("adamw", 2), count_params(CFG)
     # DDP on 2 ranks in one node: one all-reduce of 4 Psi bytes; 2 ring steps; bus factor 2 (2-1)/2 = 1
-    assert project.comm_time_s("ddp", CFG, 2, prec, links) == pytest.approx((1 + 2 * 2) * 1e-6 + 4 * psi / 100e9)
-    # on 8 ranks = 2 nodes: 14 ring steps, 2 of them across the network, the network's bandwidth
-    want = (1 + 12 * 2 + 2 * 5) * 1e-6 + 4 * psi * 2 * 7 / 8 / 10e9
-    assert project.comm_time_s("ddp", CFG, 8, prec, links) == pytest.approx(want)
+    assert project.comm_time_s("ddp", CFG, 2, prec, TOY) == pytest.approx(2 * 2e-6 + 4 * psi / 100e9)
+    # on 8 ranks = 2 nodes of 4: 2 x 3 ring steps in a node, 2 x 1 tree level across; one ring per NIC:
+    # min(100, 4 x 10) = 40 GB/s
+    want = (2 * 3 * 2 + 2 * 1 * 5) * 1e-6 + 4 * psi * 2 * 7 / 8 / 40e9
+    assert project.comm_time_s("ddp", CFG, 8, prec, TOY) == pytest.approx(want)
+    # HSDP on 8 = 2 x 4: (1 + L) reduce-scatters and 1 + 2L all-gathers inside the node, then (1 + L)
+    # all-reduces of a quarter of the gradients with one GPU per node: one NIC each, one tree level.
+    plan = {c["collective"]: c for c in mm.comm_plan("hsdp", CFG, 8, prec, mesh=(2, 4))}
+    ar = plan["all_reduce"]
+    want_ar = ar["count"] * 2 * 5e-6 + ar["payload_bytes"] * 1.0 / 10e9
+    inside = sum(plan[k]["count"] * 3 * 2e-6 + plan[k]["payload_bytes"] * 0.75 / 100e9
+                 for k in ("all_gather", "reduce_scatter"))
+    assert project.comm_time_s("hsdp", CFG, 8, prec, TOY) == pytest.approx(want_ar + inside)
+
+
+@pytest.fixture
+def planner(monkeypatch):
+    """The planner's cost modules (their names are unique among the labs), imported beside this lab."""
+    monkeypatch.syspath_prepend(str(Path(project.__file__).resolve().parents[1] / "planner"))
+    names = ("cluster", "costs", "degrees", "memory", "shapes")
+    import cluster
+    import costs
+    yield cluster, costs
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("gpu, n", [("h100", 8), ("h100", 64), ("a100", 1024), ("b200", 16)])
+def test_projection_and_planner_price_the_same_collective_alike(planner, gpu, n):
+    # One network from the same table row, one cost model: DDP's gradient all-reduce (one bucket, 4 Psi bytes)
+    # costs the same in the projection as the planner's ZeRO-0 data-parallel all-reduce.
+    cluster, costs = planner
+    preset, prec = PRESETS[gpu], mm.precision_for("adamw", 2)
+    net = project.table_network(preset, 8)
+    cl = cluster.make_cluster(preset, n, gpus_per_node=8)
+    assert dataclasses.replace(cl.net, source=net.source) == net
+    ours = project.comm_time_s("ddp", CFG, n, prec, net)
+    theirs = costs.dp_collectives(count_params(CFG), n, members_per_domain(n, 1, 8), prec.grad, cl.net).all_reduce
+    assert ours == pytest.approx(float(theirs), rel=1e-12) and ours > 0
 
 
 def test_projection_rows_and_bounds():
     p = PRESETS["h100"]
     t = project.assumed_target(p, "tiny", CFG, seqs=4)
-    rows = project.project(t, project.table_links(p, 8), (1, 8, 64))
+    rows = project.project(t, project.table_network(p, 8), (1, 8, 64))
     assert {r["efficiency_no_overlap"] for r in rows if r["n_gpus"] == 1} == {1.0}
     for r in rows:
         assert r["efficiency_no_overlap"] <= r["efficiency_full_overlap"] <= 1.0 + 1e-12
         assert "ASSUMED MFU" in r["compute_source"]
 
 
-def test_bandwidth_from_allreduce_bench_csvs(tmp_path, monkeypatch):
+def test_network_from_allreduce_bench_csvs(tmp_path, monkeypatch):
+    # Exactly alpha-beta rows: 600 us + 1.5 S / 0.5 GB/s on 4 ranks. The planner's rule (the fit) recovers both.
     rows = [{"collective": "all_reduce", "size_bytes": s, "dtype": "fp32", "world_size": 4, "nnodes": 1,
-             "backend": "gloo", "hardware": "cpu", "preset": "cpu", "time_us": t, "algbw_GBps": 0.0, "busbw_GBps": b}
-            for s, t, b in ((1024, 600.0, 0.001), (1 << 24, 50000.0, 0.5))]
+             "backend": "gloo", "hardware": "cpu", "preset": "cpu", "time_us": 600.0 + 1.5 * s / 0.5e9 * 1e6}
+            for s in (1024, 1 << 16, 1 << 20, 1 << 24)]
     pd.DataFrame(rows).to_csv(tmp_path / "sweep_cpu_ws4.csv", index=False)
     monkeypatch.setattr(project, "ALLREDUCE", tmp_path)
-    links = project.measured_links("cpu", 10**6, None)
-    assert links.intra_GBps == 0.5 and links.hop_intra_us == pytest.approx(600.0 / 6)  # 2 (4-1) ring steps
-    assert project.measured_links("h100", 8, None) is None  # no rows for that preset, no fallback
+    net = project.measured_network("cpu", 8, None)
+    assert net.intra_GBps == pytest.approx(0.5) and net.alpha_step_us == pytest.approx(600.0 / 6)  # 2 (4-1) steps
+    assert net.domain == 8 and "4-rank all_reduce" in net.source
+    assert project.measured_network("h100", 8, None) is None  # no rows for that preset, no fallback
     monkeypatch.setattr(project, "ALLREDUCE", tmp_path / "absent")
-    assert project.measured_links("cpu", 10**6, None) is None
+    assert project.measured_network("cpu", 8, None) is None
+
+
+@pytest.mark.parametrize("no, full, verdict", [(0.99, 1.0, "keeps less of its per-GPU rate"),
+                                               (0.96, 1.0, "lies between the projection's bounds"),
+                                               (0.90, 0.95, "keeps more than either bound")])
+def test_weak_scaling_anchor_reads_the_bounds(no, full, verdict):
+    # torchtitan keeps 5605 / 5762 = 97.3% from 8 to 128 GPUs; the projection's bounds keep `no` and `full`.
+    rows = [{"strategy": "zero3", "mode": "weak", "n_gpus": n, "efficiency_no_overlap": e,
+             "efficiency_full_overlap": f} for n, e, f in ((8, 1.0, 1.0), (128, no, full))]
+    text = "\n".join(weak_scaling_anchor(pd.DataFrame(rows)))
+    assert "| 5,762 tok/s/GPU | 5,605 tok/s/GPU | 97.3% |" in text and verdict in text
+    assert f"| E = 1.000 | E = {no:.3f} | {no:.1%} |" in text
 
 
 def test_scaling_efficiency_definition():

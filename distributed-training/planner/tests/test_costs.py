@@ -1,19 +1,21 @@
-"""FLOPs against hand-computed values and SC21 eq. 3; the bubble; alpha-beta collectives; GEMM efficiency."""
+"""FLOPs against hand-computed values and SC21 eq. 3; the bubble; ZeRO §7 traffic; GEMM efficiency."""
 
 import numpy as np
 import pytest
 
 from cluster import Cluster
-from costs import T0, allreduce_time, ceil_log2, members_per_domain, step_costs
+from common.collective_cost import Network
+from costs import ACT_BYTES, T0, dp_collectives, step_costs
+from degrees import FULL, Degrees
 from shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
                     sc21_flops_per_iteration)
 
 
-def toy_cluster(**kw) -> Cluster:
-    base = dict(gpu="toy", label="toy", gpus=64, domain=8, precision="bf16", peak_tflops=100.0,
-                matmul_tflops=80.0, bf16_matmul_tflops=80.0, memory_gb=80.0, hbm_gbps=1000.0, intra_gbps=100.0,
-                inter_gbps=10.0, alpha_intra_us=1.0, alpha_inter_us=10.0)
-    return Cluster(**{**base, **kw})
+def toy_cluster(**net) -> Cluster:
+    links = Network(**{**dict(domain=8, intra_GBps=100.0, nic_GBps=10.0, alpha_step_us=1.0, alpha_level_us=10.0),
+                       **net})
+    return Cluster(gpu="toy", label="toy", gpus=64, precision="bf16", peak_tflops=100.0, matmul_tflops=80.0,
+                   bf16_matmul_tflops=80.0, memory_gb=80.0, hbm_gbps=1000.0, net=links)
 
 
 def test_flops_by_hand():
@@ -45,37 +47,34 @@ def test_bubble_and_step_assembly():
     sh = Shape(16, 1024, 8, 8, 1000, 1024, 4096)
     cl = toy_cluster()
     p, v, m = np.array([1, 2, 4, 4, 8]), np.array([1, 1, 1, 2, 4]), np.array([8, 8, 16, 16, 32])
-    out = step_costs(sh, cl, 1, p, 1, 1, 1, v, m, 0, 0)  # d = 1: no DP traffic at all
+    out = step_costs(sh, cl, Degrees.of(p=p, v=v, m=m))  # d = 1: no DP traffic at all
     np.testing.assert_allclose(out["bubble_fraction"], (p - 1) / (v * m))  # SC21 §2.2
     busy = out["step_s"] - out["bubble_s"] - out["optimizer_s"]
     np.testing.assert_allclose(out["bubble_s"] / busy, (p - 1) / (v * m))
     assert out["dp_comm_s"].max() == 0 and out["pp_comm_s"][0] == 0 and out["pp_comm_s"][1] > 0
 
 
-def test_alpha_beta_collectives_by_hand():
-    cl = toy_cluster()
-    S = 1e9
-    # One domain: ring on NVLink, 2(n-1) steps of alpha.
-    assert float(allreduce_time(S, 8, 8, cl)) == pytest.approx(2 * 7 / 8 * S / 100e9 + 14e-6)
-    # Two domains of 8: one ring per NIC, bus min(100, 8 x 10) = 80 GB/s; one tree level across.
-    assert float(allreduce_time(S, 16, 8, cl)) == pytest.approx(2 * 15 / 16 * S / 80e9 + 14e-6 + 2 * 10e-6)
-    # One GPU per domain (DP across nodes with TP 8): one NIC each, ceil(log2 4) = 2 levels.
-    assert float(allreduce_time(S, 4, 1, cl)) == pytest.approx(2 * 3 / 4 * S / 10e9 + 4 * 10e-6)
-    assert float(allreduce_time(S, 1, 1, cl)) == 0.0
-    assert list(ceil_log2(np.array([1, 2, 3, 4, 5, 1024, 1025]))) == [0, 1, 2, 2, 3, 10, 11]
-    assert list(members_per_domain(np.array([8, 16, 2, 64]), np.array([1, 1, 4, 8]), 8)) == [8, 8, 2, 1]
+def test_dp_collectives_are_the_shared_models_by_hand():
+    # The ring/tree model itself is tested in common/tests/test_collective_cost.py; here its use for ZeRO §7's
+    # traffic: all-reduce of g·Ψ, reduce-scatter of g·Ψ, all-gather of the 2-byte weights, latency per bucket.
+    cl, psi = toy_cluster(), 100e6  # 3 buckets of 40M: two more latencies than one collective
+    ar, rs, ag = (float(x) for x in dp_collectives(psi, 16, 8, 4.0, cl.net))
+    assert ar == pytest.approx(2 * 15 / 16 * 4 * psi / 80e9 + 3 * (14e-6 + 2 * 10e-6))
+    assert rs == pytest.approx(15 / 16 * 4 * psi / 80e9 + 3 * (7e-6 + 10e-6))
+    assert ag == pytest.approx(15 / 16 * 2 * psi / 80e9 + 3 * (7e-6 + 10e-6))
+    assert [float(x) for x in dp_collectives(psi, 1, 1, 4.0, cl.net)] == [0.0, 0.0, 0.0]  # no DP, no traffic
 
 
 def test_tp_volume_is_sc21s():
     # Zero latency: TP time per step = L·m·4 all-reduces of b·s·h bf16,
     # i.e. 8·b·s·h·(t-1)/t elements per layer per micro-batch over the bus (SC21 §3.2).
     sh = Shape(4, 1024, 8, 8, 1000, 512, 4096)
-    cl = toy_cluster(alpha_intra_us=0.0, alpha_inter_us=0.0)
+    cl = toy_cluster(alpha_step_us=0.0, alpha_level_us=0.0)
     b, t, m = 2, 4, 3
-    out = step_costs(sh, cl, t, 1, 1, 1, b, 1, m, 0, 0)
-    want = sh.layers * m * 8 * b * sh.seq * sh.hidden * (t - 1) / t * 2 / 100e9
+    out = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m))
+    want = sh.layers * m * 8 * b * sh.seq * sh.hidden * (t - 1) / t * ACT_BYTES / 100e9
     assert float(out["tp_comm_s"]) == pytest.approx(want)
-    full = step_costs(sh, cl, t, 1, 1, 1, b, 1, m, 0, 2)  # full recompute repeats the 2 forward ones
+    full = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m, recompute=FULL))  # full recompute repeats the 2 forward ones
     assert float(full["tp_comm_s"]) == pytest.approx(want * 6 / 4)
 
 

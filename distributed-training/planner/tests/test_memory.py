@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import published
+from degrees import FULL, NONE, SELECTIVE, Degrees
 from memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
 from shapes import Shape
 
@@ -11,7 +12,7 @@ GIB = 2**30
 
 
 def states_gb(psi, n, stage, grad_bytes=2.0):
-    return sum(float(x) for x in model_state_bytes(psi, n, stage, grad_bytes)) / 1e9
+    return float(model_state_bytes(psi, n, stage, grad_bytes).total) / 1e9
 
 
 def test_zero_figure_1_and_table_1():
@@ -42,20 +43,22 @@ def test_korthikanti_table_2_by_hand():
     # s=64, b=2, h=32, a=4, t=4, ffn 4h, dropout, no FlashAttention: sbh = 4096, 5as/h = 40.
     sh = Shape(layers=4, hidden=32, heads=4, kv_heads=4, vocab=100, seq=64, ffn=128)
     sbh, t = 64 * 2 * 32, 4
-    coef = {r: float(activation_coefficient(sh, t, r, sequence_parallel=sp, flash=False, fp8=False, dropout=True))
-            for r, sp in ((0, False), (1, False), (2, False))}
-    assert coef[0] == 10 + 24 / t + 40 / t  # TP only: sbh(10 + 24/t + 5as/(ht))
-    assert coef[1] == 10 + 24 / t  # selective: the score term goes
-    assert coef[2] == 2  # full: the layer input only
-    assert float(activation_coefficient(sh, t, 0, True, False, False, True)) == (34 + 40) / t  # SP: all / t
-    assert float(activation_coefficient(sh, t, 1, True, False, False, True)) == 34 / t
-    assert float(activation_coefficient(sh, 1, 0, True, True, False, True)) == 34  # FlashAttention: no scores
-    assert float(activation_coefficient(sh, 1, 0, True, True, False, False)) == 32  # no dropout masks
-    assert float(activation_coefficient(sh, 1, 0, True, True, True, True)) == 27  # FP8 linear inputs
+    def coef(t, r, sp, flash=False, fp8=False, dropout=True):
+        return float(activation_coefficient(sh, t, r, sequence_parallel=sp, flash=flash, fp8=fp8, dropout=dropout))
+    assert coef(t, NONE, False) == 10 + 24 / t + 40 / t  # TP only: sbh(10 + 24/t + 5as/(ht))
+    assert coef(t, SELECTIVE, False) == 10 + 24 / t  # selective: the score term goes
+    assert coef(t, FULL, False) == 2  # full: the layer input only
+    assert coef(t, NONE, True) == (34 + 40) / t  # SP: all / t
+    assert coef(t, SELECTIVE, True) == 34 / t
+    assert coef(1, NONE, True, flash=True) == 34  # FlashAttention: no scores
+    assert coef(1, NONE, True, flash=True, dropout=False) == 32  # no dropout masks
+    assert coef(1, NONE, True, flash=True, fp8=True) == 27  # FP8 linear inputs: 34 - (3 + f/h)
     # 1F1B: the first stage holds L layers' worth (min(p, m) micro-batches of L/p layers); interleaving
     # multiplies that by 1 + (p-1)/(p·v); p = 1 adds the fp32 logits 4·s·b·(h + V)/t.
     per_layer = sbh * (34 + 40) / t
-    acts = lambda p, v, m: float(activation_bytes(sh, t, p, 1, 2, v, m, 0, True, False, False, True))  # noqa: E731
+    def acts(p, v, m):
+        deg = Degrees.of(t=t, p=p, b=2, v=v, m=m)
+        return float(activation_bytes(sh, deg, sequence_parallel=True, flash=False, dropout=True))
     assert acts(2, 1, 8) == pytest.approx(4 * per_layer)
     assert acts(4, 1, 2) == pytest.approx(4 * per_layer * 2 / 4)  # fewer micro-batches than stages
     assert acts(2, 2, 8) == pytest.approx(4 * per_layer * (1 + 1 / 4))
@@ -69,15 +72,30 @@ def test_korthikanti_figure_1_activations_exactly(name):
     _, none_gib, sel_gib = published.KORTHIKANTI_FIG1[name]
     logits = 4.0 * shape.seq * mb * (shape.hidden + shape.vocab) / tp if pp == 1 else 0.0
     for r, sp, want in ((0, False, none_gib), (1, True, sel_gib)):
-        got = float(activation_bytes(shape, tp, pp, 1, mb, v, batch // mb, r, sp, False, False, True)) - logits
+        deg = Degrees.of(t=tp, p=pp, b=mb, v=v, m=batch // mb, recompute=r)
+        got = float(activation_bytes(shape, deg, sequence_parallel=sp, flash=False, dropout=True)) - logits
         assert got / GIB == pytest.approx(want, rel=1e-4)
 
 
 def test_breakdown_sums_and_is_vectorised():
     sh = Shape(8, 512, 8, 4, 1000, 256, 2048)
     t, p, z = np.array([1, 2, 2]), np.array([1, 2, 4]), np.array([0, 1, 3])
-    mem = memory_breakdown(sh, t, p, 1, 4, 2, 1, 8, z, np.array([0, 1, 2]))
+    mem = memory_breakdown(sh, Degrees.of(t=t, p=p, d=4, b=2, m=8, zero=z, recompute=[NONE, SELECTIVE, FULL]))
     parts = sum(mem[k] for k in ("params", "grads", "optimizer", "activations", "buffers"))
     np.testing.assert_allclose(parts, mem["total"])
-    one = memory_breakdown(sh, 2, 4, 1, 4, 2, 1, 8, 3, 2)
+    one = memory_breakdown(sh, Degrees.of(t=2, p=4, d=4, b=2, m=8, zero=3, recompute=FULL))
     assert float(one["total"]) == pytest.approx(float(mem["total"][2]))
+
+
+def test_fp8_without_sequence_parallelism_halves_the_replicated_linear_inputs_too():
+    # Without SP every TP rank keeps the QKV and MLP-up inputs whole; under FP8 they are 1-byte copies, so
+    # FP8 saves 2 sbh of the replicated terms in full and (1 + f/h) sbh of the split ones (o-proj and
+    # MLP-down inputs) divided by t. ffn 4h, no dropout, FlashAttention: bf16 8 + 24/t, FP8 6 + 19/t.
+    sh = Shape(layers=4, hidden=32, heads=4, kv_heads=4, vocab=100, seq=64, ffn=128)
+    for t in (1, 2, 8):
+        bf16, fp8 = (float(activation_coefficient(sh, t, NONE, sequence_parallel=False, flash=True, fp8=f))
+                     for f in (False, True))
+        assert (bf16, fp8) == (8 + 24 / t, 6 + 19 / t)
+        assert bf16 - fp8 == 2 + (1 + 4) / t
+        sp = float(activation_coefficient(sh, t, NONE, sequence_parallel=True, flash=True, fp8=True))
+        assert sp == 25 / t if t > 1 else sp == fp8  # with SP the same 25 bytes are all split

@@ -82,11 +82,12 @@ def test_evaluate_is_elementwise():
 
 
 def test_calibration_from_an_allreduce_bench_csv():
+    # The fixture's 8-rank and 16-rank (2 nodes) all_reduce rows are exactly alpha-beta: 8 ranks at 20 us +
+    # 1.75 S / 350 GB/s, 16 ranks at 100 us + 1.875 S / 320 GB/s. The one rule (common/collective_fit.py)
+    # fits them: in-domain B 350, alpha / 14 steps; across, B / 8 per NIC and (100 - 14 x alpha_step) / 2.
     cl = calibrate(make_cluster(get_preset("h100"), 64), [str(FIXTURE)])
-    # In-node: mean busbw of the three largest 8-rank sizes; alpha = 42 us / (2 x 7 steps).
-    assert cl.intra_gbps == pytest.approx(360.0) and cl.alpha_intra_us == pytest.approx(3.0)
-    # Two nodes of 8: one ring per NIC, so per-GPU network = busbw / 8; alpha = (122 - 42) us / 2 (1 level).
-    assert cl.inter_gbps == pytest.approx(336.0 / 8) and cl.alpha_inter_us == pytest.approx(40.0)
-    assert len(cl.notes) == 2
+    assert cl.net.intra_GBps == pytest.approx(350.0) and cl.net.alpha_step_us == pytest.approx(20 / 14)
+    assert cl.net.nic_GBps == pytest.approx(320.0 / 8) and cl.net.alpha_level_us == pytest.approx(40.0)
+    assert len(cl.notes) == 2 and cl.net.source == "allreduce-bench sweeps"
     with pytest.raises(ValueError, match="no such file"):
         calibrate(cl, ["missing.csv"])

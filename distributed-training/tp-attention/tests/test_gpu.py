@@ -20,7 +20,7 @@ def test_parity_and_a_benchmark_row_on_one_gpu():
         for cfg in (VerifyConfig(**shape), VerifyConfig(dtype="bfloat16", **shape),
                     VerifyConfig(impl="dtensor", fused_qkv=False, **shape)):
             res = check(cfg, mesh, env.device)
-            assert res["pass"], res
+            assert res.passed, res
         cfg = bench.resolve(bench.BenchConfig(seq_lens=(128,), d_models=(256,), seq_len=128, d_model=256, iters=3,
                                               warmup=1), "cuda", 1)
         row = bench.bench_row(cfg, mesh, env.device, 128, 256, False)

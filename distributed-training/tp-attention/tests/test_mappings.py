@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed.nn.functional as dist_nn
 
-from comm_count import CommCounter, ring_factor, tp_bytes_per_layer
+from comm_count import CommCounter, tp_bytes_per_layer
 from common.testing import run_ranks
 from mappings import (TPGroup, _CopyToTP, _GatherSeq, _ReduceFromTP, _ReduceScatterSeq, copy_to_tp, gather_seq,
                       reduce_from_tp, reduce_scatter_seq, without_communication)
@@ -94,9 +94,5 @@ def test_one_rank_is_the_identity_and_issues_nothing():
 
 
 def test_communication_volume_formulas_by_hand():
-    assert ring_factor("all_reduce", 4) == 1.5 and ring_factor("all_gather", 4) == 0.75
-    assert ring_factor("reduce_scatter", 1) == 0.0
     # SC21 section 3.2: 8*b*s*h*(t-1)/t per layer; b=1, s=2048, h=4096, t=8, bf16 -> 8*2048*4096*7/8*2 bytes
     assert tp_bytes_per_layer(1, 2048, 4096, 8, 2) == 117_440_512.0
-    with pytest.raises(ValueError, match="no ring model"):
-        ring_factor("broadcast_", 2)

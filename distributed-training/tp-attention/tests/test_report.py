@@ -11,8 +11,8 @@ from common.testing import as_gpu_rows
 def test_gpu_csv_beside_cpu_csv(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(report.LAB / "results", res)
-    cpu = pd.read_csv(res / "bench_cpu_w4.csv")
-    as_gpu_rows(cpu, world_size=1).to_csv(res / "bench_h100_w1.csv", index=False)
+    cpu = pd.read_csv(res / "bench_cpu_ws4.csv")
+    as_gpu_rows(cpu, world_size=1).to_csv(res / "bench_h100_ws1.csv", index=False)
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
     assert "1x NVIDIA H100 80GB HBM3, 1 ranks, nccl" in text and "2 cores), 4 ranks, gloo" in text

@@ -61,15 +61,15 @@ TINY_SWEEP = ["--gpu", "cpu", "--seq-lens", "8,16", "--d-models", "32", "--seq-l
 
 def _bench_twice(env, out):
     bench.main(TINY_SWEEP + ["--out-dir", out])
-    first = Path(out, "bench_cpu_w2.csv").read_text() if env.rank == 0 else ""
+    first = Path(out, "bench_cpu_ws2.csv").read_text() if env.rank == 0 else ""
     bench.main(TINY_SWEEP + ["--out-dir", out, "--resume"])  # everything is done: nothing is measured again
     return first
 
 
 def test_runner_end_to_end_with_resume_then_report(tmp_path):
     first = run_ranks(_bench_twice, 2, str(tmp_path), timeout_s=240)[0]
-    assert Path(tmp_path, "bench_cpu_w2.csv").read_text() == first  # the resumed run appended nothing
-    b, c = pd.read_csv(tmp_path / "bench_cpu_w2.csv"), pd.read_csv(tmp_path / "correctness_cpu_w2.csv")
+    assert Path(tmp_path, "bench_cpu_ws2.csv").read_text() == first  # the resumed run appended nothing
+    b, c = pd.read_csv(tmp_path / "bench_cpu_ws2.csv"), pd.read_csv(tmp_path / "correctness_cpu_ws2.csv")
     assert len(b) == 2 * 3 and b["verified"].all() and c["pass"].all()  # 2 shapes x (t=1, t=2, t=2+SP)
     assert (b["comm_bytes_ours"] == b["comm_bytes_analytic"]).all()
     t2 = b[b["tp"] == 2]
@@ -80,7 +80,7 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(tmp_path), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "## Correctness `cpu_w2`" in text and "## Benchmark `cpu_w2`" in text and "No GPU run" in text
+    assert "## Correctness `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text and "No GPU run" in text
     assert "**NO**" not in text and str(tmp_path) not in text and "/tmp/" not in text
-    for png in ("time_vs_tp_cpu_w2.png", "time_vs_shape_cpu_w2.png", "comm_cpu_w2.png"):
+    for png in ("time_vs_tp_cpu_ws2.png", "time_vs_shape_cpu_ws2.png", "comm_cpu_ws2.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"

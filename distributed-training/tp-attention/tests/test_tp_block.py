@@ -38,20 +38,20 @@ def test_parity_counts_and_bytes(tp):
     configs = _configs(tp)
     for cfg, res in zip(configs, run_ranks(_check_all, tp, configs)[0]):
         label = f"{cfg.module} sp={cfg.sp} fused={cfg.fused_qkv} bias={cfg.bias}"
-        assert res["pass"], (label, res)
-        assert max(res["max_rel_err"].values()) <= 1e-5 and not res["uncovered_params"], label
+        assert res.passed, (label, res)
+        assert res.max_err <= 1e-5 and not res.uncovered_params, label
         regions = 2 if cfg.module == "block" else 1  # 1 all-reduce forward + 1 backward per region
         want = {} if tp == 1 else ({"all_gather": regions, "reduce_scatter": regions} if cfg.sp else
                                    {"all_reduce": regions})
-        assert res["collectives"]["forward"] == want and res["collectives"]["backward"] == want, label
+        assert res.collectives.forward == want and res.collectives.backward == want, label
         # SP: LayerNorms and row-parallel biases saw only a sequence shard; their grads are summed once per step
         has_partial_grads = cfg.sp and tp > 1 and (cfg.module == "block" or cfg.bias)
-        assert res["collectives"]["grad_sync"] == ({"all_reduce": 1} if has_partial_grads else {}), label
+        assert res.collectives.grad_sync == ({"all_reduce": 1} if has_partial_grads else {}), label
         # 4*b*s*h*(t-1)/t elements per region (SC21: 8bsh(t-1)/t per layer), fp32
-        assert res["comm_bytes_per_rank"]["measured_ring"] == \
+        assert res.comm_bytes_measured == \
             pytest.approx(regions * 4 * cfg.batch * cfg.seq_len * cfg.d_model * 4 * (tp - 1) / tp), label
         if tp == 1:  # t = 1 slices are the master itself: bit-identical
-            assert max(res["max_rel_err"].values()) == 0.0 or cfg.fused_qkv, label
+            assert res.max_err == 0.0 or cfg.fused_qkv, label
 
 
 def test_dtensor_matches_and_needs_prepare_module_input():
@@ -60,14 +60,14 @@ def test_dtensor_matches_and_needs_prepare_module_input():
                VerifyConfig(impl="dtensor-naive", **base), VerifyConfig(impl="dtensor", module="attn", **base)]
     results = run_ranks(_check_all, 2, configs)[0]
     for res in results:
-        assert res["errors_ok"] and max(res["max_rel_err"].values()) <= 1e-5, res
-    megatron, sp, naive, attn = (r["collectives"] for r in results)
-    assert megatron["forward"] == megatron["backward"] == {"all_reduce": 2}
-    assert sp["forward"] == sp["backward"] == {"all_gather": 2, "reduce_scatter": 2}
-    assert attn["forward"] == attn["backward"] == {"all_reduce": 1}
+        assert res.errors_ok and res.max_err <= 1e-5, res
+    megatron, sp, naive, attn = (r.collectives for r in results)
+    assert megatron.forward == megatron.backward == {"all_reduce": 2}
+    assert sp.forward == sp.backward == {"all_gather": 2, "reduce_scatter": 2}
+    assert attn.forward == attn.backward == {"all_reduce": 1}
     # without PrepareModuleInput each of wq, wk, wv reduces its own input gradient: 3 + 1 (MLP)
-    assert naive["forward"] == {"all_reduce": 2} and naive["backward"] == {"all_reduce": 4}
-    bytes_sent = [r["comm_bytes_per_rank"]["measured_ring"] for r in results]
+    assert naive.forward == {"all_reduce": 2} and naive.backward == {"all_reduce": 4}
+    bytes_sent = [r.comm_bytes_measured for r in results]
     assert bytes_sent[2] == 1.5 * bytes_sent[0]  # 6 all-reduces of b*s*h instead of 4
 
 
@@ -76,10 +76,10 @@ def test_bf16_within_the_single_device_bf16_error():
     configs = [VerifyConfig(**base), VerifyConfig(sp=True, fused_qkv=True, **base),
                VerifyConfig(impl="dtensor", **base)]
     for res in run_ranks(_check_all, 2, configs)[0]:
-        floor = res["reference_vs_fp32"]
+        floor = res.reference_vs_fp32
         # the yardstick itself must look like bf16 rounding (u = 2^-8), not like a broken reference
-        assert 2 ** -9 < floor < 2 ** -3 and res["tolerance"] == 2 * floor
-        assert res["pass"] and max(res["max_rel_err"].values()) <= res["tolerance"], res
+        assert 2 ** -9 < floor < 2 ** -3 and res.tolerance == 2 * floor
+        assert res.passed and res.max_err <= res.tolerance, res
 
 
 def test_slicing_rules_in_one_process():
