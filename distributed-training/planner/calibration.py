@@ -63,7 +63,7 @@ class ComputeConstants:
 
 
 # Frozen output of `python distributed-training/planner/fit_compute.py` (see results/compute_fit.csv).
-FITTED = ComputeConstants(sustained_ampere=0.741, sustained_hopper=0.66, hbm_efficiency=0.835)
+FITTED = ComputeConstants(sustained_ampere=0.748, sustained_hopper=0.662, hbm_efficiency=0.818)
 
 
 def generation(preset: str) -> str:
