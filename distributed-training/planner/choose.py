@@ -66,6 +66,8 @@ def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]
     if not ranked:
         return [], []
     fastest = ranked[0]["tokens_per_s"]
+    for c in ranked:
+        c["vs_fastest"] = round(c["tokens_per_s"] / fastest - 1, 4)
     near = [c for c in ranked if c["tokens_per_s"] >= fastest * (1 - NEAR_TIE)]
     usable, domain = MEMORY_HEADROOM * cl.memory_gb, cl.domain
 
@@ -85,6 +87,6 @@ def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]
                 break
         ties.append({**{k: c[k] for k in ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute",
                                            "tokens_per_s_per_gpu", "step_s")},
-                     "vs_fastest": round(c["tokens_per_s"] / fastest - 1, 4), "lost_because": why})
+                     "vs_fastest": c["vs_fastest"], "lost_because": why})
     others = [c for c in ranked if c is not chosen]
     return [chosen] + others[:top - 1], ties

@@ -23,11 +23,15 @@ memory, 2 for bad input (one line on stderr).
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 from cluster import Cluster, calibrate, make_cluster
 from common.config import config_dict, parse_config
@@ -144,16 +148,23 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
             "memory_gb": "GB = 1e9 bytes per GPU on the busiest GPU", "times": "seconds per optimizer step"},
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
-        "error_band": ERROR_BAND,
+        "error_band": error_band(),
         "best": res.best, "candidates": res.candidates, "near_ties": res.near_ties, "rejected": res.rejected,
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
     }
 
 
-# The step-time error band the output quotes: the range of the throughput error over the held-out
-# published runs (PARALLELISM_GUIDE.md section 5; fit_compute.py writes it to results/compute_fit.csv).
-ERROR_BAND = {"median_abs": 0.07, "low": -0.11, "high": 0.24,
-              "meaning": "projected throughput minus published, over held-out published runs (section 5 of the guide)"}
+FIT_CSV = Path(__file__).resolve().parent / "results" / "compute_fit.csv"
+
+
+@lru_cache(maxsize=None)
+def error_band() -> dict:
+    """The throughput error over the held-out published runs (results/compute_fit.csv, fit_compute.py)."""
+    errs = [float(r["throughput_error_pct"]) / 100 for r in csv.DictReader(open(FIT_CSV, newline=""))
+            if r["role"] == "held-out" and r["throughput_error_pct"]]
+    return {"median_abs": round(statistics.median(abs(e) for e in errs), 4), "low": min(errs), "high": max(errs),
+            "runs": len(errs), "meaning": "projected minus published per-GPU throughput, over the held-out published "
+                                          "runs (section 5 of PARALLELISM_GUIDE.md)"}
 
 
 def table(w: Workload, cl: Cluster, res: Result) -> str:
@@ -174,9 +185,11 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
     if res.best:
         b = res.best
         mem = ", ".join(f"{k} {v:.1f}" for k, v in b["memory_gb"].items())
-        lo, hi = b["step_s"] / (1 + ERROR_BAND["high"]), b["step_s"] / (1 + ERROR_BAND["low"])
-        lines += ["", f"best: step {b['step_s']:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's error on held-out "
-                      f"published runs: {ERROR_BAND['low']:+.0%} to {ERROR_BAND['high']:+.0%} in throughput)",
+        band = error_band()
+        lo, hi = b["step_s"] / (1 + band["high"]), b["step_s"] / (1 + band["low"])
+        lines += ["", f"best: step {b['step_s']:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's throughput error on "
+                      f"{band['runs']} held-out published runs: median {band['median_abs']:.0%}, "
+                      f"{band['low']:+.0%} to {band['high']:+.0%})",
                   f"      layers per stage {b['layers_per_stage']}"
                   + (f"; runs a global batch of {b['global_batch']} sequences, not {w.global_batch} (its DP degree "
                      "does not divide the batch)" if b["global_batch"] != w.global_batch else ""),

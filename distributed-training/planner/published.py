@@ -24,6 +24,16 @@ Sources:
   vocab 50,272, seq 2048, batch 1920, TP 8 x PP 35 on 280 / 350 / 420 DGX A100 nodes, 60.1 /
   50.2 / 44.4 s per iteration = 126 / 121 / 113 TFLOP/s per GPU (eq. 3 counting). DeepSpeed's
   1F1B pipeline (no interleaving), micro-batch 1, full recompute, the 2021 kernels and no overlap.
+- OPT-175B (Zhang et al., arXiv 2205.01068 §2.4; held out): "992 80GB A100 GPUs, by utilizing Fully
+  Sharded Data Parallel with Megatron-LM Tensor Parallelism ... up to 147 TFLOP/s per GPU"; 96 layers,
+  h 12288, 96 heads, vocab 50,272, seq 2048, batch 2M tokens. TP 8 with ZeRO-3 over the other 124
+  GPUs, which do not divide the 1,024 sequences: the planner runs the nearest batch, 992. The paper
+  does not say how it counted FLOPs; the row takes eq. 3's counting with full recompute (an assumption).
+- BLOOM 176B (BigScience, arXiv 2211.05100 §3.4; held out): 70 layers, h 14336, 112 heads, vocab
+  250,880, seq 2048, batch 2048, micro-batch 2, TP 4 x PP 12 x DP 8 with ZeRO-1 on 384 A100 80 GB
+  (48 nodes of 8, 4 x 100 Gb/s Omni-Path per node: 50 Gb/s per GPU), bf16, no dropout, full
+  recompute, "about 150 TFLOP/s" per GPU. 70 layers on 12 stages: the planner chooses the split
+  (BLOOM counted the embeddings as stages' layers and ran 5 transformer layers on the first and last).
 - Llama 3 405B (Llama 3 paper, arXiv 2407.21783, Table 4; held out): 126 layers, h 16384, 128
   heads, 8 kv heads, SwiGLU 53,248, vocab 128,256, H100 80 GB at 700 W, 400 Gb/s RoCE per GPU, 16M
   tokens per batch; TP 8 x PP 16 on 8,192 GPUs (430 TFLOP/s per GPU, BF16 MFU 43%) and 16,384 GPUs
@@ -56,6 +66,8 @@ from shapes import Shape
 SC21 = "Megatron SC21 Table 1"
 KORTHIKANTI = "Korthikanti Table 5"
 MTNLG = "MT-NLG 530B"
+OPT = "OPT-175B"
+BLOOM = "BLOOM 176B"
 LLAMA3 = "Llama 3 405B"
 TITAN = "torchtitan H100 benchmarks"
 METRIC_RATES = ("hardware_tflops_per_gpu", "model_tflops_per_gpu", "tokens_per_s_per_gpu")
@@ -103,6 +115,7 @@ class Case:
     role: str  # "fit" | "held-out"
     software: Software = MEGATRON_2021
     memory_gb: float | None = None
+    inter_node_gbps: float | None = None  # network per GPU when it is not the preset's
 
 
 def gpt(layers: int, hidden: int, heads: int, seq: int = 2048, vocab: int = 51200) -> Shape:
@@ -154,6 +167,13 @@ def cases() -> list[Case]:
         out.append(Case(MTNLG, f"530B on {gpus} GPUs", mtnlg, "a100", gpus, 1920,
                         Pins(tp=8, pp=35, dp=gpus // 280, cp=1, microbatch=1, interleave=1, recompute="full"),
                         "hardware_tflops_per_gpu", tflops, "held-out"))
+    opt = Shape(96, 12288, 96, 96, 50272, 2048, 4 * 12288)
+    out.append(Case(OPT, "175B on 992 GPUs", opt, "a100", 992, 1024, Pins(tp=8, pp=1, cp=1, zero=3, recompute="full"),
+                    "hardware_tflops_per_gpu", 147, "held-out", software=replace(MEGATRON_2021, dp_overlap=True)))
+    bloom = Shape(70, 14336, 112, 112, 250880, 2048, 4 * 14336)
+    out.append(Case(BLOOM, "176B on 384 GPUs", bloom, "a100", 384, 2048,
+                    Pins(tp=4, pp=12, dp=8, cp=1, zero=1, microbatch=2, recompute="full"), "hardware_tflops_per_gpu",
+                    150, "held-out", software=replace(MEGATRON_2021, dropout=False), inter_node_gbps=50))
     for gpus, cp, seq, tflops in LLAMA3_RUNS:
         shape = llama(126, 16384, 128, 8, 53248, seq)
         out.append(Case(LLAMA3, f"405B on {gpus:,} GPUs" + (f", CP {cp}, {seq // 1024}K" if cp > 1 else ""), shape,
@@ -182,7 +202,8 @@ def workload(case: Case) -> Workload:
 
 def predict(case: Case, consts: ComputeConstants = FITTED) -> dict | None:
     """The planner's best configuration under the case's pins (None if nothing fits), with `consts`."""
-    cl = replace(make_cluster(get_preset(case.gpu), case.gpus, memory_gb=case.memory_gb), compute=consts)
+    cl = replace(make_cluster(get_preset(case.gpu), case.gpus, memory_gb=case.memory_gb,
+                              inter_node_gbps=case.inter_node_gbps), compute=consts)
     return search(workload(case), cl, case.pins, top=1, max_rejected=0).best
 
 
