@@ -26,7 +26,9 @@ separates go by throughput):
 8. The least activation recompute (none, then selective, then full): recompute is compute spent
    twice, taken only for memory.
 
-`decide` returns the plans with the chosen one first, and the near-ties with the reason each lost.
+`decide` returns the plans with the chosen one first, and the near-ties (one per layout of degrees, ZeRO
+stage and recompute; micro-batch and interleaving variants are not separate plans) with the reason each
+lost.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ def _rules(plan: dict, w, usable_gb: float, domain: int) -> list[tuple[int, str]
     ]
 
 
+def _layout(plan: dict) -> tuple:
+    return tuple(plan[k] for k in ("tp", "pp", "cp", "zero", "recompute"))
+
+
 def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]:
     """Pick among the near-ties of `ranked` (fastest first); return (candidates, near_ties with reasons)."""
     if not ranked:
@@ -76,10 +82,11 @@ def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]
 
     chosen = min(near, key=key)
     mine = _rules(chosen, w, usable, domain)
-    ties = []
-    for c in near:
-        if c is chosen:
+    ties, seen = [], {_layout(chosen)}
+    for c in near:  # one runner-up per layout: micro-batch and interleaving variants are the same plan
+        if _layout(c) in seen:
             continue
+        seen.add(_layout(c))
         why = f"{c['tokens_per_s'] / chosen['tokens_per_s'] - 1:+.1%} throughput vs the choice"
         for k, ((theirs, reason), (own, _)) in enumerate(zip(_rules(c, w, usable, domain), mine), 1):
             if theirs != own:

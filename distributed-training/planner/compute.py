@@ -170,7 +170,7 @@ def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
         # Causal: FlashAttention skips the masked half. Backward: 2.5x the forward's matmuls.
         fwd_flops = 4.0 * heads * q_len * s * d * 0.5
         fwd = fwd_flops / r.attention + r.kernel_s * c
-        bwd = 2.5 * fwd_flops / r.attention + r.kernel_s * c * 2
+        bwd = 2.5 * fwd_flops / r.attention + r.kernel_s * c * 2  # the backward kernel and its dO·O preprocessing
         return {"fwd": fwd, "bwd": bwd, "scores_fwd": 0.0 * fwd, "scores_bwd": 0.0 * fwd}
     # Materialised scores (Megatron 2021-22): QK^T and AV as batched GEMMs, the full s x s (no skipping).
     qk = gemm_time(q_len, s, d, r.bf16_matmul, r, heads)
