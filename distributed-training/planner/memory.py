@@ -28,9 +28,13 @@ default: LLM pre-training runs without it) the two 1-byte masks go, 32 + ..., an
 default) that term is zero whatever the recompute setting. With FP8 (TransformerEngine) the inputs
 of the four linear layers are saved in 1 byte instead of 2: 15 + 3f/h with dropout masks; without SP
 two of them (the QKV and MLP-up inputs) are among the replicated terms, which then fall from 10 to 8.
-1F1B keeps min(p, m) micro-batches in flight on the first stage, each with L/p layers: L layers'
-worth in total (Korthikanti eq. 5); interleaving v chunks multiplies it by 1 + (p-1)/(p·v). The LM
-head adds 4·s·b·(h + V)/t for its fp32 logits (Korthikanti's embedding/logits term).
+torchtitan's per-op selective AC (recompute "op") drops the two LayerNorm outputs and the GeLU
+output, which it recomputes from the GEMM outputs it keeps.
+1F1B keeps min(p, m) micro-batches in flight on the first stage, each with its L/p layers: L layers'
+worth in total (Korthikanti eq. 5); interleaving v chunks multiplies it by 1 + (p-1)/(p·v). With
+unequal stages (stages.py) each stage holds its own layers times its micro-batches in flight (p - i
+on stage i), so the busiest can be the second. The LM head adds 4·s·b·(h + V)/t for its fp32 logits
+(Korthikanti's embedding/logits term).
 
 Buffers: 1 GB for the CUDA context and cuBLAS/NCCL workspaces, two 40M-element fp32 gradient
 buckets unless ZeRO-3 (Megatron's default bucket size), the send/receive buffers of pipeline
