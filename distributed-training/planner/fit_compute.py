@@ -55,7 +55,11 @@ def golden(f, lo: float, hi: float, iters: int) -> float:
     return (a + b) / 2
 
 
-def fit(start: ComputeConstants = FITTED, sweeps: int = 3, iters: int = 12, log=print) -> ComputeConstants:
+START = ComputeConstants(**{name: (lo + hi) / 2 for name, (lo, hi) in FIT_BOUNDS.items()})  # bounds' midpoints
+
+
+def fit(start: ComputeConstants = START, sweeps: int = 6, iters: int = 12, log=print) -> ComputeConstants:
+    """Coordinate descent from `start` (the bounds' midpoints: the result does not depend on the frozen values)."""
     consts = start
     for sweep in range(sweeps):
         for name, (lo, hi) in FIT_BOUNDS.items():
@@ -96,7 +100,7 @@ def write_csv(consts: ComputeConstants, path: Path = OUT) -> list[dict]:
 @dataclass(frozen=True)
 class FitConfig:
     fit: bool = field(default=True, metadata={"help": "fit the constants (else report the frozen ones)"})
-    sweeps: int = field(default=3, metadata={"help": "coordinate-descent sweeps"})
+    sweeps: int = field(default=6, metadata={"help": "coordinate-descent sweeps"})
     out: str = field(default=str(OUT.relative_to(HERE.parents[1])), metadata={"help": "CSV to write"})
 
     def __post_init__(self):
@@ -106,7 +110,7 @@ class FitConfig:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(FitConfig, argv, description=__doc__.split("\n\n")[0], prog="fit_compute.py")
-    consts = fit(FITTED, cfg.sweeps) if cfg.fit else FITTED
+    consts = fit(START, cfg.sweeps) if cfg.fit else FITTED
     rows = write_csv(consts, HERE.parents[1] / cfg.out)
     for key, s in published.summary(rows).items():
         print(f"{key:16s} n={s['n']:2d} median |error| {s['median_abs']:.1%}, range {s['min']:+.1%} .. {s['max']:+.1%}")

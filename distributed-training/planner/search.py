@@ -194,8 +194,13 @@ def _recompute_modes(w: Workload, pins: Pins) -> list[int]:
     return [NONE, FULL, OP] if w.flash_attention else [NONE, SELECTIVE, FULL]
 
 
-def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50) -> Result:
-    """Rank every configuration that fits; see the module docstring."""
+def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50,
+           rules: bool = True) -> Result:
+    """Rank every configuration that fits; see the module docstring.
+
+    rules=False skips choose.py: the fastest plan comes first (published.py prices a published run that
+    way, taking its unstated knobs, e.g. micro-batch and interleaving, as tuned for speed).
+    """
     s, rejected = enumerate_structures(w, cl, pins)
     n_struct = len(s["t"])
     zeros = [pins.zero] if pins.zero is not None else [0, 1, 2, 3]
@@ -220,7 +225,7 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
                         total[chosen], per_token[chosen]))
     ranked = chosen[order]
     fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
-    candidates, near = decide(fastest, w, cl, top)
+    candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.
     lost = np.setdiff1d(np.arange(n_struct), sid[chosen]) if n_struct else np.array([], dtype=int)
     mem_rej = []
