@@ -26,6 +26,7 @@ from pathlib import Path
 import accuracy
 import published
 from common.config import parse_config
+from fit_compute import commit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -102,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     sc21 = [c for c in cases if c.source == published.SC21]
     old = run_old(cfg.before, [old_case(c) for c in cases] + [old_case(c, free_sc21=True) for c in sc21])
     now = {r["name"]: r for r in published.compare()}
-    after_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                  text=True).stdout.strip()
+    after_commit = commit()
     rows = []
     for case, before in zip(cases, old):
         b = before and before[case.metric]

@@ -70,11 +70,15 @@ def fit(start: ComputeConstants = START, sweeps: int = 6, iters: int = 12, log=p
 
 
 def commit() -> str:
+    """The planner's commit, with "+dirty" when its files differ from it (the CSV then names its parent code)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", "../common"], cwd=HERE,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def write_csv(consts: ComputeConstants, path: Path = OUT) -> list[dict]:
