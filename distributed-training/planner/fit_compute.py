@@ -74,7 +74,7 @@ def commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
                               timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", "../common"], cwd=HERE,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", "../common", ":!results"], cwd=HERE,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
