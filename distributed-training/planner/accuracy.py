@@ -189,5 +189,6 @@ def memory_accuracy() -> str:
     return table(["source", "quantity", "published", "planner", "error"], rows)
 
 
-SECTIONS = {"fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary, "error_sentence": error_sentence,
+SECTIONS = {"fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary,
+            "error_sentence": error_sentence,
             "sc21_choices": sc21_choices, "sc21_matches": sc21_matches, "memory_accuracy": memory_accuracy}

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration import FITTED, ComputeConstants
+from calibration import ComputeConstants
 from shapes import Shape
 
 TILE = 128  # output tile edge of cuBLAS/CUTLASS tensor-core kernels (128x128 and 128x256 are the common ones)

@@ -198,8 +198,9 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
                   + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
                               for k in ("tp", "pp", "dp", "cp"))]
         if res.near_ties:
-            lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the model's "
-                          "own error: practitioners' rules chose (choose.py); the runners-up and why each lost:"]
+            lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the "
+                          "model's own error: practitioners' rules chose (choose.py); the runners-up and why each "
+                          "lost:"]
             lines += [f"  TP {t['tp']} PP {t['pp']} DP {t['dp']} CP {t['cp']} Z{t['zero']} mb {t['microbatch']} "
                       f"v {t['interleave']} {t['recompute']}: {t['lost_because']}" for t in res.near_ties[:5]]
     else:

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from choose import NEAR_TIE, decide
+from choose import decide
 from cluster import Cluster
 from compute import Kernels
 from costs import step_costs
@@ -89,7 +89,7 @@ class Result:
     rejected: list[dict] = field(default_factory=list)
     rejected_total: int = 0
     evaluated: int = 0
-    near_ties: list[dict] = field(default_factory=list)  # plans within NEAR_TIE of the fastest, with why each lost
+    near_ties: list[dict] = field(default_factory=list)  # plans within choose.NEAR_TIE of the fastest, why each lost
 
     @property
     def best(self) -> dict | None:

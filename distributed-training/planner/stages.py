@@ -51,7 +51,8 @@ def even_split(layers: int, p) -> StageSplit:
     """L/p layers per stage (p must divide L): the split every stage shares."""
     p = np.asarray(p, float)
     per = layers / p
-    return StageSplit(np.where(p == 1, float(layers), per), np.where(p > 2, per, 0.0), np.where(p == 1, float(layers), per))
+    ends = np.where(p == 1, float(layers), per)
+    return StageSplit(ends, np.where(p > 2, per, 0.0), ends)
 
 
 def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s) -> StageSplit:

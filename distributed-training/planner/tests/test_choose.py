@@ -1,4 +1,4 @@
-"""Near-ties: plans within the model's error are chosen by practitioners' rules, and the runners-up say why they lost."""
+"""Near-ties: plans within the model's error are chosen by practitioners' rules; the runners-up say why they lost."""
 
 from types import SimpleNamespace
 

@@ -86,7 +86,8 @@ def test_tp_volume_is_sc21s():
     hidden = float(out["tp_hidden_s"])
     assert 0 < hidden <= want / 2 + 1e-12
     exposed = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), tp_overlap=False)
-    assert float(exposed["tp_hidden_s"]) == 0 and float(exposed["step_s"]) == pytest.approx(float(out["step_s"]) + hidden)
+    assert float(exposed["tp_hidden_s"]) == 0
+    assert float(exposed["step_s"]) == pytest.approx(float(out["step_s"]) + hidden)
 
 
 def test_dp_overlap_and_eager_kernels_cost_time():
