@@ -170,10 +170,13 @@ def rule_long_context() -> str:
             attn = 12 * shape.layers * shape.hidden * seq / model_flops_per_token(shape)
             res = plan(model, gpus, seq=seq, tokens=2**22)
             c = res.best
-            rows.append([model, gpus, seq, f"{attn:.0%}"] + ([degrees(c), knobs(c), f"{c['memory_gb']['total']:.0f}",
-                                                              f"{c['mfu']:.1%}"] if c else [no_fit(res), "", "", ""]))
+            if c is None:
+                rows.append([model, gpus, seq, f"{attn:.0%}", no_fit(res), "", "", "", ""])
+                continue
+            rows.append([model, gpus, seq, f"{attn:.0%}", degrees(c), knobs(c), f"{c['memory_gb']['total']:.0f}",
+                         f"{c['tokens_per_s_per_gpu']:,.0f}", f"{c['mfu']:.1%}"])
     return table(["model", "GPUs", "seq", "attention share of FLOPs", "TP·PP·DP·CP",
-                  "ZeRO, micro-batch×m, recompute", "GB/GPU", "MFU"], rows)
+                  "ZeRO, micro-batch×m, recompute", "GB/GPU", "tokens/s/GPU", "MFU"], rows)
 
 
 def rule_fp8() -> str:
