@@ -30,9 +30,9 @@ size-dependent memory rate), with a per-kernel fixed cost on top:
 - Recompute: full recompute repeats the forward of every layer; selective recompute (Korthikanti
   §5) repeats QK^T, softmax, dropout and AV; torchtitan's per-op selective AC (`op` mode) repeats
   every memory-bound kernel and every second GEMM (it saves the other GEMM outputs and attention).
-- Per-kernel cost: every kernel launch costs KERNEL_US of fixed time (launch, ramp-up and tail of
-  a kernel the next one cannot overlap), so a layer of many small kernels is slower than its
-  FLOPs and bytes say.
+- Per-kernel cost: every kernel costs calibration's kernel_us of fixed time (launch, ramp-up and
+  tail of a kernel the next one cannot overlap), so a layer of many small kernels is slower than
+  its FLOPs and bytes say.
 
 Everything is vectorised over numpy arrays of (t, c, b) so the search prices thousands of
 configurations at once; `layer_times` returns the forward, backward and recompute seconds of one
@@ -108,7 +108,8 @@ EAGER = (ElementwiseOp("norm", "h", 2, 6, 24.0, 8, 48.0),
          ElementwiseOp("activation", "f", 1, 2, 10.0, 3, 16.0),
          ElementwiseOp("rotary", "qk", 1, 3, 16.0, 3, 16.0))
 DROPOUT = ElementwiseOp("dropout", "h", 2, 0, 1.0, 1, 5.0)  # fused into the residual add: +1 B mask; bwd dy*mask
-FP8_CAST = ElementwiseOp("fp8 amax+cast", "h", 4, 1, 3.0, 1, 3.0)  # each linear input: read 2 B, write 1 B
+# Each linear layer's input under FP8: read 2 B, write 1 B (counted on hidden-sized tensors for all four).
+FP8_CAST = ElementwiseOp("fp8 amax+cast", "h", 4, 1, 3.0, 1, 3.0)
 
 
 def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1):
@@ -212,8 +213,8 @@ def elementwise_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> tuple:
 def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
 
-    Keys: fwd, bwd (without recompute), gemm_fwd (the linear layers' forward, which TP's backward
-    collectives overlap), attn_fwd (the attention core forward, CP's ring hides behind it),
+    Keys: fwd, bwd (without recompute), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
+    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides behind it),
     recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
     per-op selective AC: every memory-bound kernel and every second GEMM).
     """
