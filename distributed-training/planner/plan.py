@@ -59,7 +59,8 @@ class PlanConfig:
     global_batch: int | None = _f(None, "sequences per optimizer step; default ~1M tokens")
     precision: str = _f("bf16", "matmul precision", choices=("bf16", "fp8"))
     gpus: int = _f(8, "GPUs in the job")
-    gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h200, b200, gb200)")
+    gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h100-gt, h200, b200, "
+                             "gb200)")
     gpus_per_node: int | None = _f(None, "NVLink domain size (8 HGX, 72 NVL72, 1 = PCIe only); default from --gpu")
     inter_node_gbps: float | None = _f(None, "network per GPU, Gbit/s; default from --gpu")
     nvlink_gbps: float | None = _f(None, "NVLink GB/s per direction per GPU (0 = PCIe only); default from --gpu")
