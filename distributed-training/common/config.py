@@ -103,7 +103,9 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
             kw["metavar"] = "A,B,..."
             kw["default"] = default
         elif base in (int, float, str):
-            kw["type"] = _optional(base) if optional else base
+            # "none" is a value, not "unset", when the choices list it (e.g. --recompute none)
+            literal_none = "none" in f.metadata.get("choices", ())
+            kw["type"] = _optional(base) if optional and not literal_none else base
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unsupported config type {tp!r}")
         parser.add_argument(_flag(f.name), **kw)

@@ -87,6 +87,13 @@ PRESETS: dict[str, GPUPreset] = {p.name: p for p in (
               ("A100-SXM4-80GB", "A100-SXM-80GB"), bf16_mamf_tflops=271.2),
     GPUPreset("h100", "H100 SXM 80GB", 989.4, 1978.9, None, 80.0, 3.35, 450.0, 8, 400.0,
               ("H100 80GB HBM3", "H100 SXM"), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1402.6),
+    # Meta's Grand Teton H100 (torchtitan's benchmark hosts): 96 GB HBM2e at 2.4 TB/s, run at a 500 W power
+    # limit (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md). Same silicon as the SXM part;
+    # its sustained matmul rate scales with the clock the power limit allows: dynamic power ~ f·V² with V ~ f
+    # over the DVFS range, so f ~ P^(1/3) and the MAMF is the SXM one x (500/700)^(1/3) = 0.894 (an estimate).
+    GPUPreset("h100-gt", "H100 96GB HBM2e at 500 W (Grand Teton)", 989.4, 1978.9, None, 96.0, 2.4, 450.0, 8, 400.0,
+              (), bf16_mamf_tflops=round(794.5 * (500 / 700) ** (1 / 3), 1),
+              fp8_mamf_tflops=round(1402.6 * (500 / 700) ** (1 / 3), 1)),
     GPUPreset("h200", "H200 SXM 141GB", 989.4, 1978.9, None, 141.0, 4.8, 450.0, 8, 400.0,
               ("H200",), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1453.4),
     GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 180.0, 8.0, 900.0, 8, 400.0,

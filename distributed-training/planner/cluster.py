@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from calibration import FITTED, ComputeConstants
 from common.collective_cost import Network, preset_network
 from common.collective_fit import calibrate as calibrate_network
 from common.hardware import GPUPreset
 
-HBM_EFFICIENCY = 0.90  # Calculon's A100 system file: 90% of HBM bandwidth for transfers >= 100 MB
 DEFAULT_MATMUL_FRACTION = 0.80  # H100 MAMF 794.5/989.4; used only where the table has no measurement
 
 
@@ -41,9 +41,11 @@ class Cluster:
     matmul_tflops: float  # achievable large-GEMM rate of `precision`
     bf16_matmul_tflops: float  # attention stays in bf16 under FP8 (TransformerEngine's default)
     memory_gb: float
-    hbm_gbps: float  # achieved HBM GB/s
+    hbm_gbps: float  # data-sheet HBM GB/s (the compute model applies the achievable fraction, calibration.py)
     net: Network  # NVLink domain, achieved bus rates and latencies (common/collective_cost.py)
     notes: tuple[str, ...] = ()  # where figures came from when not from the table
+    bf16_peak_tflops: float = 0.0  # dense bf16 peak (FlashAttention's efficiency is quoted against it)
+    compute: ComputeConstants = FITTED  # the compute model's constants (calibration.py)
 
     @property
     def domain(self) -> int:
@@ -94,7 +96,8 @@ def make_cluster(preset: GPUPreset, gpus: int, precision: str = "bf16", gpus_per
         if value <= 0:
             raise ValueError(f"{flag} must be positive, got {value}")
     return Cluster(preset.name, preset.label, gpus, precision, peak, matmul_tflops, bf16_matmul, mem,
-                   preset.hbm_tbps * 1000 * HBM_EFFICIENCY, preset_network(domain, link, net), notes=tuple(notes))
+                   preset.hbm_tbps * 1000, preset_network(domain, link, net), notes=tuple(notes),
+                   bf16_peak_tflops=preset.bf16_tflops or peak)
 
 
 def calibrate(cluster: Cluster, paths: list[str]) -> Cluster:

@@ -6,8 +6,9 @@ t tensor-, p pipeline-, c context-, d data-parallel degree; b micro-batch in seq
 pipeline chunks per GPU (1 = plain 1F1B), m micro-batches per step. t·p·c·d = GPUs.
 
 The codes are named: ZeRO stages are their numbers (0 = plain DP .. 3 = also the weights sharded);
-activation recompute is NONE, SELECTIVE (the attention core, Korthikanti §5) or FULL (every layer's
-forward, keeping only its input).
+activation recompute is NONE, SELECTIVE (the attention core, Korthikanti §5), FULL (every layer's
+forward, keeping only its input) or OP (torchtitan's per-op selective AC: the memory-bound kernels and
+every second GEMM are recomputed, the other GEMM outputs and attention are kept).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-NONE, SELECTIVE, FULL = 0, 1, 2  # activation recompute codes
-RECOMPUTE = ("none", "selective", "full")  # their names, indexed by code
+NONE, SELECTIVE, FULL, OP = 0, 1, 2, 3  # activation recompute codes
+RECOMPUTE = ("none", "selective", "full", "op")  # their names, indexed by code
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Degrees:
     v: np.ndarray  # virtual pipeline chunks per GPU
     m: np.ndarray  # micro-batches per step
     zero: np.ndarray  # ZeRO stage 0-3
-    recompute: np.ndarray  # NONE, SELECTIVE or FULL
+    recompute: np.ndarray  # NONE, SELECTIVE, FULL or OP
 
     def __post_init__(self):  # numbers or lists in, arrays out: degrees as floats, codes as integers
         for f in fields(self):

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import accuracy
 import experiments
 from cluster import make_cluster
 from common.collective_cost import collective_time_s, half_bandwidth_bytes
@@ -40,6 +41,18 @@ def short(res) -> str:
         f"{c['mfu']:.0%}"
 
 
+def near_tie_cell(res) -> str:
+    """How many other plans lie within the model's error of the fastest, and the fastest if it was not chosen."""
+    if not res.near_ties:
+        return "-"
+    cell = str(len(res.near_ties))
+    fastest = max(res.near_ties, key=lambda t: t["vs_fastest"])
+    if res.best["vs_fastest"] < 0:
+        cell += f"; fastest {fastest['tp']}·{fastest['pp']}·{fastest['dp']}" \
+            + (f"·{fastest['cp']}" if fastest["cp"] > 1 else "") + f" ({-res.best['vs_fastest']:.1%} faster)"
+    return cell
+
+
 def matrix_main() -> str:
     rows = []
     for model in MODELS:
@@ -47,15 +60,15 @@ def matrix_main() -> str:
             res = plan(model, gpus)
             c = res.best
             if c is None:
-                rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, no_fit(res)] + [""] * 6)
+                rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, no_fit(res)] + [""] * 7)
                 continue
             rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, degrees(c), c["zero"],
                          f"{c['microbatch']} × {c['num_microbatches']}"
                          + (f", v={c['interleave']}" if c["interleave"] > 1 else ""),
                          c["recompute"], f"{c['memory_gb']['total']:.0f}", f"{c['bubble_fraction']:.0%}",
-                         f"{c['mfu']:.1%}"])
+                         f"{c['mfu']:.1%}", near_tie_cell(res)])
     return table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
-                  "MFU"], rows)
+                  "MFU", "near-ties"], rows)
 
 
 def matrix_notes() -> str:
@@ -135,7 +148,7 @@ def matrix_domain() -> str:
 SECTIONS = {"comm_constants": comm_constants, "matrix_main": matrix_main, "matrix_notes": matrix_notes,
             "matrix_network": matrix_network,
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
-            "matrix_domain_note": matrix_domain_note, **experiments.SECTIONS}
+            "matrix_domain_note": matrix_domain_note, **experiments.SECTIONS, **accuracy.SECTIONS}
 
 
 def render() -> str:

@@ -28,9 +28,13 @@ default: LLM pre-training runs without it) the two 1-byte masks go, 32 + ..., an
 default) that term is zero whatever the recompute setting. With FP8 (TransformerEngine) the inputs
 of the four linear layers are saved in 1 byte instead of 2: 15 + 3f/h with dropout masks; without SP
 two of them (the QKV and MLP-up inputs) are among the replicated terms, which then fall from 10 to 8.
-1F1B keeps min(p, m) micro-batches in flight on the first stage, each with L/p layers: L layers'
-worth in total (Korthikanti eq. 5); interleaving v chunks multiplies it by 1 + (p-1)/(p·v). The LM
-head adds 4·s·b·(h + V)/t for its fp32 logits (Korthikanti's embedding/logits term).
+torchtitan's per-op selective AC (recompute "op") drops the two LayerNorm outputs and the GeLU
+output, which it recomputes from the GEMM outputs it keeps.
+1F1B keeps min(p, m) micro-batches in flight on the first stage, each with its L/p layers: L layers'
+worth in total (Korthikanti eq. 5); interleaving v chunks multiplies it by 1 + (p-1)/(p·v). With
+unequal stages (stages.py) each stage holds its own layers times its micro-batches in flight (p - i
+on stage i), so the busiest can be the second. The LM head adds 4·s·b·(h + V)/t for its fp32 logits
+(Korthikanti's embedding/logits term).
 
 Buffers: 1 GB for the CUDA context and cuBLAS/NCCL workspaces, two 40M-element fp32 gradient
 buckets unless ZeRO-3 (Megatron's default bucket size), the send/receive buffers of pipeline
@@ -45,7 +49,7 @@ import numpy as np
 
 from common.zero_memory import ModelStates, StateBytes
 from common.zero_memory import model_state_bytes as zero_state_bytes
-from degrees import FULL, NONE, RECOMPUTE, SELECTIVE, Degrees  # noqa: F401  (RECOMPUTE: the search's names)
+from degrees import FULL, NONE, OP, RECOMPUTE, SELECTIVE, Degrees  # noqa: F401  (RECOMPUTE: the search's names)
 from shapes import Shape
 
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance (ZeRO's K)
@@ -60,13 +64,22 @@ def model_state_bytes(psi, n_shard, stage, grad_bytes: float = 2.0) -> ModelStat
     return zero_state_bytes(psi, n_shard, stage, StateBytes(WEIGHT_BYTES, grad_bytes, OPTIMIZER_BYTES))
 
 
-def stage_params(shape: Shape, t, p):
-    """Parameters of the largest pipeline stage on one GPU: L/p blocks and the embedding or LM head, /t."""
+def stage_params(shape: Shape, t, p, split=None):
+    """Parameters of the largest pipeline stage on one GPU: its blocks and the embedding or LM head, /t.
+
+    `split` (stages.StageSplit) gives the layers of the first, busiest middle and last stage; without
+    it every stage has L/p.
+    """
     t, p = np.asarray(t, float), np.asarray(p, float)
-    blocks = shape.layers / p * shape.layer_params
-    first = blocks + shape.embedding_params
-    last = blocks + shape.head_params
-    return np.where(p == 1, blocks + shape.embedding_params + shape.head_params, np.maximum(first, last)) / t
+    if split is None:
+        first_layers = last_layers = mid_layers = shape.layers / p
+    else:
+        first_layers, mid_layers, last_layers = split.first, split.middle, split.last
+    first = first_layers * shape.layer_params + shape.embedding_params
+    last = last_layers * shape.layer_params + shape.head_params
+    mid = mid_layers * shape.layer_params
+    single = shape.layers * shape.layer_params + shape.embedding_params + shape.head_params
+    return np.where(p == 1, single, np.maximum(np.maximum(first, last), mid)) / t
 
 
 def activation_coefficient(shape: Shape, t, recompute, *, sequence_parallel: bool, flash: bool, fp8: bool,
@@ -87,23 +100,38 @@ def activation_coefficient(shape: Shape, t, recompute, *, sequence_parallel: boo
     sp = sequence_parallel & (t > 1)
     kept = np.where(sp, linear / t, replicated + split / t)
     full = np.where(sp, 2.0 / t, 2.0)  # the layer input only
-    return np.where(r == NONE, kept + scores / t, np.where(r == SELECTIVE, kept, full))
+    # Per-op AC (OP) drops the two LayerNorm outputs (the QKV and MLP-up inputs, x B each) and the GeLU
+    # output (the MLP-down input, x·f/h): recomputed from the kept GEMM outputs in the backward.
+    op = np.where(sp, (linear - 2 * x - x * f_over_h) / t, replicated - 2 * x + (split - x * f_over_h) / t)
+    return np.select([r == NONE, r == SELECTIVE, r == FULL], [kept + scores / t, kept, full], op)
 
 
 def activation_bytes(shape: Shape, deg: Degrees, *, sequence_parallel: bool = True, flash: bool = True,
-                     fp8: bool = False, dropout: bool = False):
-    """Activations on the busiest GPU: the in-flight micro-batches of the first stage, or the LM head's."""
+                     fp8: bool = False, dropout: bool = False, split=None):
+    """Activations on the busiest GPU: a stage's layers times its micro-batches in flight, or the LM head's.
+
+    1F1B keeps p - i micro-batches in flight on stage i (at most m), so the first stage holds p of
+    its layers' activations, the second p - 1 of its own (with unequal stages it can be the busier
+    one), the last one plus the fp32 logits. Interleaving v chunks multiplies the first stages'
+    share by 1 + (p-1)/(p·v) (Korthikanti §4.2.3). `split` as in stage_params.
+    """
     t, p, c, b, v, m = deg.t, deg.p, deg.c, deg.b, deg.v, deg.m
     flags = dict(sequence_parallel=sequence_parallel, flash=flash, fp8=fp8, dropout=dropout)
     sbh = shape.seq / c * b * shape.hidden  # tokens of one micro-batch on one CP rank × hidden
     per_layer = sbh * activation_coefficient(shape, t, deg.recompute, **flags)
-    in_flight = np.where(v > 1, 1 + (p - 1) / (p * v), np.minimum(p, m) / p)  # layers' worth: L × this
-    first = shape.layers * per_layer * in_flight
+    if split is None:
+        first_layers = last_layers = mid_layers = shape.layers / p
+    else:
+        first_layers, mid_layers, last_layers = split.first, split.middle, split.last
+    interleave = np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
+    first = first_layers * per_layer * np.where(v > 1, p, np.minimum(p, m)) * interleave
+    second = np.where(p > 2, mid_layers * per_layer * np.where(v > 1, p - 1, np.minimum(p - 1, m)) * interleave, 0.0)
     # Full recompute re-materialises one whole layer during its backward.
     working = np.where(deg.recompute == FULL, sbh * activation_coefficient(shape, t, NONE, **flags), 0.0)
     logits = 4.0 * shape.seq / c * b * (shape.hidden + shape.vocab) / t
-    last = shape.layers / p * per_layer + logits
-    return np.where(p == 1, first + logits, np.maximum(first, last)) + working
+    last = last_layers * per_layer + logits
+    single = shape.layers * per_layer + logits
+    return np.where(p == 1, single, np.maximum(np.maximum(first, last), second)) + working
 
 
 def buffer_bytes(shape: Shape, deg: Degrees, *, fp8: bool, local_params):
@@ -115,16 +143,17 @@ def buffer_bytes(shape: Shape, deg: Degrees, *, fp8: bool, local_params):
 
 
 def memory_breakdown(shape: Shape, deg: Degrees, *, grad_bytes: float = 2.0, sequence_parallel: bool = True,
-                     flash: bool = True, fp8: bool = False, dropout: bool = False) -> dict:
-    """Bytes per GPU by category (arrays), and the total."""
-    psi = stage_params(shape, deg.t, deg.p)
+                     flash: bool = True, fp8: bool = False, dropout: bool = False, split=None) -> dict:
+    """Bytes per GPU by category (arrays), and the total; `split` (stages.StageSplit) as in stage_params."""
+    psi = stage_params(shape, deg.t, deg.p, split)
     n = deg.d * deg.c
     weights, grads, optim = model_state_bytes(psi, n, deg.zero, grad_bytes)
     z3 = deg.zero >= 3
     unit = max(shape.layer_params, shape.vocab * shape.hidden) / deg.t  # largest gathered unit
     weights = weights + np.where(z3, 2.0 * unit, 0.0)  # DeepSpeed: 4·largest_layer = bf16 weights + grads
     grads = grads + np.where(z3, 2.0 * unit, 0.0)
-    acts = activation_bytes(shape, deg, sequence_parallel=sequence_parallel, flash=flash, fp8=fp8, dropout=dropout)
+    acts = activation_bytes(shape, deg, sequence_parallel=sequence_parallel, flash=flash, fp8=fp8, dropout=dropout,
+                            split=split)
     local_weights = psi / np.where(z3, n, 1.0)
     buffers = buffer_bytes(shape, deg, fp8=fp8, local_params=local_weights)
     total = weights + grads + optim + acts + buffers

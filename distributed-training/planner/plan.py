@@ -2,10 +2,13 @@
 activation recompute to use for a transformer on a GPU cluster, and what it costs.
 
 A cost model, not a measurement: memory per GPU (ZeRO model states, Korthikanti activations,
-buffers), compute (FLOPs over an achievable matmul rate that depends on GEMM size), communication
-(alpha-beta with ring factors on NVLink and the network, overlap where schedules allow) and the
-pipeline bubble, for every configuration whose degrees divide; the fastest that fits wins. Every
-term and its source is in memory.py, costs.py, cluster.py and ../PARALLELISM_GUIDE.md.
+buffers), compute op by op (every GEMM by its shape after TP slicing, memory-bound kernels at HBM
+bandwidth, attention with or without FlashAttention, recompute, the optimizer, a cost per kernel:
+compute.py), communication (alpha-beta with ring factors on NVLink and the network, overlap where
+schedules allow) and the pipeline bubble of possibly unequal stages, for every configuration the
+GPU count allows; among the plans within the model's own error of the fastest, practitioners'
+rules choose (choose.py). Every term and its source is in the module docstrings and in
+../PARALLELISM_GUIDE.md; the error against published runs is in its section 5.
 
     make plan ARGS="--params 70B --gpus 512 --gpu h100"                 # what to run
     make plan ARGS="--params 70B --gpus 512 --tp 8 --pp 4 --zero 1"     # price today's config
@@ -20,15 +23,20 @@ memory, 2 for bad input (one line on stderr).
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 
 from cluster import Cluster, calibrate, make_cluster
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
+from choose import NEAR_TIE
 from memory import MEMORY_HEADROOM, RECOMPUTE
 from search import Pins, Result, Workload, enumerate_structures, search
 from shapes import Shape, parse_count, standard_shape
@@ -51,7 +59,8 @@ class PlanConfig:
     global_batch: int | None = _f(None, "sequences per optimizer step; default ~1M tokens")
     precision: str = _f("bf16", "matmul precision", choices=("bf16", "fp8"))
     gpus: int = _f(8, "GPUs in the job")
-    gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h200, b200, gb200)")
+    gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h100-gt, h200, b200, "
+                             "gb200)")
     gpus_per_node: int | None = _f(None, "NVLink domain size (8 HGX, 72 NVL72, 1 = PCIe only); default from --gpu")
     inter_node_gbps: float | None = _f(None, "network per GPU, Gbit/s; default from --gpu")
     nvlink_gbps: float | None = _f(None, "NVLink GB/s per direction per GPU (0 = PCIe only); default from --gpu")
@@ -66,11 +75,19 @@ class PlanConfig:
     zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
     microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
     interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
-    recompute: str | None = _f(None, "pin activation recompute", choices=RECOMPUTE)
+    recompute: str | None = _f(None, "pin activation recompute (op = torchtitan's per-op selective AC)",
+                               choices=RECOMPUTE)
     grad_bytes: int = _f(2, "bytes per gradient element (4 = fp32 accumulation, Megatron)", choices=(2, 4))
     sequence_parallel: bool = _f(True, "sequence parallelism with TP (Korthikanti)")
     flash_attention: bool = _f(True, "fused attention: the a*s^2 scores are never stored")
     dropout: bool = _f(False, "dropout masks in the activations (Megatron's GPT default)")
+    fused_kernels: bool = _f(True, "fused norm/activation kernels (Megatron, TE, torch.compile); "
+                                   "--no-fused-kernels = eager PyTorch")
+    rope: bool = _f(False, "rotary position embeddings (Llama) instead of learned positions")
+    attention_kernel: str = _f("best", "FlashAttention family: best of the GPU generation (FA2 on A100, "
+                                       "FA3/cuDNN on H100+) or fa2", choices=("best", "fa2"))
+    tp_overlap: bool = _f(True, "backward TP collectives overlap the weight-gradient GEMMs (Megatron-Core)")
+    dp_overlap: bool = _f(True, "DP/ZeRO collectives overlap compute (bucketed, prefetched)")
     top: int = _f(10, "candidates to show")
     json: bool = _f(False, "print one JSON object instead of the table")
 
@@ -102,7 +119,8 @@ class PlanConfig:
             paths = sorted({p for pat in self.calibrate.split(",") for p in (glob.glob(pat.strip()) or [pat.strip()])})
             cl = calibrate(cl, paths)
         w = Workload(shape, batch, self.precision, float(self.grad_bytes), self.sequence_parallel,
-                     self.flash_attention, self.dropout)
+                     self.flash_attention, self.dropout, self.fused_kernels, self.rope, self.attention_kernel,
+                     self.tp_overlap, self.dp_overlap)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         structures, rejected = enumerate_structures(w, cl, pins)
         if len(structures["t"]) == 0:
@@ -131,9 +149,23 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
             "memory_gb": "GB = 1e9 bytes per GPU on the busiest GPU", "times": "seconds per optimizer step"},
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
-        "best": res.best, "candidates": res.candidates, "rejected": res.rejected,
+        "error_band": error_band(),
+        "best": res.best, "candidates": res.candidates, "near_ties": res.near_ties, "rejected": res.rejected,
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
     }
+
+
+FIT_CSV = Path(__file__).resolve().parent / "results" / "compute_fit.csv"
+
+
+@lru_cache(maxsize=None)
+def error_band() -> dict:
+    """The throughput error over the held-out published runs (results/compute_fit.csv, fit_compute.py)."""
+    errs = [float(r["throughput_error_pct"]) / 100 for r in csv.DictReader(open(FIT_CSV, newline=""))
+            if r["role"] == "held-out" and r["throughput_error_pct"]]
+    return {"median_abs": round(statistics.median(abs(e) for e in errs), 4), "low": min(errs), "high": max(errs),
+            "runs": len(errs), "meaning": "projected minus published per-GPU throughput, over the held-out published "
+                                          "runs (section 5 of PARALLELISM_GUIDE.md)"}
 
 
 def table(w: Workload, cl: Cluster, res: Result) -> str:
@@ -142,21 +174,36 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
              f"workload {w.global_batch} sequences x {w.shape.seq} = {w.global_batch * w.shape.seq:,} tokens/step, "
              f"{w.precision}; {res.evaluated:,} configurations evaluated (a cost-model projection)", ""]
     head = (f"{'#':>2} {'TP':>3} {'PP':>3} {'DP':>5} {'CP':>3} {'Z':>1} {'mb':>3} {'m':>5} {'v':>2} {'recomp':>9} "
-            f"{'mem GB':>7} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'HFU':>6} {'bubble':>6}  exposed TP/PP/DP/CP s")
+            f"{'batch':>6} {'mem GB':>7} {'step s':>8} {'tok/s/GPU':>10} {'MFU':>6} {'HFU':>6} {'bubble':>6}  "
+            "exposed TP/PP/DP/CP s")
     lines += [head, "-" * len(head)]
     for i, c in enumerate(res.candidates, 1):
         exposed = "/".join(f"{c[k + '_comm_s'] - c[k + '_hidden_s']:.3g}" for k in ("tp", "pp", "dp", "cp"))
         lines.append(f"{i:>2} {c['tp']:>3} {c['pp']:>3} {c['dp']:>5} {c['cp']:>3} {c['zero']:>1} {c['microbatch']:>3} "
-                     f"{c['num_microbatches']:>5} {c['interleave']:>2} {c['recompute']:>9} "
+                     f"{c['num_microbatches']:>5} {c['interleave']:>2} {c['recompute']:>9} {c['global_batch']:>6} "
                      f"{c['memory_gb']['total']:>7.1f} {c['step_s']:>8.3f} {c['tokens_per_s_per_gpu']:>10.0f} "
                      f"{c['mfu']:>6.1%} {c['hfu']:>6.1%} {c['bubble_fraction']:>6.1%}  {exposed}")
     if res.best:
         b = res.best
         mem = ", ".join(f"{k} {v:.1f}" for k, v in b["memory_gb"].items())
-        lines += ["", f"best: memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
+        band = error_band()
+        lo, hi = b["step_s"] / (1 + band["high"]), b["step_s"] / (1 + band["low"])
+        lines += ["", f"best: step {b['step_s']:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's throughput error on "
+                      f"{band['runs']} held-out published runs: median {band['median_abs']:.0%}, "
+                      f"{band['low']:+.0%} to {band['high']:+.0%})",
+                  f"      layers per stage {b['layers_per_stage']}"
+                  + (f"; runs a global batch of {b['global_batch']} sequences, not {w.global_batch} (its DP degree "
+                     "does not divide the batch)" if b["global_batch"] != w.global_batch else ""),
+                  f"      memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
                   f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
                               for k in ("tp", "pp", "dp", "cp"))]
+        if res.near_ties:
+            lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the "
+                          "model's own error: practitioners' rules chose (choose.py); the runners-up and why each "
+                          "lost:"]
+            lines += [f"  TP {t['tp']} PP {t['pp']} DP {t['dp']} CP {t['cp']} Z{t['zero']} mb {t['microbatch']} "
+                      f"v {t['interleave']} {t['recompute']}: {t['lost_because']}" for t in res.near_ties[:5]]
     else:
         lines += ["", "nothing fits in memory: see the rejected configurations below"]
     if res.rejected:

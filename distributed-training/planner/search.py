@@ -1,16 +1,25 @@
-"""The search: enumerate degrees that divide, evaluate them all at once, keep the fastest that fits.
+"""The search: enumerate degrees that fit the GPU count, evaluate them all at once, keep the fastest that fits.
 
 Degrees (TP t, PP p, CP c, DP d, micro-batch b, interleave v) are enumerated from the divisors of
-the GPU count, and a configuration is kept only if it divides: t divides heads and kv-heads and tiles
-the NVLink domain (t | domain or domain | t), p divides layers, c leaves an even sequence chunk of at
-least MIN_CP_TOKENS tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, d
-divides the global batch, b divides the per-replica batch (b <= MAX_MICROBATCH), and interleaving
-v > 1 needs p > 1, v | L/p and m a multiple of p (Megatron's interleaved schedule). Each structure is
-then evaluated with every ZeRO stage and recompute setting allowed (vectorised over numpy arrays:
-thousands of configurations in milliseconds), and the fastest setting that fits in memory represents
-it; ties go to the smaller memory. With FlashAttention, selective recompute is skipped unless pinned:
-it saves nothing that FlashAttention stores and costs time. A pin (--tp 8 ...) restricts its
-dimension to one value; rejected configurations are reported with the reason, memory first.
+the GPU count, and a configuration is kept only if it can run: t divides heads and kv-heads and
+tiles the NVLink domain (t | domain or domain | t), p <= L (stages.py chooses how many layers each
+stage gets, so p need not divide L), c leaves an even sequence chunk of at least MIN_CP_TOKENS
+tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, b divides the
+per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, v | the layers of a
+middle stage and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
+global batch, the replica batch is the nearest whole number of sequences, if that batch is within
+BATCH_TOLERANCE of the one asked for (992 GPUs as TP 8 x DP 124 run 992 of 1,024 sequences), and
+the plan says which global batch it runs (`global_batch`); plans are ranked by throughput, not
+step time, since their batches may differ.
+
+Each structure is evaluated with every ZeRO stage and recompute setting allowed (vectorised over
+numpy arrays: thousands of configurations in milliseconds), and the fastest setting that fits in
+memory represents it; ties go to the smaller memory. With FlashAttention, selective recompute is
+skipped unless pinned (it saves nothing that FlashAttention stores and costs time); without it the
+per-op mode is (it is torchtitan's, built around SDPA). Among the plans within the model's own
+error of the fastest, choose.py picks by the rules practitioners follow and names the runners-up.
+A pin (--tp 8 ...) restricts its dimension to one value; rejected configurations are reported with
+the reason, memory first.
 """
 
 from __future__ import annotations
@@ -20,16 +29,21 @@ from functools import lru_cache
 
 import numpy as np
 
+from choose import decide
 from cluster import Cluster
+from compute import Kernels
 from costs import step_costs
-from degrees import Degrees
+from degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
 from shapes import Shape, hardware_flops_per_token, model_flops_per_token
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8
 MIN_CP_TOKENS = 1024
+BATCH_TOLERANCE = 0.05  # a DP degree that does not divide the batch may run the nearest batch within 5% of it
 GB = 1e9
+TIME_KEYS = ("compute_s", "tp_comm_s", "tp_hidden_s", "pp_comm_s", "pp_hidden_s", "dp_comm_s", "dp_hidden_s",
+             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "step_s")
 
 
 @dataclass(frozen=True)
@@ -47,24 +61,35 @@ class Pins:
 @dataclass(frozen=True)
 class Workload:
     shape: Shape
-    global_batch: int  # sequences per step
+    global_batch: int  # sequences per step (the plan may run the nearest batch its DP degree divides)
     precision: str = "bf16"
     grad_bytes: float = 2.0
     sequence_parallel: bool = True
     flash_attention: bool = True
     dropout: bool = False
+    fused_kernels: bool = True  # fused norm/activation kernels (Megatron, TE, torch.compile); False = eager
+    rope: bool = False  # rotary embeddings (Llama) instead of learned positions
+    attention_kernel: str = "best"  # FlashAttention family: "best" of the GPU generation, or "fa2"
+    tp_overlap: bool = True  # backward TP collectives overlap weight-gradient GEMMs (Megatron-Core)
+    dp_overlap: bool = True  # DP/ZeRO collectives overlap compute (bucketed reduction, prefetched gathers)
 
     @property
     def fp8(self) -> bool:
         return self.precision == "fp8"
 
+    @property
+    def kernels(self) -> Kernels:
+        return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
+                       self.rope, self.attention_kernel)
+
 
 @dataclass
 class Result:
-    candidates: list[dict]  # ranked, fastest first
+    candidates: list[dict]  # ranked: the chosen plan first, then by throughput
     rejected: list[dict] = field(default_factory=list)
     rejected_total: int = 0
     evaluated: int = 0
+    near_ties: list[dict] = field(default_factory=list)  # plans within choose.NEAR_TIE of the fastest, why each lost
 
     @property
     def best(self) -> dict | None:
@@ -77,8 +102,20 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // k for k in small])))
 
 
+def _interleaves(layers: int, p: int) -> list[int]:
+    """Interleaving degrees a p-stage pipeline of `layers` allows: v | the layers of a middle stage."""
+    if p == 1:
+        return [1]
+    return [1] + [v for v in _divisors(layers // p) if 1 < v <= MAX_INTERLEAVE]
+
+
+def replica_batch(batch: int, d: int) -> int:
+    """Sequences per data-parallel replica: batch / d, or the nearest whole number (at least 1)."""
+    return max(1, int(batch / d + 0.5))
+
+
 def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, list[dict]]:
-    """Arrays t, p, c, d, b, v, m of every dividing structure, and the rejected ones with a reason."""
+    """Arrays t, p, c, d, b, v, m (and the global batch B each runs) of every structure, and the rejected ones."""
     sh, n, batch = w.shape, cl.gpus, w.global_batch
     rejected: list[dict] = []
     rows = []
@@ -91,10 +128,13 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
             rejected.append({"tp": t, "reason": why})
             continue
         for p in [pins.pp] if pins.pp else _divisors(n // t if n % t == 0 else 1):
-            if sh.layers % p:
-                rejected.append({"tp": t, "pp": p, "reason": f"pp={p} does not divide layers {sh.layers}"})
+            if p > sh.layers:
+                rejected.append({"tp": t, "pp": p, "reason": f"pp={p} is more stages than the {sh.layers} layers"})
                 continue
             for c in [pins.cp] if pins.cp else [c for c in _divisors(n) if c == 1 or sh.seq // c >= MIN_CP_TOKENS]:
+                if c > 1 and not w.flash_attention:
+                    rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c} needs fused (flash) attention"})
+                    continue
                 if sh.seq % (2 * c) and c > 1:
                     rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c}: seq {sh.seq} is not 2·cp chunks"})
                     continue
@@ -106,11 +146,13 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                 if pins.dp and d != pins.dp:
                     rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "reason": f"dp would be {d}, not {pins.dp}"})
                     continue
-                if batch % d:
+                per_replica = replica_batch(batch, d)
+                if abs(per_replica * d - batch) > BATCH_TOLERANCE * batch:
                     rejected.append({"tp": t, "pp": p, "cp": c, "dp": d,
-                                     "reason": f"dp={d} does not divide the global batch {batch}"})
+                                     "reason": f"dp={d} does not divide the global batch {batch} and the nearest "
+                                               f"batch it divides, {per_replica * d}, is more than "
+                                               f"{BATCH_TOLERANCE:.0%} away"})
                     continue
-                per_replica = batch // d
                 mbs = [pins.microbatch] if pins.microbatch else [b for b in _divisors(per_replica)
                                                                  if b <= MAX_MICROBATCH]
                 for b in mbs:
@@ -120,9 +162,7 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                                                    "sequences per replica"})
                         continue
                     m = per_replica // b
-                    vs = [pins.interleave] if pins.interleave else [1] + [v for v in _divisors(sh.layers // p)
-                                                                        if 1 < v <= MAX_INTERLEAVE and p > 1]
-                    for v in vs:
+                    for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
                                f"interleave {v} does not divide {sh.layers // p} layers per stage"
                                if (sh.layers // p) % v else
@@ -132,47 +172,60 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                             rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b, "interleave": v,
                                              "reason": why})
                             continue
-                        rows.append((t, p, c, d, b, v, m))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
-    return {k: arr[:, i] for i, k in enumerate("tpcdbvm")}, rejected
+                        rows.append((t, p, c, d, b, v, m, per_replica * d))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 8)
+    return {k: arr[:, i] for i, k in enumerate("tpcdbvmB")}, rejected
 
 
-def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute) -> dict:
-    """Memory (bytes) and times (s) for structures `s` crossed with the given zero/recompute arrays."""
-    kw = dict(grad_bytes=w.grad_bytes, fp8=w.fp8, dropout=w.dropout, flash=w.flash_attention)
+def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bool = False) -> dict:
+    """Times (s) and memory (bytes) for structures `s` crossed with the given zero/recompute arrays."""
     deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
-    mem = memory_breakdown(w.shape, deg, sequence_parallel=w.sequence_parallel, **kw)
-    times = step_costs(w.shape, cl, deg, sp=w.sequence_parallel, **kw)
+    times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
+                       dp_overlap=w.dp_overlap, even_stages=even_stages)
+    mem = memory_breakdown(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
+                           flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
     return {"memory": mem, **times}
 
 
-def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50) -> Result:
-    """Rank every dividing configuration that fits; see the module docstring."""
+def _recompute_modes(w: Workload, pins: Pins) -> list[int]:
+    if pins.recompute:
+        return [RECOMPUTE.index(pins.recompute)]
+    # With FlashAttention, Korthikanti's selective recompute saves nothing and costs time: dominated.
+    return [NONE, FULL, OP] if w.flash_attention else [NONE, SELECTIVE, FULL]
+
+
+def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50,
+           rules: bool = True) -> Result:
+    """Rank every configuration that fits; see the module docstring.
+
+    rules=False skips choose.py: the fastest plan comes first (published.py prices a published run that
+    way, taking its unstated knobs, e.g. micro-batch and interleaving, as tuned for speed).
+    """
     s, rejected = enumerate_structures(w, cl, pins)
     n_struct = len(s["t"])
     zeros = [pins.zero] if pins.zero is not None else [0, 1, 2, 3]
-    # With FlashAttention, selective recompute saves no memory over none and costs time: dominated.
-    recs = [RECOMPUTE.index(pins.recompute)] if pins.recompute else [0, 2] if w.flash_attention else [0, 1, 2]
-    combos = [(z, r) for z in zeros for r in recs]
+    combos = [(z, r) for z in zeros for r in _recompute_modes(w, pins)]
     k = len(combos)
     sid = np.repeat(np.arange(n_struct), k)
     grid = {key: a[sid] for key, a in s.items()}
     zero = np.tile(np.array([z for z, _ in combos]), n_struct)
     rec = np.tile(np.array([r for _, r in combos]), n_struct)
     ev = evaluate(w, cl, grid, zero, rec)
-    total, step = ev["memory"]["total"], ev["step_s"]
+    total = ev["memory"]["total"]
+    per_token = ev["step_s"] / grid["B"]  # plans may run different global batches: rank by throughput
     usable = MEMORY_HEADROOM * cl.memory_gb * GB
     fits = total <= usable
     # Fastest fitting (zero, recompute) per structure, ties to less memory; then rank the structures.
     idx = np.flatnonzero(fits)
-    idx = idx[np.lexsort((total[idx], step[idx], sid[idx]))]
+    idx = idx[np.lexsort((total[idx], per_token[idx], sid[idx]))]
     _, first = np.unique(sid[idx], return_index=True)
     chosen = idx[first]
     g = grid
     order = np.lexsort((g["v"][chosen], g["b"][chosen], g["c"][chosen], g["p"][chosen], g["t"][chosen],
-                        total[chosen], step[chosen]))
+                        total[chosen], per_token[chosen]))
     ranked = chosen[order]
-    candidates = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:top]]
+    fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
+    candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.
     lost = np.setdiff1d(np.arange(n_struct), sid[chosen]) if n_struct else np.array([], dtype=int)
     mem_rej = []
@@ -187,7 +240,7 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     # Memory first, then the most fundamental divisibility reasons (those naming the fewest degrees).
     rejected = sorted(rejected, key=len)
     all_rejected = mem_rej + rejected[:max(0, max_rejected - len(mem_rej))]
-    return Result(candidates, all_rejected, len(lost) + len(rejected), len(sid))
+    return Result(candidates, all_rejected, len(lost) + len(rejected), len(sid), near)
 
 
 def _degrees(g: dict, zero, rec, i: int) -> dict:
@@ -199,11 +252,13 @@ def _degrees(g: dict, zero, rec, i: int) -> dict:
 def describe(w: Workload, cl: Cluster, g: dict, zero, rec, ev: dict, i: int) -> dict:
     """One configuration as plain numbers: degrees, memory (GB), times (s), throughput, MFU and HFU."""
     out = _degrees(g, zero, rec, i)
+    split = ev["split"]
+    out["global_batch"] = int(g["B"][i])
+    out["layers_per_stage"] = split.describe(i, out["pp"])
     out["memory_gb"] = {k: round(float(v[i]) / GB, 3) for k, v in ev["memory"].items()}
-    for key in ("compute_s", "tp_comm_s", "tp_hidden_s", "pp_comm_s", "pp_hidden_s", "dp_comm_s", "dp_hidden_s",
-                "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "step_s"):
+    for key in TIME_KEYS:
         out[key] = round(float(ev[key][i]), 6)
-    tokens = w.global_batch * w.shape.seq
+    tokens = out["global_batch"] * w.shape.seq
     step = float(ev["step_s"][i])
     model_tf = model_flops_per_token(w.shape) * tokens / step / cl.gpus / 1e12
     hw_tf = hardware_flops_per_token(w.shape, out["recompute"]) * tokens / step / cl.gpus / 1e12

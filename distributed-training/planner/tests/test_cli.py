@@ -53,3 +53,48 @@ def test_json_run_as_a_script():
     assert best["tp"] * best["pp"] * best["dp"] * best["cp"] == 16
     assert "mfu" in out["definitions"] and "hfu" in out["definitions"] and out["config"]["gpus"] == 16
     assert all("reason" in r for r in out["rejected"]) and out["rejected_total"] >= len(out["rejected"])
+
+
+@pytest.mark.parametrize("flag, values", [
+    ("--recompute", ("none", "selective", "full", "op")), ("--zero", ("0", "1", "2", "3")),
+    ("--attention-kernel", ("best", "fa2")), ("--grad-bytes", ("2", "4")), ("--precision", ("bf16", "fp8"))])
+def test_every_value_help_lists_is_accepted(capsys, flag, values):
+    # Issue 15: `--recompute none` was refused ("invalid choice: None"); every listed value must plan.
+    for value in values:
+        assert plan.main(["--params", "1B", "--gpus", "8", flag, value, "--json"]) == 0, (flag, value)
+        out = json.loads(capsys.readouterr().out)
+        key = flag[2:].replace("-", "_")
+        assert str(out["config"][key]) == value
+        if key in ("recompute", "zero"):
+            assert str(out["best"][key]) == value
+
+
+@pytest.mark.parametrize("negated", ["--no-fused-kernels", "--rope", "--no-tp-overlap", "--no-dp-overlap",
+                                     "--no-sequence-parallel", "--no-flash-attention", "--dropout"])
+def test_switches_plan(capsys, negated):
+    assert plan.main(["--params", "1B", "--gpus", "16", negated]) == 0
+    assert "best: step" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("gpus", [384, 992, 1536, 2240])
+def test_odd_gpu_counts_plan(capsys, gpus):
+    # Published runs used GPU counts with factors of 3, 5, 7 and 31 (BLOOM, OPT, SC21, MT-NLG).
+    assert plan.main(["--params", "175B", "--gpus", str(gpus), "--gpu", "a100", "--seq", "2048",
+                      "--global-batch", "1024", "--json", "--top", "1"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["tp"] * best["pp"] * best["dp"] * best["cp"] == gpus
+    assert abs(best["global_batch"] - 1024) <= 0.05 * 1024 and best["global_batch"] % best["dp"] == 0
+
+
+def test_uneven_stages_and_the_nearest_batch_are_said(capsys):
+    # 70 layers on 12 stages (pinned), 96 GPUs: the split is printed; 992 GPUs and 1,024 sequences: the batch is.
+    argv = ["--layers", "70", "--hidden", "2048", "--heads", "16", "--seq", "2048", "--gpus", "96", "--pp", "12",
+            "--global-batch", "96"]
+    assert plan.main(argv) == 0
+    out = capsys.readouterr().out
+    split = out.split("layers per stage ")[1].split()[0].rstrip(";")
+    first, mid, last = (int(x) for x in split.replace("x10", "").split("+"))
+    assert first + 10 * mid + last == 70
+    assert plan.main(["--params", "13B", "--gpus", "992", "--gpu", "a100", "--tp", "8", "--pp", "1",
+                      "--global-batch", "1024", "--seq", "2048"]) == 0
+    assert "runs a global batch of 992 sequences, not 1024" in capsys.readouterr().out

@@ -1,0 +1,261 @@
+"""Compute time of one transformer layer, op by op: what a GPU spends on each kernel of a step.
+
+Every kernel of a layer's forward and backward is priced by what bounds it, as Calculon does
+(Isaev et al., SC23: each op is FLOPs over a size-dependent matrix rate and bytes over a
+size-dependent memory rate), with a per-kernel fixed cost on top:
+
+- GEMMs by their shapes after TP slicing, (M, N, K) = (tokens, output width, reduction), each
+  forward GEMM with two backward ones (activation gradient: (M, K, N); weight gradient: (K, N, M),
+  the token dimension as reduction). Time = max(F / (R·η), bytes / B) + one kernel's fixed cost,
+  where η is the shape efficiency of gemm_efficiency(): the output is cut into TILE x TILE tiles
+  spread over the GPU's SMs, a partial last wave wastes part of the GPU (wave quantization,
+  NVIDIA's "Matrix Multiplication Background" guide §3; averaged over tile choices as W/(W + w0)),
+  and each tile pays a prologue/epilogue worth K0 steps of its K loop. R, the tensor-core rate
+  at η = 1, is set so that the model gives the published MAMF (ml-engineering's mamf-finder table)
+  at the shape where it was measured, times the sustained-clock factor of calibration.py. Skinny
+  GEMMs (small K: attention scores; small N: high TP) fall to the memory roofline, bytes / B.
+- Memory-bound kernels (norms, activation functions, residual adds and dropout, rotary embedding,
+  softmax and masking of materialised scores, the vocabulary-sized cross-entropy, the optimizer)
+  move their bytes at the achievable HBM rate B. Bytes per element of each kernel are those of
+  the kernels training stacks run: fused (Megatron's fused LayerNorm, bias-GeLU, bias-dropout-add
+  and scale-mask-softmax, TransformerEngine, torch.compile) or eager PyTorch (torchtitan without
+  compile: RMSNorm as six elementwise kernels in fp32, rotary embedding in complex fp32, SwiGLU as
+  silu and mul), in the tables FUSED and EAGER below.
+- Attention core: with FlashAttention one kernel forward and one backward (the backward does 2.5x
+  the forward's matmul work, recomputing the scores: Dao 2023, FlashAttention-2 §3.1), causal
+  blocks skipped, at the attention efficiency of the GPU generation (calibration.py: the FA2/FA3
+  papers' measured TFLOP/s). Without it (Megatron 2021-22), QK^T and AV are batched GEMMs with
+  K = head size and the a·s² scores go through HBM: softmax and dropout read and write them, and
+  their gradients twice over.
+- Recompute: full recompute repeats the forward of every layer; selective recompute (Korthikanti
+  §5) repeats QK^T, softmax, dropout and AV; torchtitan's per-op selective AC (`op` mode) repeats
+  every memory-bound kernel and every second GEMM (it saves the other GEMM outputs and attention).
+- Per-kernel cost: every kernel costs calibration's kernel_us of fixed time (launch, ramp-up and
+  tail of a kernel the next one cannot overlap), so a layer of many small kernels is slower than
+  its FLOPs and bytes say.
+
+Everything is vectorised over numpy arrays of (t, c, b) so the search prices thousands of
+configurations at once; `layer_times` returns the forward, backward and recompute seconds of one
+layer for one micro-batch on one GPU, with the pieces (GEMM, attention, memory-bound, kernel
+overhead) for the breakdown. `head_times` does the same for the embedding, LM head and loss,
+`optimizer_time` for the Adam step.
+
+All of this is a projection: no number here was measured on a GPU in this repository.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibration import ComputeConstants
+from shapes import Shape
+
+TILE = 128  # output tile edge of cuBLAS/CUTLASS tensor-core kernels (128x128 and 128x256 are the common ones)
+# SMs per GPU (NVIDIA data sheets: A100 108, H100/H200 SXM 132, B200 148 per package of two dies).
+SM_COUNT = {"a100": 108, "a100-40gb": 108, "h100": 132, "h100-gt": 132, "h200": 132, "b200": 148, "gb200": 148}
+# Where ml-engineering measured each MAMF (M x N x K of its best shape; compute/accelerator/README.md):
+# the model's tensor-core rate is the one that gives the measured MAMF at that shape.
+MAMF_SHAPE = {("a100", "bf16"): (1024, 10240, 5120), ("h100", "bf16"): (2048, 2048, 13312),
+              ("h100", "fp8"): (1024, 9216, 14336), ("h200", "fp8"): (1280, 4096, 12032),
+              ("b200", "bf16"): (1792, 16128, 3072), ("b200", "fp8"): (15360, 4096, 3072),
+              ("gb200", "bf16"): (4096, 9728, 2048), ("gb200", "fp8"): (19456, 5120, 1536)}
+DEFAULT_MAMF_SHAPE = (4096, 4096, 4096)  # a wave-friendly large shape where nothing was published
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """What the training stack runs: the flags that change which kernels a layer launches."""
+
+    flash: bool = True  # fused attention (FlashAttention / cuDNN): the a·s² scores never reach HBM
+    fused: bool = True  # fused norm / activation / dropout-add kernels (Megatron, TE, torch.compile)
+    sequence_parallel: bool = True  # norms and dropout on s/t tokens per TP rank (Korthikanti §4.2.2)
+    dropout: bool = False  # dropout masks and kernels (Megatron's GPT default 0.1; LLMs today: none)
+    fp8: bool = False  # linear layers in FP8 (TransformerEngine): FP8 rate, amax and cast kernels
+    rope: bool = False  # rotary position embedding on q and k (Llama); else learned positions (GPT)
+    attention: str = "best"  # FlashAttention family: "best" of the GPU's generation, or "fa2" (PyTorch SDPA)
+
+
+# Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
+# fused and the eager stack. Elements are of the tensor the kernel works on: "h" a hidden-sized
+# activation of the norm/residual tokens, "f" the MLP's inner activation, "qk" the q and k heads
+# (rotary). Fused: a norm reads its input and writes its output (2 + 2 B); its backward reads x
+# and dy and writes dx (6 B) plus a partial weight-gradient reduction (2 B). A residual add with
+# dropout reads two inputs and writes one (+1 B mask). GeLU/SwiGLU reads its input(s) and writes
+# its output (fwd 4 B per f-element: SwiGLU reads 2F writes F, F = f/1.5 in our GeLU-equivalent
+# MLP, the same bytes); its backward reads x and dy and writes dx. Eager: torchtitan's RMSNorm in
+# eager mode upcasts to fp32 and runs pow, mean, add+rsqrt, mul, cast and mul (6 kernels, ~24 B
+# per element forward, twice that backward); rotary runs in complex fp32 (cast, mul, cast:
+# 3 kernels, ~16 B); SwiGLU as silu then mul (2 kernels); residual adds are single kernels either way.
+@dataclass(frozen=True)
+class ElementwiseOp:
+    name: str
+    tensor: str  # "h" (norm/residual tokens x hidden), "f" (tokens x ffn/t), "qk" (tokens x (q + k)/t)
+    count: int  # how many of them per layer
+    fwd_kernels: int
+    fwd_bytes: float  # per element
+    bwd_kernels: int
+    bwd_bytes: float
+
+
+FUSED = (ElementwiseOp("norm", "h", 2, 1, 4.0, 1, 8.0),
+         ElementwiseOp("residual add", "h", 2, 1, 6.0, 0, 0.0),  # its gradient is a pass-through
+         ElementwiseOp("activation", "f", 1, 1, 4.0, 1, 6.0),
+         ElementwiseOp("rotary", "qk", 1, 1, 4.0, 1, 4.0))
+EAGER = (ElementwiseOp("norm", "h", 2, 6, 24.0, 8, 48.0),
+         ElementwiseOp("residual add", "h", 2, 1, 6.0, 0, 0.0),
+         ElementwiseOp("activation", "f", 1, 2, 10.0, 3, 16.0),
+         ElementwiseOp("rotary", "qk", 1, 3, 16.0, 3, 16.0))
+DROPOUT = ElementwiseOp("dropout", "h", 2, 0, 1.0, 1, 5.0)  # fused into the residual add: +1 B mask; bwd dy*mask
+# Each linear layer's input under FP8: read 2 B, write 1 B (counted on hidden-sized tensors for all four).
+FP8_CAST = ElementwiseOp("fp8 amax+cast", "h", 4, 1, 3.0, 1, 3.0)
+
+
+def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1):
+    """η of a (batch x) M x N x K GEMM: wave quantization x K-loop prologue/epilogue, in (0, 1]."""
+    m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
+    tiles = batch * np.ceil(m / TILE) * np.ceil(n / TILE)
+    padding = batch * m * n / (tiles * TILE * TILE)  # tile quantization: partial edge tiles
+    waves = tiles / sms
+    return padding * waves / (waves + c.wave_allowance) * k / (k + c.k_overhead)
+
+
+def tensor_rate(preset: str, precision: str, mamf_tflops: float, c: ComputeConstants) -> float:
+    """Sustained tensor-core FLOP/s at η = 1: the measured MAMF over η at its shape, times the clock factor."""
+    m, n, k = MAMF_SHAPE.get((preset, precision), DEFAULT_MAMF_SHAPE)
+    eta = float(gemm_efficiency(m, n, k, SM_COUNT.get(preset, 132), c))
+    return mamf_tflops * 1e12 / eta * c.sustained(preset)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the compute model needs of a GPU: rates in FLOP/s and B/s, SMs, and the constants."""
+
+    matmul: float  # tensor-core rate at η = 1 for the linear layers' precision
+    bf16_matmul: float  # attention and the LM head stay in bf16 under FP8
+    attention: float  # FlashAttention's achieved FLOP/s (forward-equivalent counting, see attention_times)
+    hbm: float  # achievable HBM bytes/s
+    sms: int
+    consts: ComputeConstants
+
+    @property
+    def kernel_s(self) -> float:
+        return self.consts.kernel_us * 1e-6
+
+
+def gemm_time(m, n, k, rate: float, r: Rates, batch=1, in_bytes: float = 2.0, out_bytes: float = 2.0):
+    """One GEMM kernel: compute or memory bound, whichever is slower, plus the per-kernel cost (s)."""
+    m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
+    flops = 2.0 * batch * m * n * k
+    moved = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch))
+    return np.maximum(compute, moved / r.hbm) + r.kernel_s
+
+
+def linear_times(m, k, n, rate: float, r: Rates):
+    """Forward, activation-gradient and weight-gradient GEMMs of a linear layer y[m,n] = x[m,k] W[k,n]."""
+    fwd = gemm_time(m, n, k, rate, r)
+    dgrad = gemm_time(m, k, n, rate, r)
+    wgrad = gemm_time(k, n, m, rate, r, out_bytes=4.0)  # fp32 weight-gradient accumulation (main_grad)
+    return fwd, dgrad + wgrad
+
+
+def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
+    """Attention core (QK^T, softmax, dropout, AV) of one layer, one micro-batch, one GPU: fwd and bwd s."""
+    t, c, b = (np.asarray(x, float) for x in (t, c, b))
+    s, d = shape.seq, shape.head_dim
+    heads = b * shape.heads / t  # (micro-batch x local heads) independent attention problems
+    q_len = s / c  # queries on this CP rank; keys: the whole sequence, visited over the ring
+    if ker.flash:
+        # Causal: FlashAttention skips the masked half. Backward: 2.5x the forward's matmuls.
+        fwd_flops = 4.0 * heads * q_len * s * d * 0.5
+        fwd = fwd_flops / r.attention + r.kernel_s * c
+        bwd = 2.5 * fwd_flops / r.attention + r.kernel_s * c * 2  # the backward kernel and its dO·O preprocessing
+        return {"fwd": fwd, "bwd": bwd, "scores_fwd": 0.0 * fwd, "scores_bwd": 0.0 * fwd}
+    # Materialised scores (Megatron 2021-22): QK^T and AV as batched GEMMs, the full s x s (no skipping).
+    qk = gemm_time(q_len, s, d, r.bf16_matmul, r, heads)
+    av = gemm_time(q_len, d, s, r.bf16_matmul, r, heads)
+    qk_bwd = gemm_time(q_len, d, s, r.bf16_matmul, r, heads) + gemm_time(s, d, q_len, r.bf16_matmul, r, heads)
+    av_bwd = gemm_time(q_len, s, d, r.bf16_matmul, r, heads) + gemm_time(s, d, q_len, r.bf16_matmul, r, heads)
+    scores = heads * q_len * s  # elements of the score matrix
+    # Fused scale-mask-softmax reads and writes the scores (2 + 2 B); dropout reads them and writes the
+    # output and a 1-byte mask. Backward: dropout reads dy and the mask, writes dx (5 B); softmax
+    # reads y and dy, writes dx (6 B).
+    sm_fwd, sm_bwd = 4.0 * scores / r.hbm + r.kernel_s, 6.0 * scores / r.hbm + r.kernel_s
+    do_fwd = np.where(ker.dropout, 5.0 * scores / r.hbm + r.kernel_s, 0.0)
+    do_bwd = np.where(ker.dropout, 5.0 * scores / r.hbm + r.kernel_s, 0.0)
+    return {"fwd": qk + av + sm_fwd + do_fwd, "bwd": qk_bwd + av_bwd + sm_bwd + do_bwd,
+            "scores_fwd": sm_fwd + do_fwd, "scores_bwd": sm_bwd + do_bwd}
+
+
+def elementwise_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> tuple:
+    """Memory-bound kernels of one layer (norms, residuals, activation, rotary, dropout, FP8 casts): fwd, bwd s."""
+    t, c, b = (np.asarray(x, float) for x in (t, c, b))
+    tokens = b * shape.seq / c
+    # Without sequence parallelism every TP rank repeats the norms and residual work on all tokens.
+    norm_tokens = np.where(ker.sequence_parallel & (t > 1), tokens / t, tokens)
+    elements = {"h": norm_tokens * shape.hidden, "f": tokens * shape.ffn / t,
+                "qk": tokens * (shape.heads + shape.kv_heads) * shape.head_dim / t}
+    ops = [op for op in (FUSED if ker.fused else EAGER) if op.name != "rotary" or ker.rope]
+    if ker.dropout:
+        ops.append(DROPOUT)
+    if ker.fp8:
+        ops.append(FP8_CAST)
+    fwd = bwd = 0.0
+    for op in ops:
+        n = elements[op.tensor] * op.count
+        fwd = fwd + n * op.fwd_bytes / r.hbm + op.count * op.fwd_kernels * r.kernel_s
+        bwd = bwd + n * op.bwd_bytes / r.hbm + op.count * op.bwd_kernels * r.kernel_s
+    return fwd, bwd
+
+
+def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
+    """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
+
+    Keys: fwd, bwd (without recompute), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
+    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides behind it),
+    recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
+    per-op selective AC: every memory-bound kernel and every second GEMM).
+    """
+    t, c, b = (np.asarray(x, float) for x in (t, c, b))
+    h, f = shape.hidden, shape.ffn
+    tokens = b * shape.seq / c
+    rate = r.matmul
+    qkv = linear_times(tokens, h, (shape.heads + 2 * shape.kv_heads) * shape.head_dim / t, rate, r)
+    proj = linear_times(tokens, shape.heads * shape.head_dim / t, h, rate, r)
+    up = linear_times(tokens, h, f / t, rate, r)
+    down = linear_times(tokens, f / t, h, rate, r)
+    gemm_fwd = qkv[0] + proj[0] + up[0] + down[0]
+    gemm_bwd = qkv[1] + proj[1] + up[1] + down[1]
+    attn = attention_times(shape, t, c, b, ker, r)
+    ew_fwd, ew_bwd = elementwise_times(shape, t, c, b, ker, r)
+    fwd = gemm_fwd + attn["fwd"] + ew_fwd
+    bwd = gemm_bwd + attn["bwd"] + ew_bwd
+    return {"fwd": fwd, "bwd": bwd, "gemm_fwd": gemm_fwd, "gemm_bwd": gemm_bwd, "attn_fwd": attn["fwd"],
+            "elementwise_fwd": ew_fwd,
+            "recompute_full": fwd, "recompute_selective": attn["fwd"],
+            "recompute_op": ew_fwd + 0.5 * gemm_fwd}
+
+
+def head_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
+    """Embedding (first stage) and LM head + cross-entropy (last stage), fwd + bwd seconds per micro-batch."""
+    t, c, b = (np.asarray(x, float) for x in (t, c, b))
+    tokens = b * shape.seq / c
+    h, vocab = shape.hidden, shape.vocab / t
+    # Embedding: a gather of the rows (write 2 B per element) and its gradient scattered into an fp32 table.
+    embed = tokens * h * 2.0 / r.hbm + tokens * h * 8.0 / r.hbm + 2 * r.kernel_s
+    # LM head in bf16 (kept out of FP8 by TransformerEngine recipes); logits and loss in fp32: a fused
+    # vocab-parallel cross-entropy reads the logits three times and writes their gradient (16 B per
+    # logit); eager PyTorch casts, log-softmaxes and back-propagates in separate passes (~30 B).
+    fwd, bwd = linear_times(tokens, h, vocab, r.bf16_matmul, r)
+    loss_bytes = 16.0 if ker.fused else 30.0
+    loss = tokens * vocab * loss_bytes / r.hbm + (4 if ker.fused else 8) * r.kernel_s
+    return {"embedding": embed, "head": fwd + bwd + loss, "head_fwd": fwd}
+
+
+def optimizer_time(params, grad_bytes: float, r: Rates):
+    """Adam over `params` local parameters: read fp32 master, m, v and the gradient; write master, m, v
+    and the bf16 weights (26 + g bytes); the gradient-norm clip reads the gradients once more."""
+    params = np.asarray(params, float)
+    return params * (26.0 + 2 * grad_bytes) / r.hbm + 4 * r.kernel_s

@@ -1,0 +1,102 @@
+"""Pipeline stages: how many layers each stage gets, and the step time of a pipeline of unequal stages.
+
+Large runs do not cut layers evenly: the first stage also runs the embedding and holds the most
+micro-batches in flight, the last stage runs the LM head and the loss, and the layer count need
+not be a multiple of the stage count. Llama 3 405B ran 126 layers on 16 stages with one layer
+fewer on the first and the last (Llama 3 paper, arXiv 2407.21783 §3.3.2); BLOOM ran 70 layers on
+12 (arXiv 2211.05100 §3.4.1). The planner therefore chooses the split itself:
+
+    first stage a layers (+ embedding), last stage z layers (+ LM head and loss),
+    the p - 2 middle stages share the rest as evenly as possible (the busiest has ceil of it),
+
+over a window of a and z around L/p, keeping the split whose slowest stage is fastest, and among
+equally fast ones the fewest layers on the first stage (it holds p micro-batches' activations).
+With p | L and a head cheaper than a layer this is the even split.
+
+Step time of a pipeline whose stage i takes t_i per micro-batch (forward + backward), 1F1B with
+v interleaved chunks: the slowest stage sets the pace for m micro-batches and the others' fill
+and drain add the rest,
+
+    step = m · max_i t_i + (Σ_i t_i - max_i t_i) / v,
+
+which is SC21's (m + (p-1)/v) · t for equal stages (§2.2; the bubble is (p-1)/(v·m) of the ideal).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+WINDOW = (-2, -1, 0, 1)  # first/last stage layers tried: floor(L/p) + these
+
+
+class StageSplit(NamedTuple):
+    """Layers per stage (arrays over configurations). With p = 1 the one stage is first and last."""
+
+    first: np.ndarray
+    middle: np.ndarray  # the busiest middle stage (0 when p <= 2)
+    last: np.ndarray
+
+    def describe(self, i: int, p: int) -> str:
+        f, mid, last = int(self.first[i]), int(self.middle[i]), int(self.last[i])
+        if p == 1:
+            return f"{f}"
+        if p == 2:
+            return f"{f}+{last}"
+        return f"{f}+{mid}x{p - 2}+{last}" if f != mid or last != mid else f"{mid}x{p}"
+
+
+def even_split(layers: int, p) -> StageSplit:
+    """L/p layers per stage (p must divide L): the split every stage shares."""
+    p = np.asarray(p, float)
+    per = layers / p
+    ends = np.where(p == 1, float(layers), per)
+    return StageSplit(ends, np.where(p > 2, per, 0.0), ends)
+
+
+def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s) -> StageSplit:
+    """The split minimising the slowest stage's time (see the module docstring); arrays over configurations.
+
+    layer_s: time of one layer per micro-batch; first_extra_s / last_extra_s: the embedding's and the
+    LM head's time on the first and last stage.
+    """
+    p = np.asarray(p, float)
+    layer_s, e, hd = np.broadcast_arrays(*(np.asarray(x, float) for x in (layer_s, first_extra_s, last_extra_s)))
+    base = np.floor(layers / np.maximum(p, 1))
+    best_key, best = None, None
+    for da in WINDOW:
+        for dz in WINDOW:
+            a, z = base + da, base + dz
+            rest = layers - a - z
+            inner = np.maximum(p - 2, 1)
+            mid = np.where(p > 2, np.ceil(rest / inner), 0.0)
+            ok = (a >= 1) & (z >= 1) & np.where(p > 2, rest >= p - 2, rest == 0)
+            slowest = np.maximum(np.maximum(a * layer_s + e, z * layer_s + hd), mid * layer_s)
+            key = np.where(ok, slowest, np.inf)
+            if best_key is None:
+                best_key, best = key, (a, mid, z)
+                continue
+            # Faster, or as fast (to 1e-9 relative) with fewer layers on the first stage.
+            better = (key < best_key * (1 - 1e-9)) | ((key <= best_key * (1 + 1e-9)) & (a < best[0]))
+            best_key = np.where(better, key, best_key)
+            best = tuple(np.where(better, new, old) for new, old in zip((a, mid, z), best))
+    single = p == 1
+    first, mid, last = best
+    return StageSplit(np.where(single, float(layers), first), np.where(single, 0.0, mid),
+                      np.where(single, float(layers), last))
+
+
+def stage_times(split: StageSplit, layers: int, p, layer_s, first_extra_s, last_extra_s) -> tuple:
+    """(slowest stage, sum over stages) of the per-micro-batch time of a split."""
+    p = np.asarray(p, float)
+    single = p == 1
+    first = split.first * layer_s + first_extra_s + np.where(single, last_extra_s, 0.0)
+    last = split.last * layer_s + last_extra_s
+    slowest = np.where(single, first, np.maximum(np.maximum(first, last), split.middle * layer_s))
+    return slowest, layers * layer_s + first_extra_s + last_extra_s
+
+
+def pipeline_step(m, v, slowest, total) -> np.ndarray:
+    """m · max_i t_i + (Σ_i t_i - max_i t_i) / v: the 1F1B (interleaved) step of unequal stages."""
+    return m * slowest + (total - slowest) / v

@@ -1,0 +1,130 @@
+"""The op-by-op compute model: GEMM shape efficiency, rooflines, kernel counts, attention, recompute, eager vs fused."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from calibration import FITTED, ComputeConstants
+from compute import (MAMF_SHAPE, SM_COUNT, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency,
+                     gemm_time, head_times, layer_times, optimizer_time, tensor_rate)
+from shapes import Shape
+
+SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=2048, ffn=4096)
+
+
+def rates(**kw) -> Rates:
+    base = dict(matmul=100e12, bf16_matmul=100e12, attention=50e12, hbm=1e12, sms=108, consts=FITTED)
+    return Rates(**{**base, **kw})
+
+
+def test_gemm_efficiency_falls_for_small_and_skinny_gemms_like_calculons_a100_table():
+    # Calculon systems/a100_80g.json: 0.6 / 0.9 / 0.95 of peak at 1 / 16 / 128 GFLOP, i.e. relative to its
+    # large-GEMM 0.95: 0.63 / 0.95 / 1.0. Cubic GEMMs of those sizes, relative to the MAMF shape's efficiency:
+    big = float(gemm_efficiency(*MAMF_SHAPE["a100", "bf16"], 108, FITTED))
+    for gflop, want in ((1, 0.63), (16, 0.95), (128, 1.0)):
+        n = round((gflop * 1e9 / 2) ** (1 / 3) / 128) * 128  # tile-aligned cube of about that many FLOPs
+        assert float(gemm_efficiency(n, n, n, 108, FITTED)) / big == pytest.approx(want, abs=0.12), gflop
+    # Monotone in every dimension over tile-aligned sizes; short K (the attention scores' head size) costs.
+    effs = [float(gemm_efficiency(4096, 4096, k, 132, FITTED)) for k in (64, 128, 512, 4096)]
+    assert effs == sorted(effs) and effs[0] < 0.6 * effs[-1]
+    small, large = (float(gemm_efficiency(n, n, k, 132, FITTED)) for n, k in ((128, 64), (8192, 8192)))
+    assert 0 < small < large <= 1
+
+
+def test_tensor_rate_reproduces_the_measured_mamf_at_its_shape():
+    # At the shape where mamf-finder measured it, the model's GEMM runs at MAMF x the sustained fraction.
+    for gpu, mamf in (("a100", 271.2), ("h100", 794.5)):
+        c = FITTED
+        r = tensor_rate(gpu, "bf16", mamf, c)
+        m, n, k = MAMF_SHAPE[gpu, "bf16"]
+        achieved = 2.0 * m * n * k / (2.0 * m * n * k / (r * float(gemm_efficiency(m, n, k, SM_COUNT[gpu], c))))
+        assert achieved / 1e12 == pytest.approx(mamf * c.sustained(gpu))
+
+
+def test_gemm_time_is_a_roofline_plus_one_kernel():
+    r = rates()
+    # Compute-bound: a large square GEMM takes F / (R·eta) + one kernel.
+    m = n = k = 8192
+    want = 2.0 * m * n * k / (100e12 * float(gemm_efficiency(m, n, k, 108, FITTED))) + FITTED.kernel_us * 1e-6
+    assert float(gemm_time(m, n, k, 100e12, r)) == pytest.approx(want)
+    # Memory-bound: K = 8 moves (M·K + K·N + M·N)·2 bytes and does almost no math.
+    m, n, k = 65536, 8192, 8
+    moved = (m * k + k * n + m * n) * 2.0
+    assert float(gemm_time(m, n, k, 100e12, r)) == pytest.approx(moved / 1e12 + FITTED.kernel_us * 1e-6)
+
+
+def test_kernel_counts_exactly():
+    # With infinite rates every kernel costs exactly kernel_us: the layer's kernel count by hand.
+    r = rates(matmul=1e30, bf16_matmul=1e30, attention=1e30, hbm=1e30)
+    k = FITTED.kernel_us * 1e-6
+    lt = layer_times(SH, 1, 1, 1, Kernels(), r)
+    # Forward: 4 GEMMs + 1 attention + 2 norms + 2 residual adds + 1 activation = 10 kernels.
+    assert float(lt["fwd"]) == pytest.approx(10 * k)
+    # Backward: 8 GEMMs + 2 attention (FlashAttention's backward and its dO·O preprocessing) + 2 norms +
+    # 1 activation (residual gradients pass through) = 13.
+    assert float(lt["bwd"]) == pytest.approx(13 * k)
+    # Eager (torchtitan without compile): RMSNorm is 6 kernels forward, 8 backward; SwiGLU 2 and 3; rotary 3.
+    eager = layer_times(SH, 1, 1, 1, Kernels(fused=False, rope=True), r)
+    assert float(eager["fwd"]) == pytest.approx((4 + 1 + 2 * 6 + 2 + 2 + 3) * k)
+    assert float(eager["bwd"]) == pytest.approx((8 + 2 + 2 * 8 + 3 + 3) * k)
+    # Context parallelism: one attention kernel per ring step.
+    assert float(attention_times(SH, 1, 4, 1, Kernels(), r)["fwd"]) == pytest.approx(4 * k)
+
+
+def test_memory_bound_bytes_by_hand():
+    # Fused, no SP, t = 1, b = 1: norms 2 x 4 B, residuals 2 x 6 B per hidden element; activation 4 B per ffn element.
+    r = rates(hbm=1e12, consts=replace(FITTED, kernel_us=0.0))
+    fwd, bwd = elementwise_times(SH, 1, 1, 1, Kernels(), r)
+    tokens = SH.seq
+    assert float(fwd) == pytest.approx((tokens * SH.hidden * (2 * 4 + 2 * 6) + tokens * SH.ffn * 4) / 1e12)
+    assert float(bwd) == pytest.approx((tokens * SH.hidden * 2 * 8 + tokens * SH.ffn * 6) / 1e12)
+    # Sequence parallelism splits the norm and residual work over t; without it every TP rank repeats it.
+    sp = elementwise_times(SH, 4, 1, 1, Kernels(sequence_parallel=True), r)[0]
+    no_sp = elementwise_times(SH, 4, 1, 1, Kernels(sequence_parallel=False), r)[0]
+    assert float(no_sp) - float(sp) == pytest.approx(tokens * SH.hidden * 20 * (1 - 1 / 4) / 1e12)
+
+
+def test_attention_flash_vs_materialised_scores():
+    r = rates(consts=replace(FITTED, kernel_us=0.0))
+    flash = attention_times(SH, 1, 1, 2, Kernels(flash=True), r)
+    # Causal FlashAttention: 4·b·a·s²·d / 2 forward FLOPs at the attention rate, 2.5x that backward.
+    fwd_flops = 4.0 * 2 * SH.heads * SH.seq**2 * SH.head_dim / 2
+    assert float(flash["fwd"]) == pytest.approx(fwd_flops / 50e12) and float(flash["bwd"]) == pytest.approx(
+        2.5 * fwd_flops / 50e12)
+    plain = attention_times(SH, 1, 1, 2, Kernels(flash=False, dropout=True), r)
+    scores = 2 * SH.heads * SH.seq**2
+    # Softmax reads and writes the scores (4 B), dropout reads them and writes output and mask (5 B).
+    assert float(plain["scores_fwd"]) == pytest.approx(9.0 * scores / 1e12)
+    assert float(plain["fwd"]) > float(plain["scores_fwd"]) > 0
+    # Halving TP's heads halves the attention work.
+    assert float(attention_times(SH, 2, 1, 2, Kernels(), r)["fwd"]) == pytest.approx(float(flash["fwd"]) / 2)
+
+
+def test_tp_slices_the_gemms_and_recompute_modes():
+    r = rates(consts=replace(FITTED, kernel_us=0.0))
+    one, two = layer_times(SH, 1, 1, 4, Kernels(), r), layer_times(SH, 2, 1, 4, Kernels(), r)
+    assert 0.45 < float(two["gemm_fwd"]) / float(one["gemm_fwd"]) < 0.6  # half the work, slightly less efficient
+    assert float(one["recompute_full"]) == float(one["fwd"])
+    assert float(one["recompute_selective"]) == float(one["attn_fwd"])
+    assert float(one["recompute_op"]) == pytest.approx(float(one["elementwise_fwd"]) + 0.5 * float(one["gemm_fwd"]))
+    # Eager kernels move more bytes than fused ones.
+    assert float(layer_times(SH, 1, 1, 4, Kernels(fused=False), r)["fwd"]) > float(one["fwd"])
+
+
+def test_head_and_optimizer_by_hand():
+    r = rates(consts=replace(FITTED, kernel_us=0.0))
+    # Adam: 26 + 2g bytes per parameter (fp32 master, m, v, gradient read; master, m, v, bf16 written; clip).
+    assert float(optimizer_time(1e9, 4.0, r)) == pytest.approx(1e9 * 34 / 1e12)
+    head = head_times(SH, 2, 1, 1, Kernels(), r)
+    # Cross-entropy: 16 B per fp32 logit fused, V/t logits per token on each TP rank.
+    loss = SH.seq * SH.vocab / 2 * 16 / 1e12
+    assert float(head["head"]) > loss and float(head_times(SH, 2, 1, 1, Kernels(fused=False), r)["head"]) > float(
+        head["head"])
+
+
+def test_constants_are_inside_their_fit_bounds():
+    from calibration import FIT_BOUNDS
+    for name, (lo, hi) in FIT_BOUNDS.items():
+        assert lo <= getattr(FITTED, name) <= hi, name
+    assert isinstance(FITTED, ComputeConstants) and np.isfinite(FITTED.kernel_us)
