@@ -99,11 +99,13 @@ reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there checkpoints and keeps its rows), writes its
 # own CSVs and reports, and a failure in one step does not cancel the next. `make gpu-suite` runs all
-# four; `make gpu-suite PART=2` one of them. Budgets on one H100 (measured times: each lab's report):
-#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       (~3 min)
-#   2  fp8-train at the preset: BF16 x2 seeds vs FP8 via torchao, TE, native           (~6 min)
-#   3  fsdp-scaling on the node's GPUs                                                 (~2 min on 1 GPU)
-#   4  fp8-train-bench: step cost at hidden 1024-8192, GEMM rates, monitoring cost     (~5 min)
+# four; `make gpu-suite PART=2` one of them. Times on one H100 80GB (first run, commit 68dffd983166):
+#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s
+#   2  fp8-train at the preset: BF16 x2 seeds vs FP8 via torchao, TE, native           404 s (TE not yet
+#                                                                                      installed then)
+#   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s
+#   4  fp8-train-bench: step cost at hidden 1024-8192, GEMM rates, monitoring cost     not run whole yet:
+#                                                                                      236 s for 3 sizes
 # DT_GIT_COMMIT names the commit where the tree has no .git (a copied checkout); results-archive
 # then packs everything for the trip home.
 PART ?= all
@@ -161,15 +163,17 @@ wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (cor
 
 # Without WHEELHOUSE: torchao from PyPI. With it: everything from that folder, no network, and
 # TransformerEngine's torch extension compiled here against this torch (NVTE_CUDA_ARCHS=TE_CUDA_ARCHS:
-# 90 Hopper, 100 Blackwell; a few minutes with MAX_JOBS=8).
+# 90 Hopper, 100 Blackwell; a few minutes with MAX_JOBS=8). FORCE_BUILD skips TE's attempt to download
+# a prebuilt extension; CPATH adds the headers of the CUDA/cuDNN pip packages that came with torch.
 setup-fp8: $(SETUP) ## optional FP8 backends: torchao; with WHEELHOUSE=dir also TransformerEngine, offline
 ifeq ($(WHEELHOUSE),)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
-	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --find-links $(WHEELHOUSE) \
-	  $$(cd $(WHEELHOUSE) && ls *.whl)
-	@sdist=$$(ls $(WHEELHOUSE)/transformer_engine_torch-*.tar.gz 2>/dev/null | head -1); \
+	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
+	@sdist=$$(ls $(WHEELHOUSE)/transformer_engine_torch-*.tar.gz 2>/dev/null | head -1 || true); \
 	if [ -n "$$sdist" ]; then echo "building $$sdist against torch $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
+	  CPATH=$$($(PYTHON) -c "import glob, nvidia; print(':'.join(glob.glob(nvidia.__path__[0] + '/*/include')))" \
+	    2>/dev/null) NVTE_PYTORCH_FORCE_BUILD=TRUE \
 	  NVTE_FRAMEWORK=pytorch NVTE_CUDA_ARCHS=$(TE_CUDA_ARCHS) MAX_JOBS=$${MAX_JOBS:-8} \
 	  $(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps --no-build-isolation "$$sdist"; fi
 	$(PYRUN) -m common.doctor

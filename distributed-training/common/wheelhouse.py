@@ -10,6 +10,7 @@ to the node and install from it there with no network (`make setup-fp8 WHEELHOUS
 What it fetches:
     torchao==TORCHAO                    3 MB binary wheel, no dependencies (pair it with the node's torch:
                                         0.17 was built for torch 2.11, 0.18 for 2.13)
+    transformer_engine==TE              the package TE's import checks for (its Python code), 1 MB
     transformer_engine_<TE_CUDA>==TE    TransformerEngine's core library, ~280 MB
     transformer_engine_torch==TE        the PyTorch extension, a source distribution only: it must be
                                         compiled against the node's own torch (setup-fp8 does it)
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         pip_download(dest, args.python, [f"torchao=={args.torchao}"], deps=False)
     if args.te:
         pip_download(dest, args.python, list(RUNTIME_DEPS), deps=True)
-        pip_download(dest, args.python, [f"transformer-engine-{args.te_cuda}=={args.te}"], deps=False)
+        pip_download(dest, args.python, [f"transformer-engine=={args.te}", f"transformer-engine-{args.te_cuda}=={args.te}"],
+                     deps=False)
         url = sdist_url("transformer-engine-torch", args.te, args.index)
         target = dest / Path(urllib.parse.urlsplit(url).path).name
         urllib.request.urlretrieve(url, target)

@@ -63,12 +63,16 @@ def test_report_from_fixture_csvs(tmp_path):
     # its in-place busbw beside ours with its statistic (the fixture's loop time is 0.9 x the median of max)
     assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 81.2 | 50 | 1.62 | 73.1 |" in text
     assert "No GPU run exists yet" not in text and "One-rank runs: no byte crosses a link" in text
-    one = next(ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | broadcast |"))
+    # In place on one rank (all_reduce, broadcast) no data moves: left out; out-of-place shown as algbw.
+    assert not any(ln.startswith(("| h100 1 rank, nccl, fp32 | broadcast |", "| h100 1 rank, nccl, fp32 | all_reduce |"))
+                   for ln in text.splitlines())
+    one = next(ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | all_gather |"))
     assert "(algbw) |" in one and "| n/a |" in one  # a 1-rank run is shown as algbw, with no link fraction
+    bcast = next(ln for ln in text.splitlines() if ln.startswith("| h100 8 ranks, nccl, fp32 | broadcast |"))
     peak = next(ln for ln in text.splitlines() if ln.startswith("| h100 8 ranks, nccl, fp32 | all_reduce |"))
     assert "% of 450 |" in peak
     assert "| 370 | NVLink4, ring (NVLS off) |" in text and "| 480 | NVLink4 SHARP" in text
-    assert "| 1000 | 8 | 8 | 7.63 MiB | 0% | N_1/2 AND B | n/a | 0 |" in one  # recovered, and flagged: 1 KiB-1 MiB
+    assert "| 360 | 20 | 2.86 | 6.87 MiB | 0% | N_1/2 AND B |" in bcast  # recovered, and flagged: 1 KiB-1 MiB
 
 
 class FakeNVML:
