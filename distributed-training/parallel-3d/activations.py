@@ -1,0 +1,170 @@
+"""Activation memory per transformer block, measured, against the planner's formula (Korthikanti et al. 2022).
+
+For each TP degree t and recompute setting (none, selective, full; parallelize.py), a pipeline-middle stage
+of n blocks runs forward on its input (b, s/t, h) under footprint.PeakTracker; the bytes still alive when
+the forward returns, minus the output, are what autograd (and checkpointing) keeps for backward. The
+difference between n = 2 and n = 1 blocks is one block's activations, with nothing else in it.
+
+Beside each measurement, two predictions per block for one micro-batch:
+  planner      memory.activation_coefficient x s·b·h (sequence parallelism, FlashAttention, no dropout),
+               in bf16 bytes, scaled to the run's element size (every term is a 2-byte tensor there)
+  torch terms  what PyTorch keeps, tensor by tensor (torch_terms below): the planner's terms and the
+               differences, each named; the tests hold the measurement to it byte for byte
+
+    make parallel-3d-activations                  # CPU: 2 gloo ranks, t = 1 and 2, fp32
+    make parallel-3d-activations GPU=h100 NPROC=2 # 2 GPUs, bf16, the GPU preset's shape
+    PYTHONPATH=distributed-training torchrun --nproc-per-node 2 distributed-training/parallel-3d/activations.py
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+
+import planner_bridge as pb
+from common.config import config_dict, parse_config
+from common.dist import distributed, fail, print0
+from common.hardware import get_preset
+from common.model import GPT, GPTConfig
+from common.results import ResultsWriter, provenance
+from footprint import PeakTracker
+from parallelize import apply_recompute, apply_tp
+from settings import RECOMPUTE
+from stages import StageModule, StageSpec
+
+BENCH_VERSION = "1"
+RESULTS = Path(__file__).resolve().parent / "results"
+COLUMNS = ["tp", "recompute", "dtype", "microbatch", "seq", "hidden", "heads", "kv_heads", "ffn",
+           "measured_bytes", "torch_terms_bytes", "planner_bytes", "measured_over_planner",
+           "measured_coef_bf16", "planner_coef_bf16"]
+KEY = ["tp", "recompute", "dtype", "microbatch", "seq", "hidden", "heads", "kv_heads", "ffn"]
+SHAPES = {"cpu": dict(microbatch=2, seq=256, hidden=256, heads=4, kv_heads=4, ffn=1024),
+          "gpu": dict(microbatch=1, seq=4096, hidden=4096, heads=32, kv_heads=8, ffn=16384)}
+
+
+@dataclass(frozen=True)
+class ActConfig:
+    tp: tuple[int, ...] = field(default=(1, 2), metadata={"help": "TP degrees (each must divide the world)"})
+    recompute: tuple[str, ...] = field(default=RECOMPUTE, metadata={"help": "recompute settings"})
+    microbatch: int = field(default=0, metadata={"help": "sequences (0 = preset)"})
+    seq: int = field(default=0, metadata={"help": "sequence length (0 = preset)"})
+    hidden: int = field(default=0, metadata={"help": "model width (0 = preset)"})
+    heads: int = field(default=0, metadata={"help": "attention heads (0 = preset)"})
+    kv_heads: int = field(default=0, metadata={"help": "key/value heads (0 = preset)"})
+    ffn: int = field(default=0, metadata={"help": "MLP width (0 = preset)"})
+    gpu: str = field(default="auto", metadata={"help": "hardware preset; cpu = gloo, fp32"})
+    resume: bool = field(default=False, metadata={"help": "keep rows already measured"})
+
+    def __post_init__(self):
+        bad = [r for r in self.recompute if r not in RECOMPUTE]
+        if bad or not self.recompute or not self.tp or min(self.tp) < 1:
+            raise ValueError(f"--recompute takes {', '.join(RECOMPUTE)} and --tp positive degrees")
+
+
+class Shape(NamedTuple):
+    microbatch: int
+    seq: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+
+    def gpt(self) -> GPTConfig:
+        return GPTConfig(vocab_size=256, seq_len=self.seq, d_model=self.hidden, n_layers=2, n_heads=self.heads,
+                         n_kv_heads=self.kv_heads, d_ff=self.ffn)
+
+
+def torch_terms(sh: Shape, t: int, recompute: str, e: int) -> int:
+    """Bytes PyTorch keeps for one block's backward, tensor by tensor (fused attention whose output is already
+    in (b, s, heads, d) layout, so wo's input is a view of it; LayerNorm statistics and the attention's
+    log-sum-exp in fp32). With t > 1 every tensor is split t ways except where noted."""
+    b, s, h, f = sh.microbatch, sh.seq, sh.hidden, sh.ffn
+    kv = sh.kv_heads * (h // sh.heads)
+    sbh = b * s * h
+    block_input = e * sbh // t
+    if recompute == "full":  # only the checkpoint's input
+        return block_input
+    qkv = e * b * s * (h + 2 * kv) // t
+    mlp = e * b * s * f // t  # w1's output (GELU's input) and GELU's output are one each
+    # The input of the q/k/v and w1 projections: LayerNorm's output at t = 1; with sequence parallelism the
+    # all-gathered sequence, which the column-parallel projections keep at full length (Korthikanti keeps the
+    # s/t shard and gathers it again in backward).
+    proj_inputs = 2 * e * sbh
+    if recompute == "selective":  # kept: matmul and collective outputs; the block input for the rest
+        out_proj = 2 * e * sbh  # wo's and w2's matmul outputs (before the residual add; partial sums when t > 1)
+        scattered = 2 * e * sbh // t if t > 1 else 0  # their reduce-scattered outputs (sequence parallelism)
+        gathered = proj_inputs if t > 1 else 0
+        return block_input + qkv + out_proj + scattered + gathered + mlp
+    norms = 2 * e * sbh // t + 2 * 2 * 4 * b * s // t  # both LayerNorms' inputs (one is the block input) + stats
+    attn_out = e * sbh // t + 4 * b * (sh.heads // t) * s  # output (wo's input) + log-sum-exp
+    return norms + proj_inputs + qkv + attn_out + 2 * mlp
+
+
+def saved_bytes(sh: Shape, n_blocks: int, t: int, recompute: str, mesh, device, dtype) -> int:
+    """Bytes alive after the forward of n blocks (a middle pipeline stage), minus its output."""
+    torch.manual_seed(0)
+    gpt = GPT(sh.gpt())
+    stage = StageModule(gpt, StageSpec(1, 3, tuple(range(n_blocks)))).to(device=device, dtype=dtype)
+    if t > 1:
+        apply_tp(stage, mesh)
+    apply_recompute(stage, recompute)
+    x = torch.randn(sh.microbatch, sh.seq // t, sh.hidden, device=device, dtype=dtype, requires_grad=True)
+    with PeakTracker() as mem:
+        out = stage(x)
+        alive = mem.live_bytes - out.numel() * out.element_size()
+    out.float().sum().backward()
+    return alive
+
+
+def measure(sh: Shape, t: int, recompute: str, mesh, device, dtype) -> dict:
+    e = torch.finfo(dtype).bits // 8
+    per_block = saved_bytes(sh, 2, t, recompute, mesh, device, dtype) - saved_bytes(sh, 1, t, recompute, mesh,
+                                                                                       device, dtype)
+    planner = pb.activation_bytes_per_layer(sh.gpt(), t, recompute, sh.microbatch, e)
+    sbh = sh.microbatch * sh.seq * sh.hidden
+    return {"tp": t, "recompute": recompute, "dtype": str(dtype).removeprefix("torch."), **sh._asdict(),
+            "measured_bytes": per_block, "torch_terms_bytes": torch_terms(sh, t, recompute, e),
+            "planner_bytes": planner, "measured_over_planner": per_block / planner,
+            "measured_coef_bf16": per_block / sbh * 2 / e, "planner_coef_bf16": planner / sbh * 2 / e}
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(ActConfig, argv, description=__doc__.split("\n\n")[0], prog="activations.py")
+    try:
+        preset = get_preset(cfg.gpu)
+        if preset.name != "cpu" and not torch.cuda.is_available():
+            raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+        base = SHAPES["cpu" if preset.name == "cpu" else "gpu"]
+        sh = Shape(**{k: getattr(cfg, k) or v for k, v in base.items()})
+        for t in cfg.tp:
+            if sh.heads % t or sh.kv_heads % t or sh.seq % t or sh.ffn % t:
+                raise ValueError(f"--tp {t} must divide heads, kv-heads, seq and ffn of {sh}")
+        sh.gpt()
+    except ValueError as e:
+        fail(str(e), code=2)
+    dtype = torch.float32 if preset.name == "cpu" else torch.bfloat16
+    with distributed(device="cpu" if preset.name == "cpu" else "auto") as env:
+        writer = ResultsWriter(RESULTS / f"activations_{preset.tag}.csv", COLUMNS, KEY, provenance(env, BENCH_VERSION),
+                               config=config_dict(cfg), resume=cfg.resume, enabled=env.is_main)
+        for t in cfg.tp:
+            if env.world_size % t:
+                print0(f"skipping tp={t}: it does not divide the {env.world_size} ranks")
+                continue
+            mesh = init_device_mesh(env.device.type, (env.world_size // t, t), mesh_dim_names=("rep", "tp"))["tp"]
+            for rec in cfg.recompute:
+                row = measure(sh, t, rec, mesh, env.device, dtype)
+                if not writer.done(row):
+                    writer.write(row)
+                print0(f"tp={t} {rec:9s} {row['measured_bytes'] / 2**20:8.3f} MiB per block (torch terms "
+                       f"{row['torch_terms_bytes'] / 2**20:8.3f}, planner {row['planner_bytes'] / 2**20:8.3f}; "
+                       f"coefficient {row['measured_coef_bf16']:.2f} vs {row['planner_coef_bf16']:.2f} bf16 bytes/sbh)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

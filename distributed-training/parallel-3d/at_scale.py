@@ -1,0 +1,177 @@
+"""The planner against PyTorch at real sizes: the planner's choice for real models, built and stepped by the
+real code (engine.py) as one rank of the full world, in one CPU process, in seconds.
+
+For each study MODEL@GPUS (default 8B@64, 70B@512, 405B@4096 on H100s) the planner picks the degrees
+(planner_bridge.best_plan: TP, PP, DP, ZeRO, micro-batch, interleave, recompute; no CP, which this lab
+does not have). Then this process joins PyTorch's fake process group (torch.testing._internal.distributed.
+fake_pg, private) as rank r of the full world, and under FakeTensorMode (torch._subclasses, private):
+tensors carry shapes and dtypes but no data, so a 405B model "fits" and nothing is computed; every
+collective is issued with its real shapes and returns at once. The GPT is built on the meta device,
+cut into this rank's stages, given DTensor TP + SP, checkpointing and FSDP2 exactly as in a real run,
+materialised as fake tensors, and stepped twice (the first step creates the optimizer state) through
+the real pipelining schedule with bf16 MixedPrecisionPolicy. Measured on the second step, per rank:
+
+    state bytes      parameters, gradients (after backward, before the optimizer) and AdamW state,
+                     per storage (footprint.state_bytes): what the planner's ZeRO terms predict
+    peak bytes       the most the step allocates at once beyond that state (footprint.PeakTracker):
+                     gathered parameters, unsharded gradients, activations, communication buffers
+    collectives      count, payload and bus bytes per mesh dimension (comms.CollectiveLog) against the
+                     planner's bus bytes (planner_bridge.predict) and the design's counts (design.py)
+
+Two ranks per study when it has a pipeline: the first rank of the first stage (embeddings) and of the
+last stage (LM head); the planner prices the larger of the two.
+
+One deviation from a real run: torch 2.13's pipelining votes between stages on its shape-inference mode
+before the first step, and reads the vote with .item(), which FakeTensorMode cannot answer. Every stage
+here has static shapes (the vote's outcome is known: static), so the vote is skipped (skip_p2p_vote).
+The sends and receives themselves run through the fake group like every collective; the gloo runs
+(train.py, tests) check the same transfers with real data at small scale.
+
+    make parallel-3d-at-scale
+    PYTHONPATH=distributed-training python distributed-training/parallel-3d/at_scale.py --studies 8B@64,70B@512
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+
+import planner_bridge as pb
+from comms import CollectiveLog, mesh_groups
+from common.config import config_dict, parse_config
+from common.dist import DistInfo
+from common.hardware import cpu_model
+from common.results import ResultsWriter, provenance
+from design import predicted_counts
+from engine import Batch, Engine
+from footprint import PeakTracker
+from parallelize import build_mesh
+from settings import Layout, Variant
+
+BENCH_VERSION = "1"
+RESULTS = Path(__file__).resolve().parent / "results"
+MEM_KEYS = ("params", "grads", "optimizer", "activations", "buffers", "total")
+COLUMNS = ["study", "role", "rank", "world", "layers", "hidden", "heads", "vocab", "seq", "n_params",
+           "tp", "pp", "dp", "microbatch", "num_microbatches", "interleave", "recompute", "planner_zero", "run_zero",
+           "stage_indices", "stage_layers", "param_bytes", "grad_bytes", "opt_bytes", "peak_bytes",
+           *[f"planner_{k}_bytes" for k in MEM_KEYS],
+           *[f"{d}_{x}" for d in ("tp", "pp", "dp") for x in ("count", "payload_bytes", "bus_bytes")],
+           *[f"planner_{d}_bus_bytes" for d in ("tp", "pp", "dp")], "counts_match_design", "wall_s"]
+KEY = ["study", "role"]
+
+
+@dataclass(frozen=True)
+class AtScaleConfig:
+    studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
+                                     metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
+    gpu: str = field(default="h100", metadata={"help": "the GPU the planner plans for"})
+    resume: bool = field(default=False, metadata={"help": "keep rows already measured and skip them"})
+
+    def __post_init__(self):
+        for s in self.studies:
+            model, _, gpus = s.partition("@")
+            if not model or not gpus.isdigit() or int(gpus) < 1:
+                raise ValueError(f"--studies entry {s!r} is not MODEL@GPUS (e.g. 70B@512)")
+
+
+def skip_p2p_vote(schedule) -> None:
+    """Skip torch 2.13's pipeline warm-up vote (see the module docstring): every stage is static."""
+    if not hasattr(schedule, "_warmup_p2p"):
+        return
+    from torch.distributed.pipelining._utils import InferenceMode
+
+    def static(stages, has_backward, p2p_done):  # noqa: ARG001 - the replaced method's signature
+        for st in stages:
+            st._inference_mode = InferenceMode.STATIC
+
+    schedule._warmup_p2p = static
+
+
+def run_zero(planner_zero: int) -> int:
+    """What FSDP2 runs for the planner's stage: 3 as 3; 0, 1 and 2 as 2 (no reshard after forward), the only
+    FSDP2 mode that does not gather parameters twice per micro-batch (ZeRO-0/1 are not FSDP2 modes)."""
+    return 3 if planner_zero == 3 else 2
+
+
+def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
+    """Rank `rank` of the full world on the fake group: two steps, the second measured."""
+    layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches)
+    variant = Variant(zero, d.recompute, d.interleave)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=d.gpus)
+    try:
+        mesh = build_mesh("cpu", d.pp, d.dp, d.tp)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            eng = Engine(g, layout, variant, mesh, torch.device("cpu"), param_dtype=torch.bfloat16, init="fake")
+            skip_p2p_vote(eng.schedule)
+            rows = d.microbatch * d.num_microbatches
+            batch = Batch(torch.randint(0, g.vocab_size, (rows, g.seq_len)),
+                          torch.randint(0, g.vocab_size, (rows, g.seq_len)))
+            eng.train_step(batch)
+            log = CollectiveLog(mesh_groups(mesh))
+            with log, PeakTracker() as mem:
+                eng.train_step(batch)
+        counts_ok = +log.counts() == predicted_counts(layout, variant, eng.specs)
+        out = {**eng.last_state, "peak_bytes": mem.peak_bytes, "counts_match_design": counts_ok,
+               "stage_indices": ";".join(str(s.index) for s in eng.specs),
+               "stage_layers": ";".join(str(len(s.layers)) for s in eng.specs)}
+        for d_ in ("tp", "pp", "dp"):
+            mine = [t for t in log.totals() if t.dim == d_]
+            out[f"{d_}_count"] = sum(t.count for t in mine if t.kind != "recv")
+            out[f"{d_}_payload_bytes"] = sum(t.payload_bytes for t in mine if t.kind != "recv")
+            out[f"{d_}_bus_bytes"] = sum(t.bus_bytes for t in mine)
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+def study_rows(study: str, gpu: str) -> list[dict]:
+    model, _, gpus = study.partition("@")
+    g, d, _ = pb.best_plan(model, int(gpus), gpu)
+    zero = run_zero(d.zero)
+    pred = pb.predict(g, d._replace(zero=zero), gpu)
+    roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * d.tp)] if d.pp > 1 else [])
+    rows = []
+    for role, rank in roles:
+        t0 = time.perf_counter()
+        m = measure(g, d, rank, zero)
+        rows.append({"study": study, "role": role, "rank": rank, "world": d.gpus, "layers": g.n_layers,
+                     "hidden": g.d_model, "heads": g.n_heads, "vocab": g.vocab_size, "seq": g.seq_len,
+                     "n_params": pb.shape_of(g).params, "tp": d.tp, "pp": d.pp, "dp": d.dp,
+                     "microbatch": d.microbatch, "num_microbatches": d.num_microbatches, "interleave": d.interleave,
+                     "recompute": d.recompute, "planner_zero": d.zero, "run_zero": zero, **m,
+                     **{f"planner_{k}_bytes": pred.memory_bytes[k] for k in MEM_KEYS},
+                     **{f"planner_{k}_bus_bytes": pred.bus_bytes[k] for k in ("tp", "pp", "dp")},
+                     "wall_s": round(time.perf_counter() - t0, 2)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(AtScaleConfig, argv, description=__doc__.split("\n\n")[0], prog="at_scale.py")
+    torch.set_num_threads(1)
+    env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
+    prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as one rank of a fake group",
+            "backend": "fake"}
+    writer = ResultsWriter(RESULTS / "at_scale.csv", COLUMNS, KEY, prov, config=config_dict(cfg), resume=cfg.resume)
+    for study in cfg.studies:
+        if writer.done({"study": study, "role": "first"}):
+            continue
+        rows = study_rows(study, cfg.gpu)
+        writer.write_many(rows)
+        for r in rows:
+            state = r["param_bytes"] + r["grad_bytes"] + r["opt_bytes"]
+            plan = r["planner_params_bytes"] + r["planner_grads_bytes"] + r["planner_optimizer_bytes"]
+            print(f"{study:10s} {r['role']:5s} TP{r['tp']} PP{r['pp']} DP{r['dp']} Z{r['run_zero']}: state "
+                  f"{state / 1e9:7.2f} GB (planner {plan / 1e9:7.2f}), peak +{r['peak_bytes'] / 1e9:6.2f} GB, "
+                  f"counts {'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

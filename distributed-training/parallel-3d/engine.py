@@ -1,0 +1,195 @@
+"""One rank's share of a 3D-parallel GPT and its training step, built from PyTorch's own parts.
+
+    engine = Engine(gcfg, layout, variant, mesh, device)   # this rank's stages, parallelised
+    losses = engine.forward_backward(batch)                # m micro-batches: one pipeline schedule
+    engine.optimizer_step()
+    engine.step(batch) -> mean loss of the step (every rank gets it)
+
+Construction, per rank: the full GPT is built from the seed (or on the meta device when it is too big
+for one rank's memory, then materialised shard by shard), cut into this pipeline rank's stages
+(stages.py), and each stage gets TP, recompute and FSDP2 (parallelize.py). With pp > 1 each stage
+becomes a torch.distributed.pipelining PipelineStage with static input/output shapes (no
+shape-inference pass), driven by Schedule1F1B (one stage per rank) or ScheduleInterleaved1F1B (v > 1).
+With pp = 1 there is no pipeline: the micro-batches run one after the other (gradient accumulation), as
+torchtitan does without PP.
+
+Gradients: every micro-batch's loss is the mean over its tokens, the gradients are divided by m (the
+schedule's scale_grads; the loss / m without PP) and FSDP2 averages them over dp: the gradient of the
+mean loss over the global batch, exactly what one process computes on the whole batch.
+
+FSDP2 and micro-batches. Without PP, FSDP2 reduce-scatters each micro-batch's gradients (its default,
+and the planner's ZeRO-2/3 assumption): the gradients stay sharded. With PP, pipelining drives FSDP2
+itself: it turns gradient reduction and resharding after backward off for every micro-batch and reduces
+once after the last (PipelineStage.backward_maybe_with_nosync, perform_reduce_grad): one reduce-scatter
+per unit per step, but the stage's gradients are held unsharded, in fp32, for the whole step.
+
+bf16: FSDP2's MixedPrecisionPolicy casts (bf16 compute, fp32 reduce), so with bf16 every stage is
+fully_shard-ed, at dp = 1 too (a 1-rank group moves nothing). In fp32 at dp = 1 there is no FSDP, and
+the TP-replicated LayerNorm weights' Partial gradients are all-reduced here, once per step, as FSDP2
+does when it is there.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from common.model import GPT, GPTConfig, count_params, lm_loss
+from footprint import state_bytes
+from parallelize import local_params, parallelize, plain_name
+from settings import Layout, Variant
+from stages import StageModule, boundary_shapes, build_stages, stage_specs
+
+FULL_INIT_LIMIT_BYTES = 2 << 30  # above this the model is built on the meta device and initialised per shard
+
+
+class Batch(NamedTuple):
+    x: torch.Tensor  # (rows, T) token ids of this data-parallel replica
+    y: torch.Tensor  # (rows, T) next-token targets
+
+
+class Engine:
+    def __init__(self, gcfg: GPTConfig, layout: Layout, variant: Variant, mesh: DeviceMesh, device: torch.device,
+                 *, param_dtype: torch.dtype | None = None, optimizer: str = "adamw", lr: float = 3e-4,
+                 seed: int = 0, stage_layers: tuple[int, ...] = (), init: str = "auto"):
+        self.gcfg, self.layout, self.variant, self.mesh, self.device = gcfg, layout, variant, mesh, device
+        self.pp_rank = mesh["pp"].get_local_rank()
+        self.specs = stage_specs(gcfg.n_layers, layout.pp, variant.interleave, self.pp_rank, stage_layers)
+        if init == "auto":
+            init = "full" if 4 * count_params(gcfg) <= FULL_INIT_LIMIT_BYTES else "meta"
+        self.init = init
+        torch.manual_seed(seed)  # every rank builds the same model, so every shard is a slice of one GPT
+        with torch.device("meta" if init in ("meta", "fake") else "cpu"):
+            gpt = GPT(gcfg)
+        self.stages: list[StageModule] = []
+        for stage in build_stages(gpt, self.specs):
+            if init == "full":
+                stage.to(device)
+            self.stages.append(parallelize(stage, mesh, zero=variant.zero, recompute=variant.recompute,
+                                           param_dtype=param_dtype))
+        self.fsdp = mesh["dp"].size() > 1 or param_dtype is not None
+        self.act_dtype = param_dtype or torch.float32
+        if init in ("meta", "fake"):
+            self._materialise(seed, values=init == "meta")
+        self.params = local_params(self.stages)
+        self.opt = (torch.optim.AdamW(self.params, lr=lr) if optimizer == "adamw"
+                    else torch.optim.SGD(self.params, lr=lr))
+        self.holds_first = any(s.is_first for s in self.specs)
+        self.holds_last = any(s.is_last for s in self.specs)
+        self.schedule = None
+        if layout.pp > 1:
+            pipeline = [self._pipeline_stage(st, spec) for st, spec in zip(self.stages, self.specs)]
+            kw = dict(n_microbatches=layout.num_microbatches, loss_fn=lm_loss)
+            self.schedule = (Schedule1F1B(pipeline[0], **kw) if variant.interleave == 1
+                             else ScheduleInterleaved1F1B(pipeline, **kw))
+        self.last_state: dict[str, int] = {}
+
+    def _materialise(self, seed: int, values: bool) -> None:
+        """Meta-built stages: allocate this rank's shards on the device, then the GPT's init on each shard.
+        init="fake" (the at-scale study, inside a FakeTensorMode) allocates nothing and skips the values."""
+        torch.manual_seed(seed)
+        for stage in self.stages:
+            stage.to_empty(device=self.device)
+            if values:
+                stage.cfg = self.gcfg  # GPT.reset_parameters reads cfg.init_std and cfg.n_layers
+                GPT.reset_parameters(stage)  # by name: LayerNorm gains 1, wo/w2 scaled, the rest N(0, 0.02)
+
+    def _pipeline_stage(self, stage: StageModule, spec) -> PipelineStage:
+        # Static shapes: pipelining then skips its shape-inference pass (a real forward/backward on the first
+        # micro-batch in torch 2.13's dynamic mode).
+        inp, out = boundary_shapes(self.gcfg, spec, self.layout.microbatch, self.layout.tp)
+        meta = torch.device("meta")
+        x = (torch.empty(inp, dtype=torch.long, device=meta) if spec.is_first
+             else torch.empty(inp, dtype=self.act_dtype, device=meta, requires_grad=True))
+        y = torch.empty(out, dtype=self.act_dtype, device=meta, requires_grad=True)
+        return PipelineStage(stage, spec.index, spec.n_stages, self.device, input_args=x, output_args=y,
+                             group=self.mesh["pp"].get_group())
+
+    # ---- the step ------------------------------------------------------------------------------
+
+    def forward_backward(self, batch: Batch) -> list[torch.Tensor]:
+        """m micro-batches over this replica's rows; returns the micro-batch losses (on the last stage only)."""
+        x, y = batch.x.to(self.device), batch.y.to(self.device)
+        with warnings.catch_warnings():
+            # FSDP2 warns that a root returning a view (the logits) could skip its pre-backward hook if the
+            # caller edited it in place; lm_loss never does.
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+            losses = self._accumulate(x, y) if self.schedule is None else self._pipeline(x, y)
+        if not self.fsdp:
+            self.reduce_partial_grads()
+        return losses
+
+    def _accumulate(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        m, stage, losses = self.layout.num_microbatches, self.stages[0], []
+        for xs, ys in zip(x.chunk(m), y.chunk(m)):
+            loss = lm_loss(stage(xs), ys)
+            (loss / m).backward()
+            losses.append(loss.detach())
+        return losses
+
+    def _pipeline(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        losses: list[torch.Tensor] = []
+        kw = {"target": y, "losses": losses} if self.holds_last else {}
+        if self.holds_first:
+            self.schedule.step(x, **kw)
+        else:
+            self.schedule.step(**kw)
+        return losses
+
+    def reduce_partial_grads(self) -> None:
+        """Without FSDP: all-reduce the Partial gradients of TP-replicated weights (the LayerNorms), once."""
+        for p in self.params:
+            g = p.grad
+            if isinstance(g, DTensor) and any(isinstance(pl, Partial) for pl in g.placements):
+                p.grad = g.redistribute(placements=[Replicate() for _ in g.placements])
+
+    def optimizer_step(self) -> None:
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def train_step(self, batch: Batch) -> list[torch.Tensor]:
+        """forward_backward + optimizer step; the state bytes are taken in between (grads alive)."""
+        losses = self.forward_backward(batch)
+        self.last_state = state_bytes(self.params, self.opt)
+        self.optimizer_step()
+        return losses
+
+    def mean_loss(self, losses: list[torch.Tensor]) -> float:
+        """The step's loss on every rank: the last stage's micro-batch mean, averaged over replicas."""
+        local = torch.stack(losses).float().mean() if losses else torch.zeros((), device=self.device)
+        t = local.detach().to(self.device).reshape(1)
+        if self.mesh["pp"].size() > 1:
+            dist.all_reduce(t, group=self.mesh["pp"].get_group())  # only the last stage holds it
+        if self.mesh["dp"].size() > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=self.mesh["dp"].get_group())
+        return t.item()
+
+    def step(self, batch: Batch) -> float:
+        return self.mean_loss(self.train_step(batch))
+
+    # ---- inspection ----------------------------------------------------------------------------
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """This rank's gradients gathered to full size, by the one-process model's names (collective within
+        the stage's dp x tp ranks; call after forward_backward)."""
+        out = {}
+        for stage in self.stages:
+            for name, p in stage.named_parameters():
+                g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+                out[plain_name(name)] = g.detach().float().cpu()
+        return out
+
+    def tokens_per_step(self) -> int:
+        return self.layout.global_batch * self.gcfg.seq_len
+
+    def describe(self) -> str:
+        layers = [len(s.layers) for s in self.specs]
+        return (f"pp rank {self.pp_rank}: stages {[s.index for s in self.specs]} with {layers} layers, "
+                f"{sum(p.numel() for p in self.params):,} local parameters, {math.prod(self.layout[:3])} ranks")

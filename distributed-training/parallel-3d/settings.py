@@ -1,0 +1,207 @@
+"""parallel-3d's configuration: one frozen dataclass for the training runner, the model presets, and the
+checks that need the world size. Everything here runs before any process group exists, so a bad
+combination is one line and exit code 2 (common.config), not N ranks' tracebacks inside torchrun.
+
+The degrees are the planner's names (planner/plan.py): --tp, --pp, --dp, --zero, --microbatch,
+--global-batch, --interleave, --recompute, and the model as --layers/--hidden/--heads/--kv-heads/--ffn/
+--vocab/--seq, so the command `make plan` prints for its choice is accepted here as it stands.
+
+A run is one set of degrees (TP x PP x DP = the torchrun world) and one or more *variants* of the
+schedule: every combination of --zero, --recompute and --interleave listed, each measured in turn in
+the same launch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from common.hardware import CHOICES
+from common.model import GPTConfig
+from stages import split_layers
+
+ZEROS = (2, 3)  # FSDP2 reshard_after_forward False (ZeRO-2 traffic) / True (ZeRO-3); see parallelize.py
+RECOMPUTE = ("none", "selective", "full")
+
+# Model sizes. tiny is what 8 gloo ranks on 2 CPU cores train in seconds (6 layers, so that 4 virtual
+# stages are uneven: 1, 2, 2, 1); medium (~300M parameters) keeps 8 GPUs busy enough for MFU to mean
+# something. Every width divides by 8 for TP, and vocab 256 is the byte-level corpus (common.data).
+MODELS: dict[str, dict] = {
+    "tiny": dict(layers=6, hidden=64, heads=4, kv_heads=4, ffn=256, vocab=256, seq=64),
+    "small": dict(layers=8, hidden=512, heads=8, kv_heads=8, ffn=2048, vocab=256, seq=512),
+    "medium": dict(layers=24, hidden=1024, heads=16, kv_heads=16, ffn=4096, vocab=256, seq=1024),
+}
+# The preset's schedule variants and batch (overridden by flags).
+PRESETS: dict[str, dict] = {
+    "cpu": dict(model="tiny", zero=(3,), recompute=RECOMPUTE, interleave=(1, 2), microbatch=1, global_batch=8,
+                steps=3, warmup=1),
+    "gpu": dict(model="medium", zero=(3,), recompute=("none", "full"), interleave=(1,), microbatch=2,
+                global_batch=32, steps=10, warmup=3),
+}
+
+
+def _h(text: str, **kw) -> dict:
+    return {"help": text, **kw}
+
+
+@dataclass(frozen=True)
+class Config:
+    tp: int = field(default=1, metadata=_h("tensor-parallel degree (DTensor TP + sequence parallelism)"))
+    pp: int = field(default=1, metadata=_h("pipeline stages across ranks (torch.distributed.pipelining)"))
+    dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp)"))
+    world: int = field(default=0, metadata=_h("ranks the launch will have, for checking before torchrun starts "
+                                              "(make passes it; under torchrun WORLD_SIZE is used)"))
+    zero: tuple[int, ...] = field(default=(), metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, "
+                                                          "3 = reshard (empty = preset)"))
+    recompute: tuple[str, ...] = field(default=(), metadata=_h("activation checkpointing per block: none, "
+                                                               "selective, full (empty = preset)"))
+    interleave: tuple[int, ...] = field(default=(), metadata=_h("virtual stages per rank: 1 = 1F1B, > 1 = "
+                                                                "interleaved 1F1B (empty = preset)"))
+    stage_layers: tuple[int, ...] = field(default=(), metadata=_h("layers of each virtual stage, in order "
+                                                                  "(empty = balanced, extras to the middle)"))
+    model: str = field(default="auto", metadata=_h("size preset (auto: tiny on CPU, medium on GPU); the shape "
+                                                   "flags below override it", choices=("auto", *MODELS)))
+    layers: int | None = field(default=None, metadata=_h("transformer blocks"))
+    hidden: int | None = field(default=None, metadata=_h("model width"))
+    heads: int | None = field(default=None, metadata=_h("attention heads"))
+    kv_heads: int | None = field(default=None, metadata=_h("key/value heads (GQA)"))
+    ffn: int | None = field(default=None, metadata=_h("MLP width"))
+    vocab: int | None = field(default=None, metadata=_h("vocabulary (>= the data's; the corpus is bytes)"))
+    seq: int | None = field(default=None, metadata=_h("sequence length"))
+    microbatch: int = field(default=0, metadata=_h("sequences per micro-batch (0 = preset)"))
+    global_batch: int = field(default=0, metadata=_h("sequences per optimizer step, all replicas (0 = preset)"))
+    steps: int = field(default=0, metadata=_h("timed optimizer steps per variant (0 = preset)"))
+    warmup: int = field(default=-1, metadata=_h("untimed steps first (-1 = preset)"))
+    optimizer: str = field(default="adamw", metadata=_h("optimizer", choices=("adamw", "sgd")))
+    lr: float = field(default=3e-4, metadata=_h("learning rate"))
+    precision: str = field(default="auto", metadata=_h("auto (bf16 on GPU, fp32 on CPU), fp32 or bf16",
+                                                       choices=("auto", "fp32", "bf16")))
+    gpu: str = field(default="auto", metadata=_h(f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"))
+    data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
+    seed: int = field(default=0, metadata=_h("model init and batch order"))
+    resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
+    timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
+
+    def __post_init__(self):
+        for name in ("tp", "pp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("dp", "world", "microbatch", "global_batch", "steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
+        if self.warmup < -1 or self.lr <= 0 or self.timeout_s <= 0:
+            raise ValueError("--warmup must be >= 0 (or -1 = preset), --lr and --timeout-s > 0")
+        bad = [z for z in self.zero if z not in ZEROS]
+        if bad:
+            raise ValueError(f"--zero {bad[0]} is not available: FSDP2 gives 2 (reshard_after_forward=False) or 3 "
+                             "(True); ZeRO-0/1 keep whole parameters per rank, which fully_shard never does")
+        bad_r = [r for r in self.recompute if r not in RECOMPUTE]
+        if bad_r:
+            raise ValueError(f"--recompute {bad_r[0]!r}; allowed: {', '.join(RECOMPUTE)}")
+        if any(v < 1 for v in self.interleave) or any(n < 1 for n in self.stage_layers):
+            raise ValueError("--interleave and --stage-layers take positive integers")
+        for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+    @property
+    def preset(self) -> dict:
+        return PRESETS["cpu" if self.gpu == "cpu" else "gpu"]
+
+    def value(self, name: str):
+        """A flag's value, or the preset's where the flag was left at its 'from preset' default."""
+        v = getattr(self, name)
+        unset = v in ((), 0, -1) if name != "warmup" else v == -1
+        return self.preset[name] if unset else v
+
+
+class Variant(NamedTuple):
+    """One schedule setting measured within a run."""
+    zero: int
+    recompute: str
+    interleave: int
+
+    @property
+    def name(self) -> str:
+        return f"z{self.zero}-{self.recompute}-v{self.interleave}"
+
+
+class Layout(NamedTuple):
+    """The resolved degrees and batch of a run (the same for every variant)."""
+    tp: int
+    pp: int
+    dp: int
+    microbatch: int
+    num_microbatches: int  # m: micro-batches per step per replica
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        return self.microbatch * self.num_microbatches * self.dp
+
+
+def gpt_config(cfg: Config, vocab_from_data: int = 256) -> GPTConfig:
+    """The model: the preset's shape with any explicit shape flag on top (vocab at least the data's)."""
+    name = cfg.model if cfg.model != "auto" else cfg.preset["model"]
+    shape = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else v) for k, v in MODELS[name].items()}
+    if cfg.kv_heads is None and cfg.heads is not None:
+        shape["kv_heads"] = cfg.heads
+    if cfg.ffn is None and cfg.hidden is not None:
+        shape["ffn"] = 4 * shape["hidden"]
+    vocab = max(shape["vocab"], vocab_from_data)
+    return GPTConfig(vocab_size=vocab, seq_len=shape["seq"], d_model=shape["hidden"], n_layers=shape["layers"],
+                     n_heads=shape["heads"], n_kv_heads=shape["kv_heads"], d_ff=shape["ffn"])
+
+
+def variants(cfg: Config) -> list[Variant]:
+    """Every combination of --zero, --recompute, --interleave. Preset values that cannot apply are dropped:
+    interleaving without a pipeline (pp = 1)."""
+    inter = cfg.value("interleave")
+    if not cfg.interleave and cfg.pp == 1:
+        inter = (1,)
+    return [Variant(z, r, v) for z, r, v in itertools.product(cfg.value("zero"), cfg.value("recompute"), inter)]
+
+
+def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
+    """Every rule that depends on the world size or the model; ValueError (-> exit 2) before anything runs."""
+    tp, pp = cfg.tp, cfg.pp
+    if world % (tp * pp):
+        raise ValueError(f"world size {world} is not a multiple of tp x pp = {tp * pp}")
+    dp = cfg.dp or world // (tp * pp)
+    if tp * pp * dp != world:
+        raise ValueError(f"tp x pp x dp = {tp}x{pp}x{dp} = {tp * pp * dp}, but the world is {world} ranks "
+                         f"(NPROC x NNODES); set --dp 0 to derive it")
+    for what, n in (("heads", g.n_heads), ("kv-heads", g.kv_heads), ("ffn", g.ffn), ("vocab", g.vocab_size),
+                    ("seq (sequence parallelism)", g.seq_len)):
+        if n % tp:
+            raise ValueError(f"--tp {tp} does not divide {what} {n}")
+    mb = cfg.value("microbatch")
+    gb = cfg.value("global_batch")
+    if gb % (dp * mb):
+        raise ValueError(f"--global-batch {gb} is not a multiple of dp x microbatch = {dp} x {mb}")
+    m = gb // (dp * mb)
+    for v in {x.interleave for x in variants(cfg)}:
+        if v > 1 and pp == 1:
+            raise ValueError(f"--interleave {v} needs --pp > 1")
+        if v > 1 and m % pp:
+            raise ValueError(f"interleaved 1F1B needs the {m} micro-batches per replica to be a multiple of pp={pp}")
+        split_layers(g.n_layers, pp * v, cfg.stage_layers)  # raises on a bad split
+    if pp > 1 and m < pp:
+        raise ValueError(f"1F1B needs at least pp={pp} micro-batches per replica, got {m} "
+                         f"(global batch {gb} / dp {dp} / microbatch {mb})")
+    if len({x.interleave for x in variants(cfg)}) > 1 and cfg.stage_layers:
+        raise ValueError("--stage-layers names one split; give one --interleave value with it")
+    return Layout(tp, pp, dp, mb, m)
+
+
+def torchrun_world(cfg: Config) -> int:
+    """The world to check against: torchrun's WORLD_SIZE; before a launch, --world or the degrees' product."""
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return cfg.world or cfg.tp * cfg.pp * max(1, cfg.dp)
