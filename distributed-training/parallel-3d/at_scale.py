@@ -8,8 +8,8 @@ fake_pg, private) as rank r of the full world, and under FakeTensorMode (torch._
 tensors carry shapes and dtypes but no data, so a 405B model "fits" and nothing is computed; every
 collective is issued with its real shapes and returns at once. The GPT is built on the meta device,
 cut into this rank's stages, given DTensor TP + SP, checkpointing and FSDP2 exactly as in a real run,
-materialised as fake tensors, and stepped twice (the first step creates the optimizer state) through
-the real pipelining schedule with bf16 MixedPrecisionPolicy. Measured on the second step, per rank:
+materialised as fake tensors, given its optimizer state, and stepped once through the real pipelining
+schedule with bf16 MixedPrecisionPolicy. Measured on that step, per rank:
 
     state bytes      parameters, gradients (after backward, before the optimizer) and AdamW state,
                      per storage (footprint.state_bytes): what the planner's ZeRO terms predict
@@ -33,8 +33,11 @@ The sends and receives themselves run through the fake group like every collecti
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +52,7 @@ from common.config import config_dict, parse_config
 from common.dist import DistInfo
 from common.hardware import cpu_model
 from common.results import ResultsWriter, provenance
-from design import predicted_counts
+from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
@@ -94,6 +97,14 @@ def skip_p2p_vote(schedule) -> None:
     schedule._warmup_p2p = static
 
 
+def prime_optimizer(eng: Engine) -> None:
+    """Create the optimizer state as a first step would (AdamW allocates its moments on its first step), without
+    running a first schedule: the measured step is then the first, and its only cost, in the fake world."""
+    for p in eng.params:
+        p.grad = torch.zeros_like(p)
+    eng.optimizer_step()
+
+
 def run_zero(planner_zero: int) -> int:
     """What FSDP2 runs for the planner's stage: 3 as 3; 0, 1 and 2 as 2 (no reshard after forward), the only
     FSDP2 mode that does not gather parameters twice per micro-batch (ZeRO-0/1 are not FSDP2 modes)."""
@@ -107,17 +118,24 @@ def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=d.gpus)
     try:
         mesh = build_mesh("cpu", d.pp, d.dp, d.tp)
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            eng = Engine(g, layout, variant, mesh, torch.device("cpu"), param_dtype=torch.bfloat16, init="fake")
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        # Built on the meta device outside the fake mode (FSDP2 computes mesh coordinates with data-dependent
+        # ops), materialised and stepped inside it.
+        eng = Engine(g, layout, variant, mesh, torch.device("cpu"), param_dtype=torch.bfloat16, init="fake",
+                     fake_mode=fake)
+        if eng.schedule is not None:
             skip_p2p_vote(eng.schedule)
+        with fake:
             rows = d.microbatch * d.num_microbatches
             batch = Batch(torch.randint(0, g.vocab_size, (rows, g.seq_len)),
                           torch.randint(0, g.vocab_size, (rows, g.seq_len)))
-            eng.train_step(batch)
+            prime_optimizer(eng)
             log = CollectiveLog(mesh_groups(mesh))
             with log, PeakTracker() as mem:
                 eng.train_step(batch)
-        counts_ok = +log.counts() == predicted_counts(layout, variant, eng.specs)
+        payloads = {(t.dim, t.kind): t.payload_bytes for t in log.totals()}
+        counts_ok = (+log.counts() == predicted_counts(layout, variant, eng.specs, **eng.design())
+                     and payloads == predicted_payloads(g, layout, variant, eng.specs, 2, 2, 4, **eng.design()))
         out = {**eng.last_state, "peak_bytes": mem.peak_bytes, "counts_match_design": counts_ok,
                "stage_indices": ";".join(str(s.index) for s in eng.specs),
                "stage_layers": ";".join(str(len(s.layers)) for s in eng.specs)}
@@ -131,6 +149,29 @@ def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
         dist.destroy_process_group()
 
 
+def isolated(fn, *args):
+    """fn(*args) in a forked child: every measurement joins its own fake world, and nothing a process group,
+    a device mesh or DTensor caches survives into the next one."""
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+
+    def target():
+        try:
+            child.send((True, fn(*args)))
+        except BaseException:  # noqa: BLE001 - report everything to the parent
+            child.send((False, traceback.format_exc()))
+        finally:
+            os._exit(0)
+
+    proc = ctx.Process(target=target)
+    proc.start()
+    ok, value = parent.recv()
+    proc.join()
+    if not ok:
+        raise RuntimeError(f"the measurement failed in its child process:\n{value}")
+    return value
+
+
 def study_rows(study: str, gpu: str) -> list[dict]:
     model, _, gpus = study.partition("@")
     g, d, _ = pb.best_plan(model, int(gpus), gpu)
@@ -140,7 +181,7 @@ def study_rows(study: str, gpu: str) -> list[dict]:
     rows = []
     for role, rank in roles:
         t0 = time.perf_counter()
-        m = measure(g, d, rank, zero)
+        m = isolated(measure, g, d, rank, zero)
         rows.append({"study": study, "role": role, "rank": rank, "world": d.gpus, "layers": g.n_layers,
                      "hidden": g.d_model, "heads": g.n_heads, "vocab": g.vocab_size, "seq": g.seq_len,
                      "n_params": pb.shape_of(g).params, "tp": d.tp, "pp": d.pp, "dp": d.dp,

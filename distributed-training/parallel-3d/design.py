@@ -24,29 +24,74 @@ DP (d > 1), FSDP2 units: each block, and the stage's root where it has parameter
   unit before its forward, a zero-3 block once more before its backward, and reduce-scatters every
   unit after it: per step m(root + (1 or 2) x blocks) all-gathers and m(root + blocks) reduce-scatters,
   and the TP all-reduces of the LayerNorm gradients happen at each of those reductions (m per weight).
-  With PP, pipelining drives FSDP2 (engine.py): one reduce-scatter per unit per step, the root gathered
-  once (never resharded until the step ends), a block once with zero 2 and m + 1 times with zero 3:
-  every forward that follows a forward finds the block resharded and gathers it, every backward that
-  follows a forward gathers it too, and because pipelining turns resharding after backward off, a
-  forward that follows a backward finds it gathered (and reshards it after). 1F1B and interleaved 1F1B
-  alternate forwards and backwards in exactly that way: (warm-up forwards w) + (the first backward) +
-  (the m - w steady-state backwards) = m + 1.
+  With PP, pipelining drives FSDP2 (engine.py): one reduce-scatter per unit per step; the all-gathers
+  follow from the stage's sequence of actions (fsdp_gathers): a unit is gathered whenever an action
+  needs it resharded: a forward or backward, or the interleaved runtime's explicit UNSHARD (it keeps at
+  most 3 stages of a rank gathered at once and reshards the others, _add_unshard_reshard). After a
+  forward a zero-3 block reshards itself; after a backward nothing reshards (pipelining turns it off);
+  the root never reshards after forward. Under 1F1B (warm-up forwards w, then backward/forward pairs,
+  then the last backwards) a zero-3 block is gathered w + 1 + (m - w) = m + 1 times, a zero-2 block and
+  the root once.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
+from common.model import GPTConfig
 from settings import Layout, Variant
 from stages import StageSpec
 
 
-def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec]) -> Counter:
-    """{(dimension, kind): count} for one optimizer step on a rank holding `specs`."""
+def one_f_one_b(stage_index: int, n_stages: int, m: int) -> str:
+    """A stage's actions under Schedule1F1B: min(m, n_stages - stage_index) warm-up forwards, then a backward
+    and a forward in turn, then the remaining backwards (torch.distributed.pipelining.Schedule1F1B)."""
+    w = min(m, n_stages - stage_index)
+    return "F" * w + "BF" * (m - w) + "B" * w
+
+
+def schedule_orders(schedule, specs: list[StageSpec], pp_rank: int, m: int) -> dict[int, str]:
+    """Each stage's actions on this rank, as a string of F (forward), B (backward), U (unshard), R (reshard).
+    A single-stage schedule has no explicit actions: its order is 1F1B's. The interleaved runtime lowers its
+    plan into explicit actions (pipeline_order_with_comms, the schedule's own IR), which are read here."""
+    plan = getattr(schedule, "pipeline_order_with_comms", None)
+    if not plan:
+        return {s.index: one_f_one_b(s.index, s.n_stages, m) for s in specs}
+    code = {"FORWARD": "F", "FULL_BACKWARD": "B", "UNSHARD": "U", "RESHARD": "R"}
+    orders = {s.index: "" for s in specs}
+    for a in plan[pp_rank]:
+        kind = getattr(a.computation_type, "name", str(a.computation_type))
+        if a.stage_index in orders and kind in code:
+            orders[a.stage_index] += code[kind]
+    return orders
+
+
+def fsdp_gathers(order: str, reshards_after_forward: bool) -> int:
+    """All-gathers of one FSDP unit over its stage's actions (see the module docstring)."""
+    gathered, n = False, 0
+    for a in order:
+        if a in "UFB" and not gathered:
+            n, gathered = n + 1, True
+        if (a == "F" and reshards_after_forward) or a == "R":
+            gathered = False
+    return n
+
+
+def _reductions(layout: Layout, fsdp: bool) -> int:
+    """How often per step the gradients are reduced, and with them the TP-Partial LayerNorm gradients all-reduced:
+    FSDP2 without PP, every micro-batch; with PP (pipelining's no-sync), or without FSDP (engine.py), once."""
+    return layout.num_microbatches if fsdp and layout.pp == 1 else 1
+
+
+def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], fsdp: bool | None = None,
+                     orders: dict[int, str] | None = None) -> Counter:
+    """{(dimension, kind): count} for one optimizer step on a rank holding `specs`. fsdp: whether the stages are
+    fully_shard-ed (default dp > 1; engine.Engine.fsdp says, as bf16 shards at dp = 1 too). orders: each
+    stage's actions (schedule_orders; default 1F1B's)."""
     m, out = layout.num_microbatches, Counter()
     full, zero3, piped = variant.recompute == "full", variant.zero == 3, layout.pp > 1
-    # How often FSDP2 reduces per step (each reduction also all-reduces the TP-Partial norm gradients).
-    reductions = 1 if piped or layout.dp == 1 else m
+    reductions = _reductions(layout, layout.dp > 1 if fsdp is None else fsdp)
     for s in specs:
         blocks = len(s.layers)
         root = s.is_first or s.is_last
@@ -61,7 +106,8 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec]) -
             out["pp", "send"] += transfers
             out["pp", "recv"] += transfers
         if layout.dp > 1 and piped:
-            out["dp", "all_gather"] += root + blocks * (m + 1 if zero3 else 1)
+            order = (orders or {}).get(s.index) or one_f_one_b(s.index, s.n_stages, m)
+            out["dp", "all_gather"] += root * fsdp_gathers(order, False) + blocks * fsdp_gathers(order, zero3)
             out["dp", "reduce_scatter"] += root + blocks
         elif layout.dp > 1:
             out["dp", "all_gather"] += m * (root + blocks * (2 if zero3 else 1))
@@ -69,11 +115,64 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec]) -
     return +out  # drop zeros
 
 
-def pp_payload_bytes(layout: Layout, seq_len: int, d_model: int, elem_bytes: int) -> int:
-    """One pipeline transfer: a micro-batch's hidden states between stages, this rank's T/tp rows."""
-    return layout.microbatch * seq_len // layout.tp * d_model * elem_bytes
+def _tp_local_shapes(g: GPTConfig, t: int) -> tuple[list[tuple[int, int]], list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Each parameter's shape on one TP rank (parallelize.py's plan): (block, first-stage root, last-stage root)."""
+    d, hd = g.d_model, g.head_dim
+    q, kv, f = g.n_heads * hd // t, g.kv_heads * hd // t, g.ffn // t
+    block = [(d,), (q, d), (kv, d), (kv, d), (d, q), (d,), (f, d), (d, f)]  # norm1, wq, wk, wv, wo, norm2, w1, w2
+    first = [(g.vocab_size // t, d), (g.seq_len // t, d)]  # row-parallel embedding tables
+    last = [(d,), (g.vocab_size // t, d)]  # final norm (replicated), column-parallel LM head
+    return block, first, last
 
 
-def tp_block_payload_bytes(layout: Layout, seq_len: int, d_model: int, elem_bytes: int) -> int:
-    """One TP collective inside a block: the full (b, T, d) activation (all-gather output, reduce-scatter input)."""
-    return layout.microbatch * seq_len * d_model * elem_bytes
+def fsdp_numel(shapes: list[tuple[int, ...]], dp: int) -> int:
+    """Elements of a unit as FSDP2 gathers it: dim 0 of every parameter padded to a multiple of dp."""
+    return sum(math.ceil(s[0] / dp) * dp * math.prod(s[1:]) for s in shapes)
+
+
+def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: list[StageSpec], act_bytes: int,
+                       param_bytes: int, grad_bytes: int, fsdp: bool | None = None,
+                       orders: dict[int, str] | None = None) -> Counter:
+    """{(dimension, kind): payload bytes} for one step on this rank: predicted_counts' collectives, each with
+    its full buffer (comms.py's convention). act_bytes: activations (bf16 = 2); param_bytes: the gathered
+    parameters' dtype; grad_bytes: FSDP2's reduce dtype (fp32 = 4)."""
+    m, t, dp, b = layout.num_microbatches, layout.tp, layout.dp, layout.microbatch
+    full, zero3, piped = variant.recompute == "full", variant.zero == 3, layout.pp > 1
+    fsdp = dp > 1 if fsdp is None else fsdp
+    reductions = _reductions(layout, fsdp)
+    act = b * g.seq_len * g.d_model * act_bytes  # (b, T, d): every TP collective inside a block
+    block, first, last = _tp_local_shapes(g, t)
+    out = Counter()
+    for s in specs:
+        n = len(s.layers)
+        if t > 1:
+            out["tp", "all_gather"] += m * act * (n * (4 + 2 * full) + s.is_last)
+            out["tp", "reduce_scatter"] += m * act * (n * (4 + full) + s.is_first + s.is_last)
+            if s.is_first:  # the position table's output is (1, T, d): one sequence, whatever the micro-batch
+                pos = g.seq_len * g.d_model * act_bytes
+                out["tp", "reduce_scatter"] += m * pos
+                out["tp", "all_gather"] += m * (act + pos)
+            if s.is_last:  # the logits' vocabulary columns
+                out["tp", "all_gather"] += m * b * g.seq_len * g.vocab_size * act_bytes
+            # LayerNorm weight gradients: as computed (the gathered parameters' dtype) when each micro-batch is
+            # reduced at once; in the reduce dtype when pipelining has accumulated them unsharded (FSDP2 keeps
+            # that accumulation in its reduce dtype)
+            norm_bytes = grad_bytes if piped and fsdp else param_bytes
+            out["tp", "all_reduce"] += reductions * (2 * n + s.is_last) * g.d_model * norm_bytes
+        if piped:
+            hop = b * g.seq_len // t * g.d_model * act_bytes
+            out["pp", "send"] += m * hop * ((not s.is_last) + (not s.is_first))
+            out["pp", "recv"] += m * hop * ((not s.is_last) + (not s.is_first))
+        if dp > 1:
+            root = (first if s.is_first else []) + (last if s.is_last else [])
+            blk, rt = n * fsdp_numel(block, dp), fsdp_numel(root, dp)
+            if piped:
+                order = (orders or {}).get(s.index) or one_f_one_b(s.index, s.n_stages, m)
+                gathers = rt * fsdp_gathers(order, False) + blk * fsdp_gathers(order, zero3)
+                reduces = rt + blk
+            else:
+                gathers = m * (rt + blk * (2 if zero3 else 1))
+                reduces = m * (rt + blk)
+            out["dp", "all_gather"] += gathers * param_bytes
+            out["dp", "reduce_scatter"] += reduces * grad_bytes
+    return +out

@@ -42,6 +42,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleIn
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from common.model import GPT, GPTConfig, count_params, lm_loss
+from design import schedule_orders
 from footprint import state_bytes
 from parallelize import local_params, parallelize, plain_name
 from settings import Layout, Variant
@@ -58,7 +59,7 @@ class Batch(NamedTuple):
 class Engine:
     def __init__(self, gcfg: GPTConfig, layout: Layout, variant: Variant, mesh: DeviceMesh, device: torch.device,
                  *, param_dtype: torch.dtype | None = None, optimizer: str = "adamw", lr: float = 3e-4,
-                 seed: int = 0, stage_layers: tuple[int, ...] = (), init: str = "auto"):
+                 seed: int = 0, stage_layers: tuple[int, ...] = (), init: str = "auto", fake_mode=None):
         self.gcfg, self.layout, self.variant, self.mesh, self.device = gcfg, layout, variant, mesh, device
         self.pp_rank = mesh["pp"].get_local_rank()
         self.specs = stage_specs(gcfg.n_layers, layout.pp, variant.interleave, self.pp_rank, stage_layers)
@@ -76,8 +77,12 @@ class Engine:
                                            param_dtype=param_dtype))
         self.fsdp = mesh["dp"].size() > 1 or param_dtype is not None
         self.act_dtype = param_dtype or torch.float32
-        if init in ("meta", "fake"):
-            self._materialise(seed, values=init == "meta")
+        if init == "meta":
+            self._materialise(seed)
+        elif init == "fake":  # the at-scale study: shards allocated as FakeTensors, no values
+            with fake_mode:
+                for stage in self.stages:
+                    stage.to_empty(device=self.device)
         self.params = local_params(self.stages)
         self.opt = (torch.optim.AdamW(self.params, lr=lr) if optimizer == "adamw"
                     else torch.optim.SGD(self.params, lr=lr))
@@ -91,15 +96,13 @@ class Engine:
                              else ScheduleInterleaved1F1B(pipeline, **kw))
         self.last_state: dict[str, int] = {}
 
-    def _materialise(self, seed: int, values: bool) -> None:
-        """Meta-built stages: allocate this rank's shards on the device, then the GPT's init on each shard.
-        init="fake" (the at-scale study, inside a FakeTensorMode) allocates nothing and skips the values."""
+    def _materialise(self, seed: int) -> None:
+        """Meta-built stages: allocate this rank's shards on the device, then the GPT's init on each shard."""
         torch.manual_seed(seed)
         for stage in self.stages:
             stage.to_empty(device=self.device)
-            if values:
-                stage.cfg = self.gcfg  # GPT.reset_parameters reads cfg.init_std and cfg.n_layers
-                GPT.reset_parameters(stage)  # by name: LayerNorm gains 1, wo/w2 scaled, the rest N(0, 0.02)
+            stage.cfg = self.gcfg  # GPT.reset_parameters reads cfg.init_std and cfg.n_layers
+            GPT.reset_parameters(stage)  # by name: LayerNorm gains 1, wo/w2 scaled, the rest N(0, 0.02)
 
     def _pipeline_stage(self, stage: StageModule, spec) -> PipelineStage:
         # Static shapes: pipelining then skips its shape-inference pass (a real forward/backward on the first
@@ -185,6 +188,12 @@ class Engine:
                 g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
                 out[plain_name(name)] = g.detach().float().cpu()
         return out
+
+    def design(self) -> dict:
+        """Keyword arguments of design.predicted_counts/predicted_payloads for this rank."""
+        orders = schedule_orders(self.schedule, self.specs, self.pp_rank, self.layout.num_microbatches) \
+            if self.schedule is not None else None
+        return {"fsdp": self.fsdp, "orders": orders}
 
     def tokens_per_step(self) -> int:
         return self.layout.global_batch * self.gcfg.seq_len

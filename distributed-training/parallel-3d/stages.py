@@ -8,7 +8,8 @@ torch.distributed.pipelining's ScheduleInterleaved1F1B), so a rank holds stages 
 
 Uneven stages. When S does not divide n_layers, the extra layers go to the middle stages first: the
 first and last stages already carry the embedding and the LM head (Llama 3 405B on 16 stages: 126
-layers, one fewer on the first and last). --stage-layers gives any split by hand.
+layers, one fewer on the first and last); then to the first stage (a table lookup costs less than
+the LM head's matmul and loss). --stage-layers gives any split by hand.
 
 The stage module keeps the GPT's own parameter names (layers.{i}.attn.wq.weight, ...), so a stage's
 gradients compare name by name with the one-process model's.

@@ -27,6 +27,7 @@ loopback: the step times are core contention, not scaling; correctness, memory a
 from __future__ import annotations
 
 import gc
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import planner_bridge as pb
 from comms import CollectiveLog, mesh_groups
 from common.config import config_dict, parse_config
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
 from common.hardware import GPUPreset, get_preset
 from common.model import count_params, mfu
 from common.results import ResultsWriter, SchemaMismatch, provenance
@@ -117,7 +118,7 @@ class Run:
             eng.train_step(self.batch(len(losses)))
         state = eng.last_state
         tracked = sum(state.values()) - state["grad_bytes"] + mem.peak_bytes  # params + optimizer held, + the step
-        ok = +log.counts() == predicted_counts(lay, v, eng.specs)
+        ok = +log.counts() == predicted_counts(lay, v, eng.specs, **eng.design())
         mx = torch.tensor([cuda_peak, tracked, state["param_bytes"], state["grad_bytes"], state["opt_bytes"],
                            0 if ok else 1], dtype=torch.float64, device=dev)
         dist.all_reduce(mx, op=dist.ReduceOp.MAX)
@@ -173,7 +174,7 @@ class Run:
         lay = self.layout
         mine = []
         if self.mesh["dp"].get_local_rank() == 0 and self.mesh["tp"].get_local_rank() == 0:
-            design = predicted_counts(lay, v, eng.specs)
+            design = predicted_counts(lay, v, eng.specs, **eng.design())
             mine = [{"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "pp_rank": eng.pp_rank, "dim": t.dim,
                      "kind": t.kind, "count": t.count, "payload_bytes": t.payload_bytes, "bus_bytes": t.bus_bytes,
                      "design_count": design.get((t.dim, t.kind), 0)} for t in log.totals()]
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         data = load_data(cfg.data or None, max_bytes=2 << 20)
         gcfg = gpt_config(cfg, data.vocab_size)
         layout = check(cfg, gcfg, torchrun_world(cfg))
+        if layout.world > 1 and not launched_by_torchrun() and os.environ.get("DT_CHECK_ARGS") != "1":
+            raise ValueError(f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp} needs {layout.world} ranks: launch it "
+                             f"with torchrun (make parallel-3d TP={layout.tp} PP={layout.pp} DP={layout.dp})")
     except ValueError as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
     with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
