@@ -46,8 +46,9 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
+import explain as ex
 import planner_bridge as pb
-from comms import CollectiveLog, mesh_groups
+from comms import CollectiveLog, bus_factor, mesh_groups
 from common.config import config_dict, parse_config
 from common.dist import DistInfo
 from common.hardware import cpu_model
@@ -57,6 +58,7 @@ from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
 from settings import Layout, Variant
+from stages import stage_specs
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,9 +67,13 @@ COLUMNS = ["study", "role", "rank", "world", "layers", "hidden", "heads", "vocab
            "tp", "pp", "dp", "microbatch", "num_microbatches", "interleave", "recompute", "planner_zero", "run_zero",
            "stage_indices", "stage_layers", "param_bytes", "grad_bytes", "opt_bytes", "peak_bytes",
            *[f"planner_{k}_bytes" for k in MEM_KEYS],
+           "planner_state_bytes", "explained_state_bytes",
            *[f"{d}_{x}" for d in ("tp", "pp", "dp") for x in ("count", "payload_bytes", "bus_bytes")],
-           *[f"planner_{d}_bus_bytes" for d in ("tp", "pp", "dp")], "counts_match_design", "wall_s"]
+           *[f"{p}_{d}_bus_bytes" for p in ("planner", "explained", "design") for d in ("tp", "pp", "dp")],
+           "counts_match_design", "wall_s"]
 KEY = ["study", "role"]
+TERM_COLUMNS = ["study", "role", "quantity", "term", "bytes"]
+TERM_KEY = ["study", "role", "quantity", "term"]
 
 
 @dataclass(frozen=True)
@@ -134,16 +140,22 @@ def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
             with log, PeakTracker() as mem:
                 eng.train_step(batch)
         payloads = {(t.dim, t.kind): t.payload_bytes for t in log.totals()}
-        counts_ok = (+log.counts() == predicted_counts(layout, variant, eng.specs, **eng.design())
-                     and payloads == predicted_payloads(g, layout, variant, eng.specs, 2, 2, 4, **eng.design()))
+        design = predicted_payloads(g, layout, variant, eng.specs, 2, 2, 4, **eng.design())
+        design_counts = predicted_counts(layout, variant, eng.specs, **eng.design())
+        counts_ok = +log.counts() == design_counts and payloads == design
         out = {**eng.last_state, "peak_bytes": mem.peak_bytes, "counts_match_design": counts_ok,
                "stage_indices": ";".join(str(s.index) for s in eng.specs),
                "stage_layers": ";".join(str(len(s.layers)) for s in eng.specs)}
+        sizes = {"tp": d.tp, "pp": d.pp, "dp": d.dp}
         for d_ in ("tp", "pp", "dp"):
             mine = [t for t in log.totals() if t.dim == d_]
             out[f"{d_}_count"] = sum(t.count for t in mine if t.kind != "recv")
             out[f"{d_}_payload_bytes"] = sum(t.payload_bytes for t in mine if t.kind != "recv")
             out[f"{d_}_bus_bytes"] = sum(t.bus_bytes for t in mine)
+            out[f"design_{d_}_bus_bytes"] = sum(v * bus_factor(k, sizes[d_]) for (dim, k), v in design.items()
+                                                if dim == d_)
+        out["dp_all_gathers"] = design_counts.get(("dp", "all_gather"), 0)
+        out["dp_reduce_scatters"] = design_counts.get(("dp", "reduce_scatter"), 0)
         return out
     finally:
         dist.destroy_process_group()
@@ -172,25 +184,47 @@ def isolated(fn, *args):
     return value
 
 
-def study_rows(study: str, gpu: str) -> list[dict]:
+def terms_for(g, d: pb.Degrees, pp_rank: int, pred: pb.Prediction, m: dict) -> list[ex.Term]:
+    specs = stage_specs(g.n_layers, d.pp, d.interleave, pp_rank)
+    piped = d.pp > 1
+    reductions = d.num_microbatches if not piped else 1
+    return (ex.state_terms(g, d, specs, pred.memory_bytes)
+            + ex.tp_terms(g, d, specs, pred.bus_bytes["tp"], reductions, 4 if piped else 2)
+            + ex.pp_terms(g, d, specs)
+            + ex.dp_terms(g, d, specs, pred.bus_bytes["dp"], m["design_dp_bus_bytes"], m["dp_all_gathers"],
+                          m["dp_reduce_scatters"]))
+
+
+def study_rows(study: str, gpu: str) -> tuple[list[dict], list[dict]]:
+    """The study's rows (one per measured rank) and its terms (one per named difference per rank)."""
     model, _, gpus = study.partition("@")
-    g, d, _ = pb.best_plan(model, int(gpus), gpu)
-    zero = run_zero(d.zero)
-    pred = pb.predict(g, d._replace(zero=zero), gpu)
+    g, planned, _ = pb.best_plan(model, int(gpus), gpu)
+    d = planned._replace(zero=run_zero(planned.zero))
+    pred = pb.predict(g, d, gpu)
     roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * d.tp)] if d.pp > 1 else [])
-    rows = []
+    rows, terms = [], []
     for role, rank in roles:
         t0 = time.perf_counter()
-        m = isolated(measure, g, d, rank, zero)
-        rows.append({"study": study, "role": role, "rank": rank, "world": d.gpus, "layers": g.n_layers,
+        m = isolated(measure, g, d, rank, d.zero)
+        pp_rank = rank // (d.dp * d.tp)
+        named = terms_for(g, d, pp_rank, pred, m)
+        terms += [{"study": study, "role": role, "quantity": t.quantity, "term": t.name, "bytes": t.bytes}
+                  for t in named]
+        explained = {q: sum(t.bytes for t in named if t.quantity == q) for q in ("state", "tp", "pp", "dp")}
+        planner_state = sum(pred.memory_bytes[k] for k in ("params", "grads", "optimizer"))
+        rows.append({"planner_state_bytes": planner_state,
+                     "explained_state_bytes": planner_state + explained["state"],
+                     **{f"explained_{q}_bus_bytes": pred.bus_bytes[q] + explained[q] for q in ("tp", "pp", "dp")},
+                     "study": study, "role": role, "rank": rank, "world": d.gpus, "layers": g.n_layers,
                      "hidden": g.d_model, "heads": g.n_heads, "vocab": g.vocab_size, "seq": g.seq_len,
                      "n_params": pb.shape_of(g).params, "tp": d.tp, "pp": d.pp, "dp": d.dp,
                      "microbatch": d.microbatch, "num_microbatches": d.num_microbatches, "interleave": d.interleave,
-                     "recompute": d.recompute, "planner_zero": d.zero, "run_zero": zero, **m,
+                     "recompute": d.recompute, "planner_zero": planned.zero, "run_zero": d.zero,
+                     **{k: v for k, v in m.items() if k in COLUMNS},
                      **{f"planner_{k}_bytes": pred.memory_bytes[k] for k in MEM_KEYS},
                      **{f"planner_{k}_bus_bytes": pred.bus_bytes[k] for k in ("tp", "pp", "dp")},
                      "wall_s": round(time.perf_counter() - t0, 2)})
-    return rows
+    return rows, terms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,17 +234,19 @@ def main(argv: list[str] | None = None) -> int:
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as one rank of a fake group",
             "backend": "fake"}
     writer = ResultsWriter(RESULTS / "at_scale.csv", COLUMNS, KEY, prov, config=config_dict(cfg), resume=cfg.resume)
+    term_writer = ResultsWriter(RESULTS / "at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov, resume=cfg.resume)
     for study in cfg.studies:
         if writer.done({"study": study, "role": "first"}):
             continue
-        rows = study_rows(study, cfg.gpu)
+        rows, terms = study_rows(study, cfg.gpu)
+        term_writer.write_many(terms)
         writer.write_many(rows)
         for r in rows:
             state = r["param_bytes"] + r["grad_bytes"] + r["opt_bytes"]
-            plan = r["planner_params_bytes"] + r["planner_grads_bytes"] + r["planner_optimizer_bytes"]
             print(f"{study:10s} {r['role']:5s} TP{r['tp']} PP{r['pp']} DP{r['dp']} Z{r['run_zero']}: state "
-                  f"{state / 1e9:7.2f} GB (planner {plan / 1e9:7.2f}), peak +{r['peak_bytes'] / 1e9:6.2f} GB, "
-                  f"counts {'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s", flush=True)
+                  f"{state / 1e9:7.3f} GB (planner {r['planner_state_bytes'] / 1e9:7.3f}, explained "
+                  f"{r['explained_state_bytes'] / 1e9:7.3f}), peak +{r['peak_bytes'] / 1e9:6.2f} GB, collectives "
+                  f"{'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s", flush=True)
     return 0
 
 

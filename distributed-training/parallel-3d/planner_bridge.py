@@ -118,6 +118,12 @@ def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int 
     return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times)
 
 
+def stage_params(g: GPTConfig, tp: int, pp: int) -> float:
+    """The planner's parameters per GPU: its largest pipeline stage (uniform layers, the embedding on the
+    first, the LM head on the last) divided by TP."""
+    return float(_planner().memory.stage_params(shape_of(g), tp, pp))
+
+
 def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch: int, elem_bytes: int = 2) -> float:
     """Korthikanti's saved activations of one block for one micro-batch on one GPU, as the planner prices them
     (sequence parallelism, FlashAttention, no dropout). The planner's coefficient is in bf16 bytes; every
@@ -127,6 +133,3 @@ def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch
                                                  sequence_parallel=True, flash=True, fp8=False, dropout=False))
     return coef * g.seq_len * microbatch * g.d_model * elem_bytes / 2
 
-
-def model_flops_per_token(g: GPTConfig) -> float:
-    return float(_planner().shapes.model_flops_per_token(shape_of(g)))

@@ -1,0 +1,141 @@
+"""From the planner's number to PyTorch's, term by term: the differences the at-scale study names.
+
+For one rank of a configuration, each quantity (the state bytes; the bus bytes per step of TP, PP and DP)
+starts at the planner's value (planner_bridge.predict), and each Term moves it by a named amount to what
+PyTorch's design issues (design.py). The study then holds that against the measurement: the residual is
+what no term explains. Bytes are per rank per step; collectives in bus bytes (comms.py).
+
+State (between backward and the optimizer step; fp32 gradients, planner --grad-bytes 4):
+  ZeRO's accounting (2 B bf16 weight + 4 B gradient + 12 B fp32 master/momentum/variance) and FSDP2's
+  (4 B fp32 sharded parameter, which is the master + 4 B gradient + 8 B AdamW moments) both total 16 B
+  per parameter over the shard group. They differ in where the bf16 weights live: ZeRO-3 keeps a bf16
+  copy of the shard and DeepSpeed's estimate adds the gathered unit (4 x the largest layer); ZeRO-2
+  keeps the bf16 weights replicated. FSDP2 keeps neither between steps: its gathered bf16 weights exist
+  only while the step runs (the peak), so those terms move out of the state.
+TP: the planner counts the blocks' collectives (8 b·s·h (t-1)/t per layer and micro-batch, 4 more with
+  full recompute) on L/p layers. PyTorch also has the embeddings', the LM head's (its logits all-gathered:
+  V-wide) and the LayerNorm gradients' all-reduces; non-reentrant checkpointing repeats 3, not 4, of a
+  block's collectives (it stops before the last reduce-scatter, whose output nobody saved).
+PP: the planner prices 2 transfers per micro-batch per virtual stage; a stage at either end of the
+  pipeline sends one way only.
+DP: the planner's ZeRO schedule (ZeRO-2: the weights gathered once per step, gradients reduce-scattered
+  every micro-batch; ZeRO-3: gathered twice and reduce-scattered every micro-batch) on its stage size;
+  PyTorch's: FSDP2's per-unit gathers and reductions (design.py), on this rank's units, padded.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import planner_bridge as pb
+from common.model import GPTConfig
+from design import _tp_local_shapes, fsdp_numel
+from settings import Layout
+from stages import StageSpec
+
+
+class Term(NamedTuple):
+    quantity: str  # state, tp, pp, dp
+    name: str
+    bytes: float
+
+
+def unit_numels(g: GPTConfig, tp: int, dp: int, specs: list[StageSpec]) -> tuple[int, int]:
+    """(blocks, roots): elements of this rank's FSDP units as gathered (TP-local, padded), summed."""
+    block, first, last = _tp_local_shapes(g, tp)
+    blocks = sum(len(s.layers) for s in specs) * fsdp_numel(block, dp)
+    roots = sum(fsdp_numel((first if s.is_first else []) + (last if s.is_last else []), dp) for s in specs)
+    return blocks, roots
+
+
+def rank_state_numel(g: GPTConfig, layout: Layout, specs: list[StageSpec]) -> int:
+    """Parameters this rank stores: its stages' units, TP-local, padded by FSDP2, divided over dp."""
+    return sum(unit_numels(g, layout.tp, layout.dp, specs)) // layout.dp
+
+
+def state_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_mem: dict[str, float]) -> list[Term]:
+    """Planner state (params + grads + optimizer) -> FSDP2's 16 B per stored parameter, term by term."""
+    psi, n = pb.stage_params(g, d.tp, d.pp), d.dp
+    terms = []
+    if d.zero == 3:
+        terms.append(Term("state", "ZeRO-3's bf16 copy of the shard (FSDP2 keeps the fp32 shard only)", -2 * psi / n))
+        unit = planner_mem["params"] - 2 * psi / n  # the planner's 2 x largest-unit term in the weights
+        terms.append(Term("state", "gathered unit, weights + gradients (held only while it runs: in the peak)",
+                          -2 * unit))
+    else:
+        terms.append(Term("state", "ZeRO-2's replicated bf16 weights (FSDP2 gathers them for the step: in the "
+                                   "peak)", -2 * psi))
+    stored = rank_state_numel(g, Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches), specs)
+    terms.append(Term("state", "this rank's stages (uneven or edge stages, TP-replicated norms, FSDP2 padding)",
+                      16 * stored - 16 * psi / n))
+    return [t for t in terms if t.bytes]
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n if n > 1 else 0.0
+
+
+def tp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_bus: float, reductions: int,
+             norm_bytes: int, e: int = 2) -> list[Term]:
+    t, m, b = d.tp, d.num_microbatches, d.microbatch
+    if t == 1:
+        return []
+    act = b * g.seq_len * g.d_model * e
+    layers = sum(len(s.layers) for s in specs)
+    per_layer = planner_bus / (g.n_layers / d.pp) if planner_bus else 0.0
+    terms = [Term("tp", "this rank's layers (the planner prices L/p)", per_layer * (layers - g.n_layers / d.pp))]
+    if d.recompute == "full":
+        terms.append(Term("tp", "full recompute stops before the last reduce-scatter (3 collectives, not 4)",
+                          -layers * m * act * _ring(t)))
+    if any(s.is_first for s in specs):
+        pos = g.seq_len * g.d_model * e
+        terms.append(Term("tp", "embeddings: 2 reduce-scatters forward, 2 all-gathers backward",
+                          2 * m * (act + pos) * _ring(t)))
+    if any(s.is_last for s in specs):
+        logits = b * g.seq_len * g.vocab_size * e
+        terms.append(Term("tp", "LM head: input and logits all-gathered, input gradient reduce-scattered",
+                          m * (2 * act + logits) * _ring(t)))
+    norms = sum(2 * len(s.layers) + s.is_last for s in specs)
+    terms.append(Term("tp", "LayerNorm gradients all-reduced (Partial over TP)",
+                      reductions * norms * g.d_model * norm_bytes * 2 * _ring(t)))
+    return [x for x in terms if x.bytes]
+
+
+def pp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], e: int = 2) -> list[Term]:
+    if d.pp == 1:
+        return []
+    hop = d.microbatch * g.seq_len // d.tp * g.d_model * e
+    edges = sum(s.is_first + s.is_last for s in specs)
+    return [Term("pp", "edge stages send one way only", -d.num_microbatches * hop * edges)] if edges else []
+
+
+def _planned_dp(d: pb.Degrees, numel: float, grad_bytes: int = pb.GRAD_BYTES) -> float:
+    """The planner's ZeRO schedule on `numel` parameters: bf16 gathers, reduce-scatters at grad_bytes."""
+    ag, rs = 2 * numel * _ring(d.dp), grad_bytes * numel * _ring(d.dp)
+    return d.num_microbatches * (2 * ag + rs) if d.zero == 3 else ag + d.num_microbatches * rs
+
+
+def dp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_bus: float, design_bus: float,
+             gathers: int, reduces: int) -> list[Term]:
+    """Planner's ZeRO schedule -> FSDP2's: this rank's units, then each schedule difference that applies; the
+    rest (under a pipeline: which gathers the schedule's order needs) is one term, described by its counts."""
+    if d.dp == 1:
+        return []
+    m, ring = d.num_microbatches, _ring(d.dp)
+    blocks, roots = unit_numels(g, d.tp, d.dp, specs)
+    sized = _planned_dp(d, blocks + roots)
+    terms = [Term("dp", "this rank's units (stage sizes, TP-replicated norms, FSDP2 padding)", sized - planner_bus)]
+    if d.pp == 1 and d.zero == 3:
+        terms.append(Term("dp", "the root unit (embeddings, LM head) gathered once per micro-batch, not twice "
+                                "(never resharded after forward)", -m * 2 * roots * ring))
+    elif d.pp == 1:
+        terms.append(Term("dp", "every unit gathered again each micro-batch (FSDP2 reshards after backward)",
+                          (m - 1) * 2 * (blocks + roots) * ring))
+    else:
+        terms.append(Term("dp", "one reduce-scatter per step: pipelining accumulates the gradients unsharded",
+                          -(m - 1) * pb.GRAD_BYTES * (blocks + roots) * ring))
+        rest = design_bus - sum(t.bytes for t in terms) - planner_bus
+        planned = f"{m} x 2" if d.zero == 3 else "1"
+        terms.append(Term("dp", f"the schedule's gathers: {gathers} all-gathers of this rank's {len(specs)} stage(s) "
+                                f"per step, where the planner has {planned} per stage", rest))
+    return [t for t in terms if t.bytes]

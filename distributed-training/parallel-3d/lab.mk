@@ -1,0 +1,55 @@
+# parallel-3d (issue 17): the common GPT with TP x PP x DP from PyTorch's own parts (DTensor TP + SP,
+# torch.distributed.pipelining, FSDP2), held against the planner. Runbook: distributed-training/parallel-3d/README.md
+P3D_DIR := $(LABS_DIR)/parallel-3d
+TP ?= 2
+PP ?= 2
+DP ?= 2
+# One node: the launch has exactly TP x PP x DP ranks. Several nodes: NPROC per node (make's default, the
+# node's GPUs) x NNODES, and DP may be 0 (derived from the world).
+ifeq ($(NNODES),1)
+  P3D_WORLD := $(shell echo $$(( $(TP) * $(PP) * $(DP) )))
+  parallel-3d-run: NPROC = $(P3D_WORLD)
+else
+  P3D_WORLD := $(shell echo $$(( $(NNODES) * $(NPROC) )))
+endif
+P3D_FLAGS = --gpu $(GPU) --tp $(TP) --pp $(PP) --dp $(DP) --world $(P3D_WORLD)
+P3D_ACT_NPROC ?= $(if $(filter 0 1,$(NGPUS)),$(if $(filter 1,$(NGPUS)),1,2),2)
+
+.PHONY: parallel-3d parallel-3d-baseline parallel-3d-run parallel-3d-activations parallel-3d-at-scale \
+        parallel-3d-report parallel-3d-gpu
+
+parallel-3d: $(SETUP) ## TP x PP x DP training (make parallel-3d TP=2 PP=2 DP=2): 1-rank baseline, the run, studies, report
+	$(MAKE) parallel-3d-baseline parallel-3d-run parallel-3d-activations
+	$(if $(filter 0,$(NGPUS)),$(MAKE) parallel-3d-at-scale)
+	$(MAKE) parallel-3d-report
+
+# The one-process reference of the same model, data and seed (its losses are what every 3D run must reproduce).
+# It starts this preset's CSVs afresh; the runs after it add their rows (--resume).
+parallel-3d-baseline: $(SETUP) ## the same model on one rank (the reference the 3D runs must equal)
+	$(PYRUN) $(P3D_DIR)/train.py --gpu $(GPU) --tp 1 --pp 1 --dp 1 --interleave 1 $(ARGS)
+
+# What slurm/lab.sbatch runs under srun on every node.
+parallel-3d-run: $(SETUP) ## the TP x PP x DP launch alone (torchrun; rows added to results/runs_<preset>.csv)
+	@$(CHECK_ARGS) $(P3D_DIR)/train.py $(P3D_FLAGS) --resume $(ARGS)
+	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) --resume $(ARGS)
+
+parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selective/full recompute at t = 1, 2 vs the planner
+	$(RUN_ENV) $(PYTHON) -m torch.distributed.run --standalone --nnodes 1 --nproc-per-node $(P3D_ACT_NPROC) \
+	  $(P3D_DIR)/activations.py --gpu $(GPU) $(if $(filter 1,$(P3D_ACT_NPROC)),--tp 1)
+
+parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/4096 GPUs, built as one rank (fake PG)
+	$(PYRUN) $(P3D_DIR)/at_scale.py
+
+parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alone
+	$(PYRUN) $(P3D_DIR)/report.py
+
+# On a GPU node: the 1-GPU baseline (and its planner prediction), activations, and with 8+ GPUs the 3D run.
+parallel-3d-gpu: $(SETUP) ## on GPUs: baseline on 1 GPU, activation study, TP2xPP2xDP2 with 8+ GPUs, report
+	@test "$(NGPUS)" != "0" || { echo "error: parallel-3d-gpu needs NVIDIA GPUs and nvidia-smi lists none;" \
+	  "use make parallel-3d for the CPU preset" >&2; exit 2; }
+	$(MAKE) parallel-3d-baseline parallel-3d-activations
+	$(if $(shell test $(NGPUS) -ge 8 && echo yes),$(MAKE) parallel-3d-run TP=2 PP=2 DP=2)
+	$(MAKE) parallel-3d-report
+
+REPORT_TARGETS += parallel-3d-report
+GPU_SUITE_TARGETS += parallel-3d-gpu

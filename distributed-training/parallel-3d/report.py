@@ -1,0 +1,203 @@
+"""REPORT.md and its plots from parallel-3d's CSVs alone (results/runs_*, comms_*, activations_*, at_scale*).
+
+    make parallel-3d-report
+    PYTHONPATH=distributed-training python distributed-training/parallel-3d/report.py
+
+The prose around the tables is report_template.md; this file fills its {{sections}} with tables and the
+sentences whose numbers come from the CSVs. One block per preset file (runs_cpu.csv, runs_h100.csv, ...), so
+CPU and GPU runs sit side by side, each labelled with its hardware.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import against_planner as ap
+from common.config import parse_config
+from common.plotting import new_figure, save
+
+LAB = Path(__file__).resolve().parent
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
+    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots beside it)"})
+
+
+def _f(row: dict, key: str) -> float | None:
+    v = row.get(key, "")
+    return None if v in ("", "nan", None) else float(v)
+
+
+def _num(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def provenance(rows: list[dict]) -> str:
+    r = rows[0]
+    worlds = sorted({int(x["world_size"]) for x in rows})
+    return (f"{r['hardware']}; {', '.join(map(str, worlds))} ranks; {r['backend']}; torch {r['torch_version']}, "
+            f"CUDA {r['cuda_version']}, NCCL {r['nccl_version']}; commit {r['git_commit']}, {r['timestamp_utc'][:10]}")
+
+
+def _loss_gap(row: dict, base: dict | None) -> str:
+    if base is None:
+        return "-"
+    gaps = [abs(float(row[k]) - float(base[k])) / abs(float(base[k])) for k in ("loss_first", "loss_last")]
+    return f"{max(gaps):.1e}"
+
+
+def runs_section(results: Path) -> list[str]:
+    out = []
+    for path in sorted(results.glob("runs_*.csv")):
+        rows = ap.read(path)
+        if not rows:
+            continue
+        base = next((r for r in rows if (r["tp"], r["pp"], r["dp"]) == ("1", "1", "1")), None)
+        body = []
+        for r in rows:
+            mfu = _f(r, "mfu")
+            body.append([f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}", r["schedule"], r["stage_layers"].replace(";", ","),
+                         f"Z{r['zero']}", r["recompute"], f"{r['microbatch']}×{r['num_microbatches']}",
+                         f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
+                         "-" if mfu is None else f"{mfu:.1%}", f"{float(r['peak_mem_bytes']) / MIB:.2f}",
+                         f"{(float(r['param_bytes']) + float(r['grad_bytes']) + float(r['opt_bytes'])) / MIB:.3f}",
+                         f"{float(r['planner_state_bytes']) / MIB:.3f}", f"{float(r['planner_total_bytes']) / MIB:.0f}",
+                         _num(_f(r, "planner_step_s"), ".3f"), _num(_f(r, "planner_exposed_comm_s"), ".3f"),
+                         f"{float(r['loss_first']):.4f}→{float(r['loss_last']):.4f}", _loss_gap(r, base),
+                         "yes" if r["counts_match_design"] == "true" else "**no**"])
+        out += [f"**{path.stem}** ({provenance(rows)}; model {rows[0]['model']}, {rows[0]['precision']}, "
+                f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up)", "",
+                *ap.table(["degrees", "schedule", "layers per stage", "ZeRO", "recompute", "micro-batch × m",
+                           "step ms", "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB",
+                           "planner total MiB", "planner step s", "planner exposed comm s", "loss",
+                           "loss vs 1 rank", "collectives = design"], body), ""]
+    return out or ["_No runs yet: `make parallel-3d`._"]
+
+
+def comms_section(results: Path) -> list[str]:
+    out = []
+    for path in sorted(results.glob("comms_*.csv")):
+        rows = ap.read(path)
+        groups: dict[tuple, list[dict]] = {}
+        for r in rows:
+            groups.setdefault((r["tp"], r["pp"], r["dp"], r["variant"], r["pp_rank"]), []).append(r)
+        body = []
+        for (tp, pp, dp, variant, pp_rank), rs in groups.items():
+            cells = [f"{r['dim']} {r['kind'].replace('_', '-')} {r['count']}"
+                     + ("" if r["count"] == r["design_count"] else f" (design {r['design_count']})") for r in rs]
+            sent = sum(float(r["bus_bytes"]) for r in rs)
+            body.append([f"TP{tp}·PP{pp}·DP{dp}", variant, pp_rank, "; ".join(cells), f"{sent / MIB:.2f}"])
+        out += [f"**{path.stem}** ({provenance(rows)})", "",
+                *ap.table(["degrees", "variant", "pipeline rank", "collectives per step (a design count in "
+                           "parentheses where it differs)", "bus MiB"], body), ""]
+    return out or ["_No runs yet._"]
+
+
+def activations_section(results: Path, plots: list[str]) -> list[str]:
+    out = []
+    for path in sorted(results.glob("activations_*.csv")):
+        rows = ap.read(path)
+        body = [[r["tp"], r["recompute"], f"{float(r['measured_bytes']) / MIB:.3f}",
+                 f"{float(r['torch_terms_bytes']) / MIB:.3f}", f"{float(r['planner_bytes']) / MIB:.3f}",
+                 f"{float(r['measured_coef_bf16']):.2f}", f"{float(r['planner_coef_bf16']):.2f}",
+                 f"{float(r['measured_over_planner']):.3f}"] for r in rows]
+        r0 = rows[0]
+        shape = (f"micro-batch {r0['microbatch']}, s {r0['seq']}, h {r0['hidden']}, {r0['heads']} heads "
+                 f"({r0['kv_heads']} K/V), ffn {r0['ffn']}, {r0['dtype']}")
+        out += [f"**{path.stem}** ({provenance(rows)}; {shape})", "",
+                *ap.table(["t", "recompute", "measured MiB", "torch terms MiB", "planner MiB",
+                           "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), ""]
+        plots.append(plot_activations(rows, LAB / f"{path.stem}.png"))
+    return out or ["_Not measured yet: `make parallel-3d-activations`._"]
+
+
+def plot_activations(rows: list[dict], path: Path) -> str:
+    fig, ax = new_figure()
+    labels = [f"t={r['tp']}\n{r['recompute']}" for r in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [float(r["measured_coef_bf16"]) for r in rows], 0.4, label="PyTorch (measured)")
+    ax.bar([x + 0.2 for x in xs], [float(r["planner_coef_bf16"]) for r in rows], 0.4, label="planner (Korthikanti)")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("activation bytes per s·b·h per block (bf16 units)")
+    ax.legend()
+    save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
+    return path.name
+
+
+def plot_at_scale(rows: list[dict], path: Path) -> str:
+    fig, axes = new_figure(1, 4)
+    for ax, (q, label) in zip(axes, ap.QUANTITIES):
+        names, meas, plan = [], [], []
+        for r in rows:
+            m, p, _ = ap.values(r, q)
+            if m or p:
+                names.append(f"{r['study']}\n{r['role']}")
+                meas.append(m / ap.GB)
+                plan.append(p / ap.GB)
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], meas, 0.4, label="PyTorch")
+        ax.bar([x + 0.2 for x in xs], plan, 0.4, label="planner")
+        ax.set_xticks(list(xs), names, fontsize=6)
+        ax.set_title(label, fontsize=8)
+        ax.set_ylabel("GB")
+    axes[0].legend()
+    save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
+    return path.name
+
+
+def at_scale_section(results: Path, plots: list[str]) -> list[str]:
+    text = ap.render(results)
+    if (results / "at_scale.csv").exists():
+        plots.append(plot_at_scale(ap.read(results / "at_scale.csv"), LAB / "at_scale.png"))
+    return [text]
+
+
+def conclusions(results: Path) -> list[str]:
+    """Sentences whose numbers come from the at-scale rows: where a plan would not fit, where bytes differ."""
+    path = results / "at_scale.csv"
+    if not path.exists():
+        return ["_Run the at-scale study first._"]
+    out = []
+    for r in ap.read(path):
+        state = sum(float(r[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
+        peak, total = state + float(r["peak_bytes"]), float(r["planner_total_bytes"])
+        m, p, e = ap.values(r, "state")
+        verdict = "within" if abs(e - m) <= 0.03 * m else "outside"
+        out.append(f"- **{r['study']} ({r['role']} stage, {ap.degrees(r)})**: state bytes {ap._gb(m)} GB against the "
+                   f"planner's {ap._gb(p)} GB ({ap._pct(p, m)}); after the named terms {ap._gb(e)} GB, {verdict} 3%. "
+                   f"At the step's peak PyTorch holds {peak / ap.GB:.1f} GB where the planner expects "
+                   f"{total / ap.GB:.1f} GB ({(peak - total) / total:+.0%}).")
+    return out
+
+
+def render(results: Path, plots: list[str]) -> str:
+    sections = {"runs": runs_section(results), "comms": comms_section(results),
+                "activations": activations_section(results, plots), "at_scale": at_scale_section(results, plots),
+                "conclusions": conclusions(results)}
+    text = (LAB / "report_template.md").read_text()
+    return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(ReportConfig, argv, description=__doc__.split("\n\n")[0], prog="report.py")
+    results = Path(cfg.results)
+    if not results.is_dir():
+        print(f"report.py: error: no results folder {results} (run make parallel-3d first)", file=sys.stderr)
+        return 2
+    plots: list[str] = []
+    text = render(results, plots)
+    if plots:
+        text += "\n\n" + "\n".join(f"![{p}]({p})" for p in plots) + "\n"
+    Path(cfg.out).write_text(text)
+    print(f"wrote {cfg.out} ({len(text.splitlines())} lines, {len(plots)} plots)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
