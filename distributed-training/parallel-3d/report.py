@@ -28,6 +28,10 @@ class ReportConfig:
     results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
     out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots beside it)"})
 
+    def __post_init__(self):
+        if not Path(self.results).is_dir():
+            raise ValueError(f"no results folder {self.results} (run make parallel-3d first)")
+
 
 def _f(row: dict, key: str) -> float | None:
     v = row.get(key, "")
@@ -63,7 +67,7 @@ def runs_section(results: Path) -> list[str]:
         for r in rows:
             mfu = _f(r, "mfu")
             body.append([f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}", r["schedule"], r["stage_layers"].replace(";", ","),
-                         f"Z{r['zero']}", r["recompute"], f"{r['microbatch']}×{r['num_microbatches']}",
+                         f"Z{r['zero']}" if r["dp"] != "1" else "-", r["recompute"], f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
                          "-" if mfu is None else f"{mfu:.1%}", f"{float(r['peak_mem_bytes']) / MIB:.2f}",
                          f"{(float(r['param_bytes']) + float(r['grad_bytes']) + float(r['opt_bytes'])) / MIB:.3f}",
@@ -99,7 +103,7 @@ def comms_section(results: Path) -> list[str]:
     return out or ["_No runs yet._"]
 
 
-def activations_section(results: Path, plots: list[str]) -> list[str]:
+def activations_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("activations_*.csv")):
         rows = ap.read(path)
@@ -113,7 +117,7 @@ def activations_section(results: Path, plots: list[str]) -> list[str]:
         out += [f"**{path.stem}** ({provenance(rows)}; {shape})", "",
                 *ap.table(["t", "recompute", "measured MiB", "torch terms MiB", "planner MiB",
                            "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), ""]
-        plots.append(plot_activations(rows, LAB / f"{path.stem}.png"))
+        plots.append(plot_activations(rows, out_dir / f"{path.stem}.png"))
     return out or ["_Not measured yet: `make parallel-3d-activations`._"]
 
 
@@ -151,15 +155,28 @@ def plot_at_scale(rows: list[dict], path: Path) -> str:
     return path.name
 
 
-def at_scale_section(results: Path, plots: list[str]) -> list[str]:
+def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     text = ap.render(results)
     if (results / "at_scale.csv").exists():
-        plots.append(plot_at_scale(ap.read(results / "at_scale.csv"), LAB / "at_scale.png"))
+        plots.append(plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png"))
     return [text]
 
 
+def activation_ratio(r: dict) -> float:
+    """PyTorch's activation bytes per block over the planner's, for an at-scale row's shape and degrees
+    (activations.torch_terms against planner_bridge: the terms the activation study verifies at small size)."""
+    import activations
+    import planner_bridge as pb
+
+    i = {k: int(r[k]) for k in ("microbatch", "seq", "hidden", "heads", "tp")}
+    sh = activations.Shape(i["microbatch"], i["seq"], i["hidden"], i["heads"], i["heads"], 4 * i["hidden"])
+    return (activations.torch_terms(sh, i["tp"], r["recompute"], 2)
+            / pb.activation_bytes_per_layer(sh.gpt(), i["tp"], r["recompute"], i["microbatch"], 2))
+
+
 def conclusions(results: Path) -> list[str]:
-    """Sentences whose numbers come from the at-scale rows: where a plan would not fit, where bytes differ."""
+    """Sentences whose numbers come from the at-scale rows: the state bytes, and what the peak holds beyond the
+    planner's total (the largest named effects)."""
     path = results / "at_scale.csv"
     if not path.exists():
         return ["_Run the at-scale study first._"]
@@ -169,16 +186,25 @@ def conclusions(results: Path) -> list[str]:
         peak, total = state + float(r["peak_bytes"]), float(r["planner_total_bytes"])
         m, p, e = ap.values(r, "state")
         verdict = "within" if abs(e - m) <= 0.03 * m else "outside"
-        out.append(f"- **{r['study']} ({r['role']} stage, {ap.degrees(r)})**: state bytes {ap._gb(m)} GB against the "
-                   f"planner's {ap._gb(p)} GB ({ap._pct(p, m)}); after the named terms {ap._gb(e)} GB, {verdict} 3%. "
-                   f"At the step's peak PyTorch holds {peak / ap.GB:.1f} GB where the planner expects "
-                   f"{total / ap.GB:.1f} GB ({(peak - total) / total:+.0%}).")
+        acts = float(r["planner_activations_bytes"])
+        ratio = activation_ratio(r)
+        effects = [f"the activations: PyTorch's tensors are {ratio:.2f}x Korthikanti's at t = {r['tp']} "
+                   f"({acts * ratio / ap.GB:.1f} GB where the planner has {acts / ap.GB:.1f} GB)"]
+        if int(r["pp"]) > 1:
+            unsharded = float(r["grad_bytes"]) * int(r["dp"])
+            effects.append(f"pipelining's unsharded fp32 gradients, {unsharded / ap.GB:.1f} GB for the whole step")
+        out.append(f"- **{r['study']} ({r['role']} stage, {ap.degrees(r)})**: the planner's state bytes "
+                   f"({ap._gb(p)} GB) are {ap._pct(p, m)} off PyTorch's {ap._gb(m)} GB; with the named terms "
+                   f"{ap._gb(e)} GB, {verdict} 3%. At the step's peak PyTorch holds {peak / ap.GB:.1f} GB where the "
+                   f"planner expects {total / ap.GB:.1f} GB ({(peak - total) / total:+.0%}); the largest effects: "
+                   + "; ".join(effects) + ".")
     return out
 
 
-def render(results: Path, plots: list[str]) -> str:
+def render(results: Path, plots: list[str], out_dir: Path = LAB) -> str:
     sections = {"runs": runs_section(results), "comms": comms_section(results),
-                "activations": activations_section(results, plots), "at_scale": at_scale_section(results, plots),
+                "activations": activations_section(results, plots, out_dir),
+                "at_scale": at_scale_section(results, plots, out_dir),
                 "conclusions": conclusions(results)}
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
@@ -187,11 +213,8 @@ def render(results: Path, plots: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__.split("\n\n")[0], prog="report.py")
     results = Path(cfg.results)
-    if not results.is_dir():
-        print(f"report.py: error: no results folder {results} (run make parallel-3d first)", file=sys.stderr)
-        return 2
     plots: list[str] = []
-    text = render(results, plots)
+    text = render(results, plots, Path(cfg.out).parent)
     if plots:
         text += "\n\n" + "\n".join(f"![{p}]({p})" for p in plots) + "\n"
     Path(cfg.out).write_text(text)

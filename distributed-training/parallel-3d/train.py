@@ -53,14 +53,14 @@ from stages import split_layers
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
-COLUMNS = ["variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers", "microbatch",
+COLUMNS = ["preset", "variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers", "microbatch",
            "num_microbatches", "global_batch", "model", "n_params", "precision", "optimizer", "step_time_ms",
            "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
            "mem_method", "param_bytes", "grad_bytes", "opt_bytes", "loss_first", "loss_last", "counts_match_design",
            "planner_state_bytes", "planner_activation_bytes", "planner_total_bytes", "planner_step_s",
            "planner_bubble_fraction", "planner_exposed_comm_s", "warmup", "steps", "timing"]
 KEY = ["variant", "tp", "pp", "dp", "world_size", "nnodes"]
-COMM_COLUMNS = ["variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
+COMM_COLUMNS = ["preset", "variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
                 "design_count"]
 COMM_KEY = ["variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "world_size", "nnodes"]
 # Launches with other degrees or variants add rows to the same files (--resume).
@@ -131,7 +131,7 @@ class Run:
         tokens = lay.global_batch * self.gcfg.seq_len
         tps = tokens / t.median_s
         peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None
-        row = {"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero": v.zero, "recompute": v.recompute,
+        row = {"preset": self.preset.name, "variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero": v.zero, "recompute": v.recompute,
                "interleave": v.interleave, "schedule": self.schedule_name(v),
                "stage_layers": ";".join(map(str, split_layers(self.gcfg.n_layers, lay.pp * v.interleave,
                                                               cfg.stage_layers))),

@@ -11,6 +11,7 @@ Every number in the guide is a cost-model projection; no GPU was measured to pro
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from common.hardware import get_preset
 from experiments import degrees, no_fit, plan, shape_of, table
 
 HERE = Path(__file__).resolve().parent
+PARALLEL_3D = HERE.parent / "parallel-3d"
 TEMPLATE = HERE / "guide_template.md"
 OUT = HERE.parent / "PARALLELISM_GUIDE.md"
 MODELS = ("1B", "8B", "70B", "405B", "1T")
@@ -145,8 +147,17 @@ def matrix_domain() -> str:
     return table(["model", "GPUs", "PCIe only", "8-GPU NVLink", "NVL72"], rows)
 
 
-SECTIONS = {"comm_constants": comm_constants, "matrix_main": matrix_main, "matrix_notes": matrix_notes,
-            "matrix_network": matrix_network,
+def planner_vs_pytorch() -> str:
+    """parallel-3d's at-scale study, rendered by that lab from its own CSVs (loaded by path: labs are folders of
+    scripts, not packages)."""
+    spec = importlib.util.spec_from_file_location("parallel3d_against_planner", PARALLEL_3D / "against_planner.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render()
+
+
+SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_constants, "matrix_main": matrix_main,
+            "matrix_notes": matrix_notes, "matrix_network": matrix_network,
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, **experiments.SECTIONS, **accuracy.SECTIONS}
 

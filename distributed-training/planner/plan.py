@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import launch
+import measured_runs
 from cluster import Cluster, calibrate, make_cluster
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
@@ -67,7 +69,8 @@ class PlanConfig:
     peak_tflops: float | None = _f(None, "dense peak TFLOP/s of --precision (MFU denominator); default from --gpu")
     matmul_tflops: float | None = _f(None, "achievable large-GEMM TFLOP/s; default the measured MAMF of --gpu")
     memory_gb: float | None = _f(None, "GPU memory in GB; default from --gpu")
-    calibrate: str | None = _f(None, "allreduce-bench sweep CSV(s), comma-separated or a glob: measured busbw")
+    calibrate: str | None = _f(None, "allreduce-bench sweep CSV(s) (measured busbw) and/or parallel-3d runs CSV(s) "
+                                  "(measured step times), comma-separated or a glob")
     tp: int | None = _f(None, "pin tensor-parallel degree")
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
@@ -117,7 +120,12 @@ class PlanConfig:
                           self.inter_node_gbps, self.peak_tflops, self.matmul_tflops, self.memory_gb)
         if self.calibrate:
             paths = sorted({p for pat in self.calibrate.split(",") for p in (glob.glob(pat.strip()) or [pat.strip()])})
-            cl = calibrate(cl, paths)
+            runs = [p for p in paths if measured_runs.is_runs_csv(p)]  # parallel-3d's measured runs
+            sweeps = [p for p in paths if p not in runs]  # allreduce-bench sweeps
+            if sweeps:
+                cl = calibrate(cl, sweeps)
+            if runs:
+                cl = measured_runs.calibrate_from_runs(cl, runs)
         w = Workload(shape, batch, self.precision, float(self.grad_bytes), self.sequence_parallel,
                      self.flash_attention, self.dropout, self.fused_kernels, self.rope, self.attention_kernel,
                      self.tp_overlap, self.dp_overlap)
@@ -127,6 +135,14 @@ class PlanConfig:
             reasons = list(dict.fromkeys(r["reason"] for r in sorted(rejected, key=len)))  # fewest degrees first
             raise ValueError("no configuration divides: " + "; ".join(reasons[:3]))
         return w, cl, pins
+
+
+def run_commands(w: Workload, cl: Cluster, res: Result) -> dict | None:
+    """How to run the best plan in parallel-3d (launch.py)."""
+    if not res.best:
+        return None
+    model = {k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")}
+    return launch.commands(res.best, model, cl.gpu, w.global_batch)
 
 
 def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
@@ -150,7 +166,8 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
         "error_band": error_band(),
-        "best": res.best, "candidates": res.candidates, "near_ties": res.near_ties, "rejected": res.rejected,
+        "best": res.best, "run": run_commands(w, cl, res), "candidates": res.candidates, "near_ties": res.near_ties,
+        "rejected": res.rejected,
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
     }
 
@@ -197,7 +214,7 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
                   f"      memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
                   f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
-                              for k in ("tp", "pp", "dp", "cp"))]
+                              for k in ("tp", "pp", "dp", "cp")), ""] + launch.lines(run_commands(w, cl, res))
         if res.near_ties:
             lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the "
                           "model's own error: practitioners' rules chose (choose.py); the runners-up and why each "

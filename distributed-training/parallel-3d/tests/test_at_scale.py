@@ -1,0 +1,38 @@
+"""The fake-world study at small size: the real code as one rank of 8, against the design and the named terms."""
+
+import pytest
+
+import at_scale
+import explain as ex
+import planner_bridge as pb
+from common.model import GPTConfig
+from settings import Layout
+from stages import stage_specs
+
+CFG = GPTConfig(vocab_size=512, seq_len=64, d_model=64, n_layers=6, n_heads=4, d_ff=256)
+# TP2 x PP2 x DP2, ZeRO-3, interleaved over 4 uneven stages: every dimension and the explicit unshard plan
+DEGREES = pb.Degrees(tp=2, pp=2, dp=2, zero=3, microbatch=1, num_microbatches=4, interleave=2, recompute="full")
+
+
+@pytest.mark.parametrize("rank", [0, 4], ids=["first-stage", "last-stage"])
+def test_one_rank_of_eight_matches_the_design_and_the_terms(rank):
+    m = at_scale.isolated(at_scale.measure, CFG, DEGREES, rank, DEGREES.zero)
+    assert m["counts_match_design"]
+    pp_rank = rank // (DEGREES.dp * DEGREES.tp)
+    specs = stage_specs(CFG.n_layers, DEGREES.pp, DEGREES.interleave, pp_rank)
+    # FSDP2 stores 4 B of fp32 parameter, 4 B of fp32 gradient and 8 B of AdamW state per stored element
+    stored = ex.rank_state_numel(CFG, Layout(*DEGREES[:3], DEGREES.microbatch, DEGREES.num_microbatches), specs)
+    assert (m["param_bytes"], m["grad_bytes"], m["opt_bytes"]) == (4 * stored, 4 * stored, 8 * stored)
+    # planner + named terms = measured, for the state and every dimension's bus bytes
+    pred = pb.predict(CFG, DEGREES, "h100")
+    terms = at_scale.terms_for(CFG, DEGREES, pp_rank, pred, m)
+    state = sum(pred.memory_bytes[k] for k in ("params", "grads", "optimizer"))
+    assert state + sum(t.bytes for t in terms if t.quantity == "state") == pytest.approx(16 * stored)
+    for q in ("tp", "pp", "dp"):
+        explained = pred.bus_bytes[q] + sum(t.bytes for t in terms if t.quantity == q)
+        assert explained == pytest.approx(m[f"{q}_bus_bytes"], rel=1e-9), q
+    assert m["peak_bytes"] > 0
+
+
+def test_planner_zero_1_runs_as_zero_2():
+    assert [at_scale.run_zero(z) for z in (0, 1, 2, 3)] == [2, 2, 2, 3]

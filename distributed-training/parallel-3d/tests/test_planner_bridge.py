@@ -1,0 +1,58 @@
+"""The planner's terms as this lab reads them: bus bytes by hand, and `make plan`'s command accepted by the runner."""
+
+import sys
+
+import pytest
+
+import planner_bridge as pb
+from common.model import GPTConfig
+from settings import Config, check, gpt_config, variants
+
+G = GPTConfig(vocab_size=1024, seq_len=128, d_model=64, n_layers=8, n_heads=4, d_ff=256)
+
+
+def test_bus_bytes_by_hand():
+    t, p, d, b, m = 2, 2, 4, 2, 4
+    pred = pb.predict(G, pb.Degrees(t, p, d, 3, b, m, 1, "none"), "h100")
+    act = 2 * b * G.seq_len * G.d_model  # one bf16 (b, s, h) activation
+    # TP (SC21): 4 all-reduce-equivalents of act per layer and micro-batch on L/p layers, ring factor 2(t-1)/t
+    assert pred.bus_bytes["tp"] == pytest.approx(G.n_layers / p * 4 * m * 2 * (t - 1) / t * act)
+    # PP: one transfer each way per micro-batch, this rank's 1/t of the activation
+    assert pred.bus_bytes["pp"] == pytest.approx(2 * m * act / t)
+    # DP, ZeRO-3: per micro-batch 2 bf16 all-gathers + 1 fp32 reduce-scatter of the stage, ring factor (d-1)/d
+    psi = pb.stage_params(G, t, p)
+    assert pred.bus_bytes["dp"] == pytest.approx(m * (2 * 2 + 4) * psi * (d - 1) / d)
+    assert pred.times_s["step_s"] > 0 and pb.predict(G, pb.Degrees(1, 1, 1, 3, 1, 1, 1, "none"), None).times_s is None
+
+
+def test_activation_formula_is_korthikanti_without_dropout():
+    # sequence parallelism, FlashAttention, no dropout: 32 bytes/sbh at t = 1 (34 minus the masks), /t with SP
+    sbh = G.seq_len * 2 * G.d_model  # micro-batch 2
+    assert pb.activation_bytes_per_layer(G, 1, "none", 2) == pytest.approx(32 * sbh)
+    assert pb.activation_bytes_per_layer(G, 2, "none", 2) == pytest.approx(16 * sbh)
+    # full recompute: the block input, 2 sbh / t in bf16; in fp32 every term doubles
+    assert pb.activation_bytes_per_layer(G, 2, "full", 2, elem_bytes=4) == pytest.approx(2 * sbh)
+
+
+@pytest.mark.parametrize("params, gpus", [("8B", 64), ("405B", 4096)])
+def test_the_plan_command_runs_here(params, gpus, monkeypatch):
+    """`make plan` prints train.py flags; parsed by this lab's own config they describe the planner's choice."""
+    pb._planner()
+    import launch
+    import plan as planner_cli
+
+    cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1)
+    w, cl, pins = cfg.resolve()
+    res = sys.modules["search"].search(w, cl, pins, top=1)
+    cmd = planner_cli.run_commands(w, cl, res)
+    flags = cmd["torchrun"].split(launch.RUNNER)[1].split()
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    from common.config import parse_config
+
+    run = parse_config(Config, [f.replace("--gpu=h100", "--gpu=cpu") for f in flags])
+    layout = check(run, gpt_config(run), gpus)
+    best = res.best
+    assert (layout.tp, layout.pp, layout.dp, layout.microbatch, layout.num_microbatches) == \
+        (best["tp"], best["pp"], best["dp"], best["microbatch"], best["num_microbatches"])
+    assert [v.interleave for v in variants(run)] == [best["interleave"]]
+    assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd["slurm"]

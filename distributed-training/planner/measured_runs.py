@@ -1,0 +1,60 @@
+"""Calibration from parallel-3d's measured training runs (../parallel-3d/results/runs_<gpu>.csv).
+
+Each row of such a file is a real step time of one configuration on one GPU type, with the planner's own
+prediction for that configuration (planner_step_s, priced with the uncalibrated table figures when the run
+was made). The ratio predicted / measured says how much faster the planner thought the GPUs were; the
+median over the rows of this cluster's GPU scales the achievable matmul rate (and the bf16 rate used for
+attention). This is one lumped factor: it folds whatever the model misses (kernel efficiency, launch and
+Python overhead, exposed communication) into the compute rate, which is where the planner is most
+optimistic (guide section 5). Rows from another GPU, or from the CPU preset (no prediction), are not used;
+a file with none for this cluster is an error, not a silent no-op.
+
+    make plan ARGS="--params 8B --gpus 64 --calibrate distributed-training/parallel-3d/results/runs_h100.csv"
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from cluster import Cluster
+
+COLUMNS = {"step_time_ms", "planner_step_s", "preset"}
+
+
+def is_runs_csv(path: str) -> bool:
+    """True for a parallel-3d runs CSV (by its header); False for anything else, missing files included."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with open(p, newline="") as f:
+        header = next(csv.reader(f), [])
+    return COLUMNS <= set(header)
+
+
+def ratios(cluster: Cluster, paths: list[str]) -> list[float]:
+    out = []
+    for path in paths:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    predicted, measured = float(row["planner_step_s"] or "nan"), float(row["step_time_ms"]) / 1e3
+                except ValueError:
+                    raise ValueError(f"--calibrate: {path} has a row that is not numbers: {row}") from None
+                if row["preset"] == cluster.gpu and predicted > 0 and measured > 0:
+                    out.append(predicted / measured)
+    return out
+
+
+def calibrate_from_runs(cluster: Cluster, paths: list[str]) -> Cluster:
+    found = ratios(cluster, paths)
+    if not found:
+        raise ValueError(f"--calibrate: no parallel-3d runs on {cluster.gpu} with a planner prediction in "
+                         f"{', '.join(paths)} (CPU rows cannot calibrate a GPU cluster)")
+    r = statistics.median(found)
+    note = (f"matmul rate x {r:.3f}: median predicted/measured step time of {len(found)} parallel-3d run(s) on "
+            f"{cluster.gpu}")
+    return replace(cluster, matmul_tflops=cluster.matmul_tflops * r, bf16_matmul_tflops=cluster.bf16_matmul_tflops * r,
+                   notes=(*cluster.notes, note))

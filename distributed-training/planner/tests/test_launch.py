@@ -1,0 +1,62 @@
+"""plan.py prints the command that runs its choice in parallel-3d, and calibrates from parallel-3d's runs."""
+
+import csv
+
+import pytest
+
+import launch
+import plan
+from cluster import make_cluster
+from common.hardware import get_preset
+from measured_runs import calibrate_from_runs
+
+MODEL = dict(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=4096, ffn=20480)
+
+
+def _plan(**kw):
+    return {"tp": 8, "pp": 2, "dp": 4, "cp": 1, "zero": 3, "microbatch": 1, "interleave": 2, "recompute": "full",
+            **kw}
+
+
+def test_commands_carry_every_degree_and_the_shape():
+    cmds = launch.commands(_plan(), MODEL, "h100", 64)
+    assert "--nnodes 8 --nproc-per-node 8" in cmds["torchrun"] and "sbatch --nodes=8" in cmds["slurm"]
+    for flag in ("--tp=8", "--pp=2", "--dp=4", "--zero=3", "--microbatch=1", "--global-batch=64", "--interleave=2",
+                 "--recompute=full", "--layers=24", "--hidden=5120", "--kv-heads=40", "--seq=4096"):
+        assert flag in cmds["torchrun"], flag
+    assert "TP=8 PP=2 DP=4 GPU=h100" in cmds["slurm"] and cmds["notes"] == []
+    notes = launch.commands(_plan(zero=1, cp=2, dp=2), MODEL, "h100", 64)["notes"]
+    assert any("ZeRO-1 is not an FSDP2 mode" in n for n in notes) and any("no context parallelism" in n for n in notes)
+    assert "--zero=2" in launch.commands(_plan(zero=0), MODEL, "h100", 64)["torchrun"]
+
+
+def test_plan_prints_the_command(capsys):
+    assert plan.main(["--params", "1B", "--gpus", "16", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "run it (parallel-3d" in out and "parallel-3d/train.py --gpu=h100" in out and "sbatch --nodes=2" in out
+
+
+def _runs_csv(path, rows):
+    cols = ["preset", "variant", "step_time_ms", "planner_step_s"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, cols)
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def test_calibration_from_measured_runs(tmp_path, capsys):
+    cl = make_cluster(get_preset("h100"), 8)
+    path = _runs_csv(tmp_path / "runs_h100.csv", [
+        {"preset": "h100", "variant": "a", "step_time_ms": 2000.0, "planner_step_s": 1.0},  # twice as slow
+        {"preset": "h100", "variant": "b", "step_time_ms": 1000.0, "planner_step_s": 0.8},
+        {"preset": "h100", "variant": "c", "step_time_ms": 1250.0, "planner_step_s": 1.0},
+        {"preset": "cpu", "variant": "d", "step_time_ms": 9000.0, "planner_step_s": ""}])  # not this cluster's
+    got = calibrate_from_runs(cl, [path])
+    assert got.matmul_tflops == pytest.approx(cl.matmul_tflops * 0.8)  # the median of 0.5, 0.8, 0.8
+    assert any("3 parallel-3d run(s)" in n for n in got.notes)
+    cpu_only = _runs_csv(tmp_path / "runs_cpu.csv", [{"preset": "cpu", "variant": "a", "step_time_ms": 5.0,
+                                                      "planner_step_s": ""}])
+    with pytest.raises(SystemExit) as e:
+        plan.main(["--params", "1B", "--gpus", "8", "--calibrate", cpu_only])
+    assert e.value.code == 2 and "no parallel-3d runs on h100" in capsys.readouterr().err
