@@ -100,7 +100,8 @@ reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its
 # part runs under a SIGTERM time limit (a run stopped there checkpoints and keeps its rows), writes its
 # own CSVs and reports, and a failure in one step does not cancel the next. `make gpu-suite` runs all
 # four; `make gpu-suite PART=2` one of them. Times on one H100 80GB (first run, commit 68dffd983166):
-#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s
+#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s; then
+#      parallel-3d (1 GPU: baseline + activations; 8+ GPUs also TP2 x PP2 x DP2)         not run yet
 #   2  fp8-train at the preset: BF16 x2 seeds vs FP8 via torchao, TE, native           404 s (TE not yet
 #                                                                                      installed then)
 #   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s
@@ -114,7 +115,7 @@ GPU_PARTS := $(if $(filter all,$(PART)),1 2 3 4,$(PART))
 .PHONY: gpu-suite gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 results-archive \
         results-import wheelhouse
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduce | fp8 | fsdp | fp8 bench
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench
 	@case "$(PART)" in all|1|2|3|4) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, all" >&2; exit 2;; esac
 	@test "$(NGPUS)" != "0" || { echo "error: gpu-suite needs NVIDIA GPUs and nvidia-smi lists none" \
 	  "(CPU presets: make allreduce-bench, make fsdp-scaling, ...)" >&2; exit 2; }
@@ -129,6 +130,7 @@ gpu-suite-part-1:
 	$(PYTHON) -m pytest -m gpu -rs || echo "gpu-suite: GPU-only tests FAILED; the measurements go on" >&2
 	$(MAKE) tp-attention-gpu
 	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead
+	$(MAKE) parallel-3d-gpu
 
 gpu-suite-part-2:
 	$(MAKE) fp8-train-run fp8-train-report

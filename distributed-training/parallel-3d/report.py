@@ -26,7 +26,7 @@ MIB = 2**20
 @dataclass(frozen=True)
 class ReportConfig:
     results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
-    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots beside it)"})
+    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots in plots/ beside it)"})
 
     def __post_init__(self):
         if not Path(self.results).is_dir():
@@ -201,7 +201,7 @@ def conclusions(results: Path) -> list[str]:
     return out
 
 
-def render(results: Path, plots: list[str], out_dir: Path = LAB) -> str:
+def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
     sections = {"runs": runs_section(results), "comms": comms_section(results),
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__.split("\n\n")[0], prog="report.py")
     results = Path(cfg.results)
     plots: list[str] = []
-    text = render(results, plots, Path(cfg.out).parent)
+    text = render(results, plots, Path(cfg.out).parent / "plots")
     if plots:
-        text += "\n\n" + "\n".join(f"![{p}]({p})" for p in plots) + "\n"
+        text += "\n\n" + "\n".join(f"![{p}](plots/{p})" for p in plots) + "\n"
     Path(cfg.out).write_text(text)
     print(f"wrote {cfg.out} ({len(text.splitlines())} lines, {len(plots)} plots)")
     return 0

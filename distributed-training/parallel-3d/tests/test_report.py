@@ -1,4 +1,4 @@
-"""The report and the guide's section from the committed CSVs: every section filled, plots written beside it."""
+"""The report and the guide's section from the committed CSVs: every section filled, plots in plots/ beside it."""
 
 import shutil
 from pathlib import Path
@@ -21,7 +21,7 @@ def test_report_from_the_committed_csvs(tmp_path):
     for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5."):
         assert heading in text
     assert "_No runs yet" not in text and "_Not measured yet" not in text
-    assert (tmp_path / "at_scale.png").exists() and list(tmp_path.glob("activations_*.png"))
+    assert (tmp_path / "plots" / "at_scale.png").exists() and list((tmp_path / "plots").glob("activations_*.png"))
     section = against_planner.render(results)
     assert section in text and "residual" in section
 
