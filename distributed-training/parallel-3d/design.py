@@ -115,7 +115,10 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], f
     return +out  # drop zeros
 
 
-def _tp_local_shapes(g: GPTConfig, t: int) -> tuple[list[tuple[int, int]], list[tuple[int, ...]], list[tuple[int, ...]]]:
+Shapes = list[tuple[int, ...]]
+
+
+def tp_local_shapes(g: GPTConfig, t: int) -> tuple[Shapes, Shapes, Shapes]:
     """Each parameter's shape on one TP rank (parallelize.py's plan): (block, first-stage root, last-stage root)."""
     d, hd = g.d_model, g.head_dim
     q, kv, f = g.n_heads * hd // t, g.kv_heads * hd // t, g.ffn // t
@@ -141,7 +144,7 @@ def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: li
     fsdp = dp > 1 if fsdp is None else fsdp
     reductions = _reductions(layout, fsdp)
     act = b * g.seq_len * g.d_model * act_bytes  # (b, T, d): every TP collective inside a block
-    block, first, last = _tp_local_shapes(g, t)
+    block, first, last = tp_local_shapes(g, t)
     out = Counter()
     for s in specs:
         n = len(s.layers)

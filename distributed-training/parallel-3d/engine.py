@@ -31,7 +31,6 @@ does when it is there.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import NamedTuple
 
@@ -191,14 +190,7 @@ class Engine:
 
     def design(self) -> dict:
         """Keyword arguments of design.predicted_counts/predicted_payloads for this rank."""
-        orders = schedule_orders(self.schedule, self.specs, self.pp_rank, self.layout.num_microbatches) \
-            if self.schedule is not None else None
-        return {"fsdp": self.fsdp, "orders": orders}
-
-    def tokens_per_step(self) -> int:
-        return self.layout.global_batch * self.gcfg.seq_len
-
-    def describe(self) -> str:
-        layers = [len(s.layers) for s in self.specs]
-        return (f"pp rank {self.pp_rank}: stages {[s.index for s in self.specs]} with {layers} layers, "
-                f"{sum(p.numel() for p in self.params):,} local parameters, {math.prod(self.layout[:3])} ranks")
+        if self.schedule is None:
+            return {"fsdp": self.fsdp, "orders": None}
+        return {"fsdp": self.fsdp,
+                "orders": schedule_orders(self.schedule, self.specs, self.pp_rank, self.layout.num_microbatches)}

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import planner_bridge as pb
 from common.model import GPTConfig
-from design import _tp_local_shapes, fsdp_numel
+from design import tp_local_shapes, fsdp_numel
 from settings import Layout
 from stages import StageSpec
 
@@ -42,7 +42,7 @@ class Term(NamedTuple):
 
 def unit_numels(g: GPTConfig, tp: int, dp: int, specs: list[StageSpec]) -> tuple[int, int]:
     """(blocks, roots): elements of this rank's FSDP units as gathered (TP-local, padded), summed."""
-    block, first, last = _tp_local_shapes(g, tp)
+    block, first, last = tp_local_shapes(g, tp)
     blocks = sum(len(s.layers) for s in specs) * fsdp_numel(block, dp)
     roots = sum(fsdp_numel((first if s.is_first else []) + (last if s.is_last else []), dp) for s in specs)
     return blocks, roots

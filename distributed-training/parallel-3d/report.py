@@ -26,7 +26,8 @@ MIB = 2**20
 @dataclass(frozen=True)
 class ReportConfig:
     results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
-    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots in plots/ beside it)"})
+    out: str = field(default=str(LAB / "REPORT.md"),
+                     metadata={"help": "the report to write (plots in plots/ beside it)"})
 
     def __post_init__(self):
         if not Path(self.results).is_dir():
@@ -67,7 +68,8 @@ def runs_section(results: Path) -> list[str]:
         for r in rows:
             mfu = _f(r, "mfu")
             body.append([f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}", r["schedule"], r["stage_layers"].replace(";", ","),
-                         f"Z{r['zero']}" if r["dp"] != "1" else "-", r["recompute"], f"{r['microbatch']}×{r['num_microbatches']}",
+                         f"Z{r['zero']}" if r["dp"] != "1" else "-", r["recompute"],
+                         f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
                          "-" if mfu is None else f"{mfu:.1%}", f"{float(r['peak_mem_bytes']) / MIB:.2f}",
                          f"{(float(r['param_bytes']) + float(r['grad_bytes']) + float(r['opt_bytes'])) / MIB:.3f}",

@@ -53,8 +53,8 @@ from stages import split_layers
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
-COLUMNS = ["preset", "variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers", "microbatch",
-           "num_microbatches", "global_batch", "model", "n_params", "precision", "optimizer", "step_time_ms",
+COLUMNS = ["preset", "variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers",
+           "microbatch", "num_microbatches", "global_batch", "model", "n_params", "precision", "optimizer", "step_time_ms",
            "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
            "mem_method", "param_bytes", "grad_bytes", "opt_bytes", "loss_first", "loss_last", "counts_match_design",
            "planner_state_bytes", "planner_activation_bytes", "planner_total_bytes", "planner_step_s",
@@ -131,7 +131,8 @@ class Run:
         tokens = lay.global_batch * self.gcfg.seq_len
         tps = tokens / t.median_s
         peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None
-        row = {"preset": self.preset.name, "variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero": v.zero, "recompute": v.recompute,
+        row = {"preset": self.preset.name, "variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero": v.zero,
+               "recompute": v.recompute,
                "interleave": v.interleave, "schedule": self.schedule_name(v),
                "stage_layers": ";".join(map(str, split_layers(self.gcfg.n_layers, lay.pp * v.interleave,
                                                               cfg.stage_layers))),

@@ -27,7 +27,8 @@ def _listing() -> list[str]:
     (["--recompute", "some"], "--recompute 'some'"),
     (["--gpu", "h100"], "needs a CUDA GPU"),
     (["--tp", "2", "--steps", "-1"], "--steps must be >= 0"),
-], ids=["tp-heads", "zero1", "interleave-no-pp", "world", "stage-layers", "interleave-m", "no-torchrun", "1f1b-m", "recompute",
+], ids=["tp-heads", "zero1", "interleave-no-pp", "world", "stage-layers", "interleave-m", "no-torchrun", "1f1b-m",
+        "recompute",
         "no-gpu", "steps"])
 def test_runner_refuses_in_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
