@@ -35,7 +35,7 @@ from common.results import ResultsWriter, provenance
 from footprint import PeakTracker
 from parallelize import apply_recompute, apply_tp
 from settings import RECOMPUTE
-from stages import StageModule, StageSpec
+from pipeline_stages import StageModule, StageSpec
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"

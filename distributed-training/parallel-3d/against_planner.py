@@ -2,13 +2,15 @@
 
 One renderer for two documents: this lab's REPORT.md and the section "The planner against PyTorch" of
 PARALLELISM_GUIDE.md (planner/guide.py loads this file by path). It reads CSVs with the standard library
-only (no torch, no pandas), so the guide stays quick to generate.
+and common.markdown only (no torch, no pandas), so the guide stays quick to generate.
 """
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+
+from common import markdown
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GB = 1e9
@@ -22,8 +24,8 @@ def read(path: Path) -> list[dict]:
 
 
 def table(header: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|",
-            *("| " + " | ".join(str(x) for x in r) + " |" for r in rows)]
+    """common.markdown's table, first column left, the rest right, as lines."""
+    return markdown.table(header, rows, align="l" + "r" * (len(header) - 1)).split("\n")
 
 
 def _f(row: dict, key: str) -> float:

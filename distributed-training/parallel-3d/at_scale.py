@@ -58,7 +58,7 @@ from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
 from settings import Layout, Variant
-from stages import stage_specs
+from pipeline_stages import stage_specs
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -117,10 +117,10 @@ def run_zero(planner_zero: int) -> int:
     return 3 if planner_zero == 3 else 2
 
 
-def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
+def measure(g, d: pb.Degrees, rank: int) -> dict:
     """Rank `rank` of the full world on the fake group: two steps, the second measured."""
     layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches)
-    variant = Variant(zero, d.recompute, d.interleave)
+    variant = Variant(d.zero, d.recompute, d.interleave)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=d.gpus)
     try:
         mesh = build_mesh("cpu", d.pp, d.dp, d.tp)
@@ -128,7 +128,7 @@ def measure(g, d: pb.Degrees, rank: int, zero: int) -> dict:
         # Built on the meta device outside the fake mode (FSDP2 computes mesh coordinates with data-dependent
         # ops), materialised and stepped inside it.
         eng = Engine(g, layout, variant, mesh, torch.device("cpu"), param_dtype=torch.bfloat16, init="fake",
-                     fake_mode=fake)
+                     fake_mode=fake, stage_layers=d.stage_layers)
         if eng.schedule is not None:
             skip_p2p_vote(eng.schedule)
         with fake:
@@ -185,11 +185,11 @@ def isolated(fn, *args):
 
 
 def terms_for(g, d: pb.Degrees, pp_rank: int, pred: pb.Prediction, m: dict) -> list[ex.Term]:
-    specs = stage_specs(g.n_layers, d.pp, d.interleave, pp_rank)
+    specs = stage_specs(g.n_layers, d.pp, d.interleave, pp_rank, d.stage_layers)
     piped = d.pp > 1
     reductions = d.num_microbatches if not piped else 1
-    return (ex.state_terms(g, d, specs, pred.memory_bytes)
-            + ex.tp_terms(g, d, specs, pred.bus_bytes["tp"], reductions, 4 if piped else 2)
+    return (ex.state_terms(g, d, specs, pred)
+            + ex.tp_terms(g, d, specs, pred, reductions, 4 if piped else 2)
             + ex.pp_terms(g, d, specs)
             + ex.dp_terms(g, d, specs, pred.bus_bytes["dp"], m["design_dp_bus_bytes"], m["dp_all_gathers"],
                           m["dp_reduce_scatters"]))
@@ -205,7 +205,7 @@ def study_rows(study: str, gpu: str) -> tuple[list[dict], list[dict]]:
     rows, terms = [], []
     for role, rank in roles:
         t0 = time.perf_counter()
-        m = isolated(measure, g, d, rank, d.zero)
+        m = isolated(measure, g, d, rank)
         pp_rank = rank // (d.dp * d.tp)
         named = terms_for(g, d, pp_rank, pred, m)
         terms += [{"study": study, "role": role, "quantity": t.quantity, "term": t.name, "bytes": t.bytes}

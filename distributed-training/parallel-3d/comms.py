@@ -26,6 +26,8 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from common.collective_cost import COLLECTIVES, busbw_factor
+
 _KINDS = {
     "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
     "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_out": "all_gather",
@@ -41,15 +43,13 @@ KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "send", "rec
 
 
 def bus_factor(kind: str, n: int) -> float:
-    """Bytes one rank moves per payload byte (nccl-tests' bus factors; a send moves its payload once).
-    NOTE: the same factors as fsdp-scaling/memory_model.py and allreduce-bench/busbw.py (issue 16 moves
-    them to common/)."""
+    """Bytes one rank moves per payload byte: nccl-tests' bus factor (common.collective_cost); a send moves its
+    payload once, a receive nothing more (the sender's link carried it)."""
     if kind == "send":
-        return 1.0
-    if n <= 1 or kind == "recv":
+        return busbw_factor("send_recv", 2)
+    if n <= 1 or kind not in COLLECTIVES:
         return 0.0
-    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "broadcast": 1.0}.get(kind, 0.0)
+    return busbw_factor(kind, n)
 
 
 class Call(NamedTuple):

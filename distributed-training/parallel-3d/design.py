@@ -41,7 +41,7 @@ from collections import Counter
 
 from common.model import GPTConfig
 from settings import Layout, Variant
-from stages import StageSpec
+from pipeline_stages import StageSpec
 
 
 def one_f_one_b(stage_index: int, n_stages: int, m: int) -> str:

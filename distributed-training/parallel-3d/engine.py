@@ -7,7 +7,7 @@
 
 Construction, per rank: the full GPT is built from the seed (or on the meta device when it is too big
 for one rank's memory, then materialised shard by shard), cut into this pipeline rank's stages
-(stages.py), and each stage gets TP, recompute and FSDP2 (parallelize.py). With pp > 1 each stage
+(pipeline_stages.py), and each stage gets TP, recompute and FSDP2 (parallelize.py). With pp > 1 each stage
 becomes a torch.distributed.pipelining PipelineStage with static input/output shapes (no
 shape-inference pass), driven by Schedule1F1B (one stage per rank) or ScheduleInterleaved1F1B (v > 1).
 With pp = 1 there is no pipeline: the micro-batches run one after the other (gradient accumulation), as
@@ -45,7 +45,7 @@ from design import schedule_orders
 from footprint import state_bytes
 from parallelize import local_params, parallelize, plain_name
 from settings import Layout, Variant
-from stages import StageModule, boundary_shapes, build_stages, stage_specs
+from pipeline_stages import StageModule, boundary_shapes, build_stages, stage_specs
 
 FULL_INIT_LIMIT_BYTES = 2 << 30  # above this the model is built on the meta device and initialised per shard
 

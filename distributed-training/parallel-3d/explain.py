@@ -31,7 +31,7 @@ import planner_bridge as pb
 from common.model import GPTConfig
 from design import tp_local_shapes, fsdp_numel
 from settings import Layout
-from stages import StageSpec
+from pipeline_stages import StageSpec
 
 
 class Term(NamedTuple):
@@ -53,9 +53,9 @@ def rank_state_numel(g: GPTConfig, layout: Layout, specs: list[StageSpec]) -> in
     return sum(unit_numels(g, layout.tp, layout.dp, specs)) // layout.dp
 
 
-def state_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_mem: dict[str, float]) -> list[Term]:
+def state_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], pred: pb.Prediction) -> list[Term]:
     """Planner state (params + grads + optimizer) -> FSDP2's 16 B per stored parameter, term by term."""
-    psi, n = pb.stage_params(g, d.tp, d.pp), d.dp
+    psi, n, planner_mem = pred.stage_params, d.dp, pred.memory_bytes
     terms = []
     if d.zero == 3:
         terms.append(Term("state", "ZeRO-3's bf16 copy of the shard (FSDP2 keeps the fp32 shard only)", -2 * psi / n))
@@ -75,15 +75,16 @@ def _ring(n: int) -> float:
     return (n - 1) / n if n > 1 else 0.0
 
 
-def tp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_bus: float, reductions: int,
+def tp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], pred: pb.Prediction, reductions: int,
              norm_bytes: int, e: int = 2) -> list[Term]:
     t, m, b = d.tp, d.num_microbatches, d.microbatch
     if t == 1:
         return []
     act = b * g.seq_len * g.d_model * e
     layers = sum(len(s.layers) for s in specs)
-    per_layer = planner_bus / (g.n_layers / d.pp) if planner_bus else 0.0
-    terms = [Term("tp", "this rank's layers (the planner prices L/p)", per_layer * (layers - g.n_layers / d.pp))]
+    per_layer = pred.bus_bytes["tp"] / pred.stage_layers
+    terms = [Term("tp", "this rank's layers (the planner prices its busiest stage's)",
+                  per_layer * (layers - pred.stage_layers))]
     if d.recompute == "full":
         terms.append(Term("tp", "full recompute stops before the last reduce-scatter (3 collectives, not 4)",
                           -layers * m * act * _ring(t)))

@@ -50,7 +50,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from common.fsdp import mixed_precision
-from stages import StageModule
+from pipeline_stages import StageModule
 
 MESH_DIMS = ("pp", "dp", "tp")
 WRAPPED = "_checkpoint_wrapped_module."  # the prefix checkpoint_wrapper adds to parameter names

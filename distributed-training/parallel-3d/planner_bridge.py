@@ -21,29 +21,44 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
+import numpy as np
+
 from common.hardware import get_preset
 from common.model import GPTConfig
 
 PLANNER_DIR = Path(__file__).resolve().parent.parent / "planner"
-RECOMPUTE_CODES = ("none", "selective", "full")  # the planner's recompute codes 0, 1, 2
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 
 
+def _stack() -> dict:
+    """PyTorch's stack as this lab runs it, in the planner's software flags: eager kernels (no torch.compile),
+    FlashAttention-2 through SDPA, learned positions, DTensor TP with every collective on the critical path
+    (no async TP), FSDP2's prefetching overlapping the data-parallel traffic."""
+    Kernels = _planner().compute.Kernels
+    return {"kernels": Kernels(fused=False, attention="fa2", rope=False), "tp_overlap": False, "dp_overlap": True}
+
+
 def _planner() -> SimpleNamespace:
-    """The planner's modules, imported from its folder (appended to sys.path: this lab's names win)."""
+    """The planner's modules, imported from its folder (appended to sys.path: this lab's names win, so no
+    module here may share a name with one there)."""
     if str(PLANNER_DIR) not in sys.path:
         sys.path.append(str(PLANNER_DIR))
     import cluster
+    import compute
     import costs
+    import degrees
+    import launch
     import memory
     import plan
     import search
     import shapes
-    return SimpleNamespace(cluster=cluster, costs=costs, memory=memory, plan=plan, search=search, shapes=shapes)
+    import stages
+    return SimpleNamespace(cluster=cluster, compute=compute, costs=costs, degrees=degrees, launch=launch,
+                           memory=memory, plan=plan, search=search, shapes=shapes, stages=stages)
 
 
 class Degrees(NamedTuple):
-    """A configuration in the planner's terms (cp is always 1 here: this lab has no context parallelism)."""
+    """A configuration in this lab's terms (cp is always 1: this lab has no context parallelism)."""
     tp: int
     pp: int
     dp: int
@@ -52,6 +67,7 @@ class Degrees(NamedTuple):
     num_microbatches: int
     interleave: int
     recompute: str
+    stage_layers: tuple[int, ...] = ()  # per virtual stage; empty = the runner's balanced split
 
     @property
     def gpus(self) -> int:
@@ -62,66 +78,85 @@ class Prediction(NamedTuple):
     memory_bytes: dict[str, float]  # params, grads, optimizer, activations, buffers, total (per GPU)
     bus_bytes: dict[str, float]  # tp, pp, dp, cp: bus bytes per GPU per step
     times_s: dict[str, float] | None  # step_s, compute_s, *_comm_s, *_hidden_s, bubble_s; None without a GPU preset
+    stage_params: float  # the planner's parameters per GPU (its busiest stage, / t)
+    stage_layers: float  # the layers of that stage, on which it prices TP traffic
 
 
 def shape_of(g: GPTConfig):
     return _planner().shapes.Shape(g.n_layers, g.d_model, g.n_heads, g.kv_heads, g.vocab_size, g.seq_len, g.ffn)
 
 
-def gpt_of(shape) -> GPTConfig:
-    return shape.gpt
+def lab_recompute(planner_recompute: str) -> str:
+    """This lab's nearest setting: torchtitan's per-op AC ("op") runs as its selective recompute."""
+    return "selective" if planner_recompute == "op" else planner_recompute
 
 
 def best_plan(params: str, gpus: int, gpu: str = "h100") -> tuple[GPTConfig, Degrees, dict]:
     """The planner's first choice for a standard model of `params` on `gpus` GPUs, without context parallelism
-    (this lab has none); returns the model, the degrees and the planner's candidate record."""
+    (this lab has none), as `make plan` prints it; returns the model, the degrees and the planner's record."""
     P = _planner()
     cfg = P.plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, cp=1, top=1)
     w, cl, pins = cfg.resolve()
     best = P.search.search(w, cl, pins, top=1).best
     if best is None:
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
+    split = P.launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
     d = Degrees(best["tp"], best["pp"], best["dp"], best["zero"], best["microbatch"], best["num_microbatches"],
-                best["interleave"], best["recompute"])
+                best["interleave"], lab_recompute(best["recompute"]), split if len(set(split)) > 1 else ())
     return w.shape.gpt, d, best
 
 
 def _cluster(gpu: str, gpus: int):
-    P = _planner()
-    return P.cluster.make_cluster(get_preset(gpu), gpus, "bf16")
+    return _planner().cluster.make_cluster(get_preset(gpu), gpus, "bf16")
 
 
 def _unit(cl):
     """The same cluster with 1 byte/s links and no latency: time terms become bus bytes."""
-    return dataclasses.replace(cl, intra_gbps=1e-9, inter_gbps=1e-9, alpha_intra_us=0.0, alpha_inter_us=0.0)
+    net = dataclasses.replace(cl.net, intra_GBps=1e-9, nic_GBps=1e-9, alpha_step_us=0.0, alpha_level_us=0.0)
+    return dataclasses.replace(cl, net=net)
 
 
-def _arrays(d: Degrees) -> tuple:
-    return (d.tp, d.pp, 1, d.dp, d.microbatch, d.interleave, d.num_microbatches, d.zero,
-            RECOMPUTE_CODES.index(d.recompute))
+def _planner_degrees(d: Degrees):
+    P = _planner()
+    return P.degrees.Degrees.of(t=d.tp, p=d.pp, c=1, d=d.dp, b=d.microbatch, v=d.interleave, m=d.num_microbatches,
+                                zero=d.zero, recompute=P.degrees.RECOMPUTE.index(d.recompute))
+
+
+def lab_split(g: GPTConfig, d: Degrees):
+    """The planner's StageSplit (first, busiest middle, last rank's layers) of the split this lab runs."""
+    from pipeline_stages import split_layers
+
+    per_stage = split_layers(g.n_layers, d.pp * d.interleave, d.stage_layers)
+    per_rank = [sum(per_stage[r::d.pp]) for r in range(d.pp)]
+    middle = max(per_rank[1:-1], default=0)
+    return _planner().stages.StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
+
+
+def _max_layers(split) -> float:
+    return float(np.maximum(np.maximum(split.first, split.last), split.middle))
 
 
 def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int = GRAD_BYTES) -> Prediction:
-    """The planner's memory (bytes per GPU), bus bytes per step and, with a GPU preset, its times."""
+    """The planner's terms for the configuration this lab runs (its degrees and its split), for PyTorch's
+    stack (_stack): memory per GPU, bus bytes per step and, with a GPU preset, the times."""
     P = _planner()
-    shape = shape_of(g)
-    t, p, c, dp, b, v, m, zero, rec = _arrays(d)
-    mem = P.memory.memory_breakdown(shape, t, p, c, dp, b, v, m, zero, rec, grad_bytes=grad_bytes,
-                                    sequence_parallel=True, flash=True)
+    shape, deg, split = shape_of(g), _planner_degrees(d), lab_split(g, d)
+    mem = P.memory.memory_breakdown(shape, deg, grad_bytes=grad_bytes, sequence_parallel=True, flash=True,
+                                    split=split)
+    psi = float(P.memory.stage_params(shape, d.tp, d.pp, split))
     template = _cluster(gpu if gpu and gpu != "cpu" else "h100", d.gpus)
-    unit = P.costs.step_costs(shape, _unit(template), t, p, c, dp, b, v, m, zero, rec, grad_bytes=grad_bytes)
-    bus = {k: float(unit[f"{k}_comm_s"]) for k in ("tp", "pp", "dp", "cp")}
+    # The unit cluster's own stage split would balance bytes, not time: rescale its split-dependent terms (TP on
+    # the busiest stage's layers, DP on its parameters) to the split this lab runs.
+    unit = P.costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, **_stack())
+    unit_psi = float(P.memory.stage_params(shape, d.tp, d.pp, unit["split"]))
+    bus = {"tp": float(unit["tp_comm_s"]) / _max_layers(unit["split"]) * _max_layers(split),
+           "pp": float(unit["pp_comm_s"]), "dp": float(unit["dp_comm_s"]) * psi / unit_psi,
+           "cp": float(unit["cp_comm_s"])}
     times = None
     if gpu and gpu != "cpu":
-        priced = P.costs.step_costs(shape, template, t, p, c, dp, b, v, m, zero, rec, grad_bytes=grad_bytes)
-        times = {k: float(v_) for k, v_ in priced.items()}
-    return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times)
-
-
-def stage_params(g: GPTConfig, tp: int, pp: int) -> float:
-    """The planner's parameters per GPU: its largest pipeline stage (uniform layers, the embedding on the
-    first, the LM head on the last) divided by TP."""
-    return float(_planner().memory.stage_params(shape_of(g), tp, pp))
+        priced = P.costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, **_stack())
+        times = {k: float(v_) for k, v_ in priced.items() if k != "split"}
+    return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times, psi, _max_layers(split))
 
 
 def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch: int, elem_bytes: int = 2) -> float:
@@ -129,7 +164,7 @@ def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch
     (sequence parallelism, FlashAttention, no dropout). The planner's coefficient is in bf16 bytes; every
     term is a 2-byte tensor then (no 1-byte dropout masks without dropout), so other widths scale it exactly."""
     P = _planner()
-    coef = float(P.memory.activation_coefficient(shape_of(g), tp, RECOMPUTE_CODES.index(recompute),
+    coef = float(P.memory.activation_coefficient(shape_of(g), tp, P.degrees.RECOMPUTE.index(recompute),
                                                  sequence_parallel=True, flash=True, fp8=False, dropout=False))
     return coef * g.seq_len * microbatch * g.d_model * elem_bytes / 2
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from common.hardware import CHOICES
 from common.model import GPTConfig
-from stages import split_layers
+from pipeline_stages import split_layers
 
 ZEROS = (2, 3)  # FSDP2 reshard_after_forward False (ZeRO-2 traffic) / True (ZeRO-3); see parallelize.py
 RECOMPUTE = ("none", "selective", "full")

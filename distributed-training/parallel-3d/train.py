@@ -49,7 +49,7 @@ from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
 from settings import Config, Layout, Variant, check, gpt_config, torchrun_world, variants
-from stages import split_layers
+from pipeline_stages import split_layers
 
 BENCH_VERSION = "1"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -158,7 +158,7 @@ class Run:
     def prediction(self, v: Variant) -> dict:
         lay = self.layout
         d = pb.Degrees(lay.tp, lay.pp, lay.dp, v.zero, lay.microbatch, lay.num_microbatches, v.interleave,
-                       v.recompute)
+                       v.recompute, self.cfg.stage_layers)
         p = pb.predict(self.gcfg, d, self.preset.name if self.preset.name != "cpu" else None)
         mem = p.memory_bytes
         out = {"planner_state_bytes": mem["params"] + mem["grads"] + mem["optimizer"],

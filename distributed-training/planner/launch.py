@@ -1,11 +1,12 @@
 """The command that runs a plan: parallel-3d's runner (../parallel-3d/train.py), as torchrun and as Slurm.
 
-The planner's degrees, micro-batch, interleave and recompute, and the model's shape, become the runner's
-flags (its names are the planner's: --tp --pp --dp --zero --microbatch --global-batch --interleave
---recompute --layers --hidden --heads --kv-heads --ffn --vocab --seq). What parallel-3d cannot run is said
-next to the command, not hidden: ZeRO-0/1 (FSDP2 always shards the parameters; the runner uses ZeRO-2's
-traffic, reshard_after_forward=False) and context parallelism (none in the lab: pin --cp 1 for a plan it
-runs). Nodes are GPUS_PER_NODE GPUs each (HGX/DGX nodes; adjust --nproc-per-node for other machines).
+The planner's degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage,
+and the model's shape, become the runner's flags (its names are the planner's: --tp --pp --dp --zero
+--microbatch --global-batch --interleave --recompute --layers --hidden --heads --kv-heads --ffn --vocab
+--seq, and --stage-layers for an uneven split). What parallel-3d cannot run is said next to the command,
+not hidden: ZeRO-0/1 (FSDP2 always shards the parameters; the runner uses ZeRO-2's traffic,
+reshard_after_forward=False), per-op AC (its selective recompute is the nearest) and context parallelism
+(none in the lab: pin --cp 1 for a plan it runs). Nodes are GPUS_PER_NODE GPUs each (HGX/DGX nodes; adjust --nproc-per-node for other machines).
 parallel-3d's tests parse these flags with its own config, so the two cannot drift apart silently.
 """
 
@@ -18,18 +19,44 @@ GPUS_PER_NODE = 8
 RUNNER = "distributed-training/parallel-3d/train.py"
 
 
-def runner_flags(plan: dict, model: dict, gpu: str, global_batch: int) -> list[str]:
+def rank_layers(layers_per_stage: str, layers: int, pp: int) -> list[int]:
+    """Layers of each pipeline rank from the plan's split ("24", "7+9", "7+8x14+7", "8x16"): the middle
+    stages share what the first and last leave as evenly as possible (stages.balanced_split)."""
+    if "+" not in layers_per_stage:
+        return [layers // pp] * pp if "x" in layers_per_stage else [int(layers_per_stage)]
+    parts = layers_per_stage.split("+")
+    first, last = int(parts[0]), int(parts[-1])
+    middle, inner = layers - first - last, pp - 2
+    return [first] + [middle // inner + (i < middle % inner) for i in range(inner)] + [last]
+
+
+def virtual_stage_layers(layers_per_stage: str, layers: int, pp: int, v: int) -> tuple[int, ...]:
+    """parallel-3d's --stage-layers: per virtual stage s = chunk x pp + rank, each rank's layers over its v chunks
+    (extras to its first chunks)."""
+    per_rank = rank_layers(layers_per_stage, layers, pp)
+    chunks = {(c, r): n // v + (c < n % v) for r, n in enumerate(per_rank) for c in range(v)}
+    return tuple(chunks[s // pp, s % pp] for s in range(pp * v))
+
+
+def runner_flags(plan: dict, model: dict, gpu: str) -> list[str]:
     zero = 3 if plan["zero"] == 3 else 2
+    recompute = "selective" if plan["recompute"] == "op" else plan["recompute"]
     flags = {"gpu": gpu, "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "zero": zero,
-             "microbatch": plan["microbatch"], "global-batch": global_batch, "interleave": plan["interleave"],
-             "recompute": plan["recompute"], "layers": model["layers"], "hidden": model["hidden"],
+             "microbatch": plan["microbatch"], "global-batch": plan["global_batch"], "interleave": plan["interleave"],
+             "recompute": recompute, "layers": model["layers"], "hidden": model["hidden"],
              "heads": model["heads"], "kv-heads": model["kv_heads"], "ffn": model["ffn"], "vocab": model["vocab"],
              "seq": model["seq"]}
+    split = virtual_stage_layers(plan["layers_per_stage"], model["layers"], plan["pp"], plan["interleave"])
+    if len(set(split)) > 1:  # uneven: say it, rather than rely on the runner's own balancing
+        flags["stage-layers"] = ",".join(map(str, split))
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
 def notes(plan: dict) -> list[str]:
     out = []
+    if plan["recompute"] == "op":
+        out.append("parallel-3d has no per-op AC; its selective recompute (matmul and collective outputs kept, "
+                   "the rest recomputed) is the nearest")
     if plan["zero"] in (0, 1):
         out.append(f"ZeRO-{plan['zero']} is not an FSDP2 mode: parallel-3d runs it as --zero 2 "
                    "(no reshard after forward; the optimizer state and gradients sharded)")
@@ -39,12 +66,13 @@ def notes(plan: dict) -> list[str]:
     return out
 
 
-def commands(plan: dict, model: dict, gpu: str, global_batch: int) -> dict:
-    """{"torchrun": ..., "slurm": ..., "notes": [...]} for the plan (a candidate record of search.describe)."""
+def commands(plan: dict, model: dict, gpu: str) -> dict:
+    """{"torchrun": ..., "slurm": ..., "notes": [...]} for the plan (a candidate record of search.describe: its
+    degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage)."""
     gpus = plan["tp"] * plan["pp"] * plan["dp"] * plan["cp"]
     per_node = min(gpus, GPUS_PER_NODE)
     nodes = math.ceil(gpus / per_node)
-    flags = runner_flags(plan, model, gpu, global_batch)
+    flags = runner_flags(plan, model, gpu)
     torchrun = (f"OMP_NUM_THREADS=1 PYTHONPATH=distributed-training torchrun --nnodes {nodes} --nproc-per-node "
                 f"{per_node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id parallel-3d "
                 f"{RUNNER} " + " ".join(flags))

@@ -142,7 +142,7 @@ def run_commands(w: Workload, cl: Cluster, res: Result) -> dict | None:
     if not res.best:
         return None
     model = {k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")}
-    return launch.commands(res.best, model, cl.gpu, w.global_batch)
+    return launch.commands(res.best, model, cl.gpu)
 
 
 def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:

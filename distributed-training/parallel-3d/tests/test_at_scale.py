@@ -7,7 +7,7 @@ import explain as ex
 import planner_bridge as pb
 from common.model import GPTConfig
 from settings import Layout
-from stages import stage_specs
+from pipeline_stages import stage_specs
 
 CFG = GPTConfig(vocab_size=512, seq_len=64, d_model=64, n_layers=6, n_heads=4, d_ff=256)
 # TP2 x PP2 x DP2, ZeRO-3, interleaved over 4 uneven stages: every dimension and the explicit unshard plan
@@ -16,12 +16,13 @@ DEGREES = pb.Degrees(tp=2, pp=2, dp=2, zero=3, microbatch=1, num_microbatches=4,
 
 @pytest.mark.parametrize("rank", [0, 4], ids=["first-stage", "last-stage"])
 def test_one_rank_of_eight_matches_the_design_and_the_terms(rank):
-    m = at_scale.isolated(at_scale.measure, CFG, DEGREES, rank, DEGREES.zero)
+    m = at_scale.isolated(at_scale.measure, CFG, DEGREES, rank)
     assert m["counts_match_design"]
     pp_rank = rank // (DEGREES.dp * DEGREES.tp)
     specs = stage_specs(CFG.n_layers, DEGREES.pp, DEGREES.interleave, pp_rank)
     # FSDP2 stores 4 B of fp32 parameter, 4 B of fp32 gradient and 8 B of AdamW state per stored element
-    stored = ex.rank_state_numel(CFG, Layout(*DEGREES[:3], DEGREES.microbatch, DEGREES.num_microbatches), specs)
+    stored = ex.rank_state_numel(CFG, Layout(DEGREES.tp, DEGREES.pp, DEGREES.dp, DEGREES.microbatch,
+                                             DEGREES.num_microbatches), specs)
     assert (m["param_bytes"], m["grad_bytes"], m["opt_bytes"]) == (4 * stored, 4 * stored, 8 * stored)
     # planner + named terms = measured, for the state and every dimension's bus bytes
     pred = pb.predict(CFG, DEGREES, "h100")

@@ -6,6 +6,7 @@ import pytest
 
 import planner_bridge as pb
 from common.model import GPTConfig
+from pipeline_stages import split_layers
 from settings import Config, check, gpt_config, variants
 
 G = GPTConfig(vocab_size=1024, seq_len=128, d_model=64, n_layers=8, n_heads=4, d_ff=256)
@@ -20,7 +21,9 @@ def test_bus_bytes_by_hand():
     # PP: one transfer each way per micro-batch, this rank's 1/t of the activation
     assert pred.bus_bytes["pp"] == pytest.approx(2 * m * act / t)
     # DP, ZeRO-3: per micro-batch 2 bf16 all-gathers + 1 fp32 reduce-scatter of the stage, ring factor (d-1)/d
-    psi = pb.stage_params(G, t, p)
+    psi = pred.stage_params  # the busier end stage: 4 blocks and the embeddings (or the LM head), / t
+    shape = pb.shape_of(G)
+    assert psi == pytest.approx((4 * shape.layer_params + max(shape.embedding_params, shape.head_params)) / t)
     assert pred.bus_bytes["dp"] == pytest.approx(m * (2 * 2 + 4) * psi * (d - 1) / d)
     assert pred.times_s["step_s"] > 0 and pb.predict(G, pb.Degrees(1, 1, 1, 3, 1, 1, 1, "none"), None).times_s is None
 
@@ -36,12 +39,13 @@ def test_activation_formula_is_korthikanti_without_dropout():
 
 @pytest.mark.parametrize("params, gpus", [("8B", 64), ("405B", 4096)])
 def test_the_plan_command_runs_here(params, gpus, monkeypatch):
-    """`make plan` prints train.py flags; parsed by this lab's own config they describe the planner's choice."""
+    """`make plan --cp 1` prints train.py flags; parsed by this lab's own config they describe the planner's
+    choice (a plan with context parallelism says it needs another runner: test_launch.py)."""
     pb._planner()
     import launch
     import plan as planner_cli
 
-    cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1)
+    cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1, cp=1)
     w, cl, pins = cfg.resolve()
     res = sys.modules["search"].search(w, cl, pins, top=1)
     cmd = planner_cli.run_commands(w, cl, res)
@@ -56,3 +60,5 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
         (best["tp"], best["pp"], best["dp"], best["microbatch"], best["num_microbatches"])
     assert [v.interleave for v in variants(run)] == [best["interleave"]]
     assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd["slurm"]
+    split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
+    assert split_layers(w.shape.layers, best["pp"] * best["interleave"], run.stage_layers) == split

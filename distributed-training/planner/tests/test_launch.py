@@ -15,19 +15,32 @@ MODEL = dict(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=409
 
 def _plan(**kw):
     return {"tp": 8, "pp": 2, "dp": 4, "cp": 1, "zero": 3, "microbatch": 1, "interleave": 2, "recompute": "full",
-            **kw}
+            "global_batch": 64, "layers_per_stage": "12+12", **kw}
 
 
 def test_commands_carry_every_degree_and_the_shape():
-    cmds = launch.commands(_plan(), MODEL, "h100", 64)
+    cmds = launch.commands(_plan(), MODEL, "h100")
     assert "--nnodes 8 --nproc-per-node 8" in cmds["torchrun"] and "sbatch --nodes=8" in cmds["slurm"]
     for flag in ("--tp=8", "--pp=2", "--dp=4", "--zero=3", "--microbatch=1", "--global-batch=64", "--interleave=2",
                  "--recompute=full", "--layers=24", "--hidden=5120", "--kv-heads=40", "--seq=4096"):
         assert flag in cmds["torchrun"], flag
     assert "TP=8 PP=2 DP=4 GPU=h100" in cmds["slurm"] and cmds["notes"] == []
-    notes = launch.commands(_plan(zero=1, cp=2, dp=2), MODEL, "h100", 64)["notes"]
+    notes = launch.commands(_plan(zero=1, cp=2, dp=2, recompute="op"), MODEL, "h100")["notes"]
     assert any("ZeRO-1 is not an FSDP2 mode" in n for n in notes) and any("no context parallelism" in n for n in notes)
-    assert "--zero=2" in launch.commands(_plan(zero=0), MODEL, "h100", 64)["torchrun"]
+    assert any("no per-op AC" in n for n in notes)
+    assert "--zero=2" in launch.commands(_plan(zero=0), MODEL, "h100")["torchrun"]
+    assert "--stage-layers" not in launch.commands(_plan(), MODEL, "h100")["torchrun"]  # even: the runner's default
+
+
+def test_uneven_split_becomes_stage_layers():
+    # Llama 3 405B's 126 layers on 16 stages, one fewer on the first and last
+    assert launch.rank_layers("7+8x14+7", 126, 16) == [7] + [8] * 14 + [7]
+    assert launch.rank_layers("5+6x10+5", 70, 12) == [5] + [6] * 10 + [5]
+    assert launch.rank_layers("8x16", 128, 16) == [8] * 16 and launch.rank_layers("24", 24, 1) == [24]
+    # 2 ranks x 2 chunks: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3; extras to a rank's first chunk
+    assert launch.virtual_stage_layers("5+6", 11, 2, 2) == (3, 3, 2, 3)
+    cmd = launch.commands(_plan(pp=2, interleave=2, layers_per_stage="11+13"), MODEL, "h100")["torchrun"]
+    assert "--stage-layers=6,7,5,6" in cmd
 
 
 def test_plan_prints_the_command(capsys):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from common.model import GPT, GPTConfig
-from stages import build_stages, split_layers, stage_specs
+from pipeline_stages import build_stages, split_layers, stage_specs
 
 
 @pytest.mark.parametrize("layers, stages, want", [
