@@ -109,7 +109,8 @@ def render(results: Path = RESULTS) -> str:
                     f"a{r['heads']} V{r['vocab']} s{r['seq']}", degrees(r), r["role"],
                     "yes" if r["counts_match_design"] == "true" else "**no**"] for r in rows])
     lines = [
-        "Each study is the planner's first choice for a standard model (`planner_bridge.best_plan`), built by "
+        "Each study is the planner's first choice for a standard model with context parallelism pinned off (`make "
+        "plan --cp 1`: parallel-3d has none; `planner_bridge.best_plan`), built by "
         "parallel-3d's own code as one rank of the full world on PyTorch's fake process group under "
         "FakeTensorMode, and stepped once through the real pipelining schedule (bf16 MixedPrecisionPolicy, "
         "fp32 reduce; `parallel-3d/at_scale.py`). ZeRO-0/1 are not FSDP2 modes: a planner choice of 0 or 1 "
