@@ -13,7 +13,7 @@ State (between backward and the optimizer step; fp32 gradients, planner --grad-b
   keeps the bf16 weights replicated. FSDP2 keeps neither between steps: its gathered bf16 weights exist
   only while the step runs (the peak), so those terms move out of the state.
 TP: the planner counts the blocks' collectives (8 b·s·h (t-1)/t per layer and micro-batch, 4 more with
-  full recompute) on L/p layers. PyTorch also has the embeddings', the LM head's (its logits all-gathered:
+  full recompute) on its busiest stage's layers. PyTorch also has the embeddings', the LM head's (its logits all-gathered:
   V-wide) and the LayerNorm gradients' all-reduces; non-reentrant checkpointing repeats 3, not 4, of a
   block's collectives (it stops before the last reduce-scatter, whose output nobody saved).
 PP: the planner prices 2 transfers per micro-batch per virtual stage; a stage at either end of the
