@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import math
 import os
 import sys
 import types
@@ -39,6 +40,10 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the runbook's line breaks (its commands stay one per line) and shows defaults."""
 
 
 def _flag(name: str) -> str:
@@ -79,7 +84,7 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
     parser = OneLineParser(
         prog=prog,
         description=description,
-        formatter_class=lambda prog: argparse.ArgumentDefaultsHelpFormatter(prog, max_help_position=36, width=110),
+        formatter_class=lambda prog: HelpFormatter(prog, max_help_position=36, width=110),
     )
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -139,6 +144,13 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def changed_flags(cfg: Any, reference: Any, ignore: Sequence[str] = ()) -> list[str]:
+    """The flags whose values differ between two configs of one class (a run vs its preset's run):
+    what makes a run an experiment rather than the preset (common.runs decides where it goes)."""
+    return [_flag(f.name) for f in dataclasses.fields(cfg)
+            if f.name not in ignore and getattr(cfg, f.name) != getattr(reference, f.name)]
+
+
 def parse_size(text: str) -> int:
     """'64', '4K', '1M', '4G' -> bytes (binary units, as nccl-tests' -b/-e)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -152,7 +164,7 @@ def parse_size(text: str) -> int:
         value = float(num) * units[unit]
     except ValueError:
         raise ValueError(f"cannot read size {text!r}; use a number with an optional K/M/G suffix, e.g. 64K or 4G")
-    if value != int(value) or value <= 0:
+    if not math.isfinite(value) or value != int(value) or value <= 0:
         raise ValueError(f"size {text!r} must be a positive whole number of bytes")
     return int(value)
 

@@ -15,8 +15,9 @@ peer an error instead of a hang.
 
 Checking arguments before torchrun: with DT_CHECK_ARGS=1 in the environment, distributed() exits 0
 instead of starting, so a runner validates everything it can before its process group exists and
-then stops. The Makefile runs each torchrun target that way first, in one plain process: bad input
-is one line and exit 2, not N ranks' copies wrapped in torchrun's ChildFailedError (exit 1).
+then stops. common.launch (make's torchrun) runs every script that way first, in one plain process,
+with DT_PLANNED_WORLD/_LOCAL telling it the world it will get (planned_world()): bad input is one
+line and exit 2, not N ranks' copies wrapped in torchrun's ChildFailedError (exit 1).
 """
 
 from __future__ import annotations
@@ -145,7 +146,21 @@ def print0(*args, **kwargs) -> None:
 
 
 def fail(msg: str, code: int = 1) -> None:
-    """Stop with one clear line on stderr (rank 0 prints it; every rank exits)."""
-    if get_rank() == 0:
-        print(f"error: {msg}", file=sys.stderr, flush=True)
+    """Stop with one clear line (every rank exits; who prints it: common.failures.report)."""
+    from .failures import report
+    report(msg, code)
     raise SystemExit(code)
+
+
+def planned_world() -> tuple[int, int, int]:
+    """(world, local world, nodes) this run has, or will have: from torchrun's variables inside a
+    rank, from common.launch's DT_PLANNED_* in its check pass before the ranks start, else 1 rank."""
+    if launched_by_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    elif "DT_PLANNED_WORLD" in os.environ:
+        world = int(os.environ["DT_PLANNED_WORLD"])
+        local = int(os.environ.get("DT_PLANNED_LOCAL", world))
+    else:
+        world = local = 1
+    return world, local, max(1, world // max(1, local))

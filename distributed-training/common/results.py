@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -141,14 +142,19 @@ class ResultsWriter:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         config_path = self.path.with_suffix(".config.json")
-        if resume and self.path.exists():
+        if resume and self.path.exists() and repair_partial_last_line(self.path):
             with open(self.path, newline="") as f:
-                reader = csv.DictReader(f)
-                if reader.fieldnames != self.columns:
-                    raise SchemaMismatch(f"{self.path} has columns {reader.fieldnames}, this run writes "
-                                         f"{self.columns}; move the file away or run without --resume")
-                for row in reader:
-                    self._done.add(tuple(row[k] for k in self.key))
+                rows = list(csv.reader(f))
+            if rows[0] != self.columns:
+                raise SchemaMismatch(f"{self.path} has columns {rows[0][:4]}..., this run writes "
+                                     f"{self.columns[:4]}...; move the file away or run without --resume")
+            idx = [self.columns.index(k) for k in self.key]
+            for n, row in enumerate(rows[1:], start=2):
+                if len(row) != len(self.columns):
+                    raise SchemaMismatch(f"cannot resume {self.path}: line {n} has {len(row)} fields, the header "
+                                         f"{len(self.columns)}; the file is damaged: move it away or run without "
+                                         "--resume")
+                self._done.add(tuple(row[i] for i in idx))
             if config is not None and config_path.exists():
                 _check_same_config(json.loads(config_path.read_text()), config, set(config_ignore), self.path)
         else:
@@ -192,6 +198,43 @@ class ResultsWriter:
             f.flush()
             os.fsync(f.fileno())
         self._done.update(self._key_of(row) for row in rows)
+
+
+def check_resume(path: Path, columns: Iterable[str], config: dict[str, Any] | None,
+                 ignore: Iterable[str] = ("resume",)) -> None:
+    """Before launching a --resume: the file's columns and saved config must match this run's
+    (SchemaMismatch, one line, otherwise). A missing file is fine: nothing was written yet."""
+    path = Path(path)
+    columns = list(columns) + [c for c in PROVENANCE_COLUMNS if c not in columns]
+    if path.exists() and path.stat().st_size:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header and header != columns:
+            raise SchemaMismatch(f"cannot resume {path}: it has other columns than this run writes (an older "
+                                 "version?); move it away or run without --resume")
+    config_path = path.with_suffix(".config.json")
+    if config is not None and config_path.exists():
+        _check_same_config(json.loads(config_path.read_text()), config, set(ignore), path)
+
+
+def repair_partial_last_line(path: Path) -> bool:
+    """Cut a half-written last row (a run killed mid-write) so that resuming appends after whole rows.
+
+    The writer ends every row with a newline, so bytes after the last newline are a row it did not
+    finish; they are dropped (and the row measured again) with a note on stderr. Returns False if
+    not even the header survived (the caller then starts the file afresh)."""
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return True
+    keep = data.rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    if keep:
+        print(f"note: {path.name}: dropped a half-written last row ({len(data) - keep} bytes) left by a killed run; "
+              "it is measured again", file=sys.stderr, flush=True)
+    return keep > 0
 
 
 def _check_same_config(old: dict, new: dict, ignore: set[str], path: Path) -> None:

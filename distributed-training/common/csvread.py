@@ -1,0 +1,181 @@
+"""Reading result CSVs back, checked: the one loader every report generator uses.
+
+A report is only as good as the rows it reads, and pandas reads almost anything: a truncated
+last row becomes a row of NaN, a text cell turns a number column into strings, an empty file
+raises deep in the parser, a CSV of another lab is read as if it were ours. Here each file is
+checked before pandas sees it, and every problem is one line that names the file and says what
+is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
+
+    not UTF-8 text (binary junk), empty (a run killed before its header), unterminated quotes,
+    NUL bytes, duplicate or empty column names, a row whose field count differs from the header
+    (a half-written last row: the writer always ends a row with a newline, so a last line
+    without one is reported as such), missing columns (a foreign CSV), and cells that are not of
+    their column's kind (int, float, bool; empty cells mean "not measured" and are allowed).
+
+    SCHEMA = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "time_us": float})
+    df = read_table(path, SCHEMA)                       # one file, checked
+    df = read_tables(folder, "sweep_*.csv", SCHEMA)     # every match, concatenated; none is an error
+
+Only columns named in the schema are required and type-checked; the others are read as pandas
+infers them, so a report reads exactly the values it read before.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from dataclasses import dataclass, field
+from functools import wraps
+from pathlib import Path
+from typing import Callable, Mapping
+
+import pandas as pd
+
+BAD_INPUT = 2
+_TRUE_FALSE = {"true", "false", "1", "0"}
+
+
+class BadResults(ValueError):
+    """A results file or folder that cannot be read as it claims to be; str() is one line."""
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What a results file must hold: required columns and their kinds (str, int, float, bool)."""
+
+    name: str
+    columns: Mapping[str, type] = field(default_factory=dict)
+    allow_empty: bool = False  # a header with no rows is valid (e.g. an events log with no alerts)
+
+    def with_columns(self, **kinds: type) -> "Schema":
+        return Schema(self.name, {**self.columns, **kinds}, self.allow_empty)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _check_cell(kind: type, text: str) -> bool:
+    """True if `text` (non-empty) is a value of `kind`."""
+    if kind is str:
+        return True
+    if kind is bool:
+        return text.strip().lower() in _TRUE_FALSE
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    if kind is int:
+        return math.isfinite(value) and value == int(value)
+    return True
+
+
+def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
+    """Header, rows and text of a structurally sound CSV; BadResults otherwise."""
+    where = _shown(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadResults(f"{where}: no such file") from None
+    except OSError as e:
+        raise BadResults(f"{where}: cannot be read ({e.strerror})") from None
+    if not raw.strip():
+        raise BadResults(f"{where} is empty (a run stopped before writing its header?); delete it or rerun the run "
+                         "that writes it")
+    if b"\0" in raw:
+        raise BadResults(f"{where} contains NUL bytes: it is binary or corrupt, not a {schema.name} CSV")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadResults(f"{where} is not UTF-8 text (byte {e.start}): binary or corrupt, not a {schema.name} CSV") \
+            from None
+    try:
+        lines = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except csv.Error as e:
+        raise BadResults(f"{where} is not a readable CSV ({e}); an unterminated quote or a cut row") from None
+    lines = [ln for ln in lines if ln]  # blank lines carry nothing
+    header = lines[0]
+    if any(not h.strip() for h in header) or len(set(header)) != len(header):
+        raise BadResults(f"{where}: the header {header[:6]}{'...' if len(header) > 6 else ''} has empty or "
+                         f"repeated column names; not a {schema.name} CSV")
+    missing = [c for c in schema.columns if c not in header]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise BadResults(f"{where} lacks the column(s) {shown}: not a {schema.name} CSV (a foreign or older file?)")
+    rows = lines[1:]
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            last = i == len(rows) - 1
+            cut = last and not text.endswith(("\n", "\r"))
+            why = ("a half-written last row (the run was killed while writing it?); resume the run to repair it, or "
+                   "delete the line" if cut else "a damaged row")
+            raise BadResults(f"{where}: line {i + 2} has {len(row)} fields, the header {len(header)}: {why}")
+    if not rows and not schema.allow_empty:
+        raise BadResults(f"{where} has a header but no rows (a run stopped before its first measurement?)")
+    return header, rows, text
+
+
+def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[str]]) -> None:
+    for name, kind in schema.columns.items():
+        j = header.index(name)
+        for i, row in enumerate(rows):
+            cell = row[j]
+            if cell.strip() and not _check_cell(kind, cell):
+                raise BadResults(f"{_shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
+                                 f"{'an' if kind is int else 'a'} {kind.__name__}")
+
+
+def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
+    """One results CSV as a DataFrame, after every check above; BadResults naming the file otherwise."""
+    path = Path(path)
+    header, rows, text = _parse(path, schema)
+    _check_types(path, schema, header, rows)
+    if not rows:
+        return pd.DataFrame(columns=header)
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
+        raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+
+
+def results_folder(folder: str | Path, hint: str = "") -> Path:
+    """The folder a report reads; a missing one is an error, not an empty report."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BadResults(f"results folder {_shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
+    return folder
+
+
+def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool = True,
+                hint: str = "") -> pd.DataFrame:
+    """Every `pattern` match in `folder`, checked and concatenated (files in name order).
+
+    No match is an error when `required` (what would the report show?), else an empty frame."""
+    folder = results_folder(folder, hint)
+    files = sorted(folder.glob(pattern))
+    if not files:
+        if required:
+            raise BadResults(f"no {pattern} in {_shown(folder)}" + (f"; {hint}" if hint else ""))
+        return pd.DataFrame()
+    frames = [read_table(f, schema) for f in files]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def guard_report(main: Callable[..., int | None]) -> Callable[..., int]:
+    """Decorate a report generator's main(): BadResults becomes one line on stderr and exit code 2."""
+
+    @wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs) or 0
+        except BadResults as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(BAD_INPUT)
+
+    return wrapper

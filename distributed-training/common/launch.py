@@ -1,0 +1,238 @@
+"""torchrun with its errors told in one line: what `make` runs for every multi-rank target.
+
+    python -m common.launch --standalone --nnodes 1 --nproc-per-node 4 allreduce-bench/bench.py --gpu cpu
+    python -m common.launch check-port 127.0.0.1 29517       # exit 2 with one line if the port is taken
+
+It takes torchrun's arguments (python -m torch.distributed.run) and starts the ranks with
+torchrun's own launcher (torch.distributed.launcher.api.elastic_launch). Around it:
+
+Before any rank starts. --nproc-per-node, --nnodes and --node-rank must be integers in range; on
+node 0 of a static rendezvous the master port must be free; then the script runs once as a plain
+process with DT_CHECK_ARGS=1 and DT_PLANNED_WORLD/_LOCAL (the world it will get), so it checks its
+arguments, data paths, resume state and run-folder lock and stops where its process group would
+start (common.dist.distributed). Bad input is that one line and exit 2; no rank is started.
+
+While the ranks run, their output passes through. When one fails, torchrun stops the others:
+SIGTERM, then SIGKILL after DT_GRACE_S seconds (default 3; torchrun waits a fixed 30), so a stuck
+collective ends the job about --timeout-s after it stalled, not 30 s later. A SIGTERM or Ctrl-C to
+the job itself keeps torchrun's graceful 30 s (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), time for fp8-train
+to write its checkpoint.
+
+When it fails, one line names the root cause, read from the ranks' torchelastic error files
+(common.failures): a rank's own error first (bad input found inside the ranks, a failed check, a
+bug, whose traceback the rank printed above), then a rank killed by a signal (kill -9, the OOM
+killer) or one that stopped answering while the others timed out, then a lost peer. The exit code
+is that rank's (common.failures lists them; 128+N for signal N). torchrun's own multi-line report
+is not printed (DT_LAUNCH_VERBOSE=1 brings its logging back).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import MethodType
+
+from .failures import BAD_INPUT, INTERRUPTED, PEER_LOST, PREEMPTED
+
+
+def _error(msg: str) -> int:
+    print(f"launch: error: {msg}", file=sys.stderr, flush=True)
+    return BAD_INPUT
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why a rendezvous could not listen on host:port, or None if it can."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        return f"cannot resolve {host} ({e.strerror})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(addr)
+        except OSError as e:
+            if e.errno == 98 or "in use" in str(e).lower():
+                return (f"port {port} on {host} is already in use by another program; a rendezvous there would "
+                        "hang: pick another with MASTER_PORT=<port>")
+            return f"cannot listen on {host}:{port} ({e.strerror})"
+    return None
+
+
+def _is_local(host: str) -> bool:
+    if host in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return socket.gethostbyname(host) in {"127.0.0.1", socket.gethostbyname(socket.gethostname())}
+    except OSError:
+        return False
+
+
+def _positive(name: str, value: str, what: str) -> int | str:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return f"{name} must be a positive integer ({what}), got {value!r}"
+    return n if n >= 1 else f"{name} must be a positive integer ({what}), got {n}"
+
+
+def check(args) -> str | None:
+    """Everything about the launch itself that can be wrong, as one line; None if nothing is."""
+    nproc = _positive("NPROC (--nproc-per-node)", args.nproc_per_node, "ranks per node")
+    if isinstance(nproc, str):
+        return nproc
+    low, _, high = str(args.nnodes).partition(":")
+    for part in (low, high or low):
+        n = _positive("NNODES (--nnodes)", part, "nodes, or MIN:MAX")
+        if isinstance(n, str):
+            return n
+    nnodes = int(high or low)
+    if not 0 <= int(args.node_rank) < nnodes:
+        return f"NODE_RANK (--node-rank) must be in 0..{nnodes - 1}, got {args.node_rank}"
+    if not args.module and not args.no_python and not Path(args.training_script).is_file():
+        return f"no such script {args.training_script}"
+    static_host = nnodes > 1 and args.rdzv_backend == "static" and int(args.node_rank) == 0
+    if static_host and args.master_port and _is_local(args.master_addr):
+        return port_problem(args.master_addr, int(args.master_port))
+    return None
+
+
+def check_pass(args) -> int:
+    """The script once as a plain process that stops before its process group: its own checks."""
+    if args.module or args.no_python:
+        return 0
+    nproc = int(args.nproc_per_node)
+    nnodes = int(str(args.nnodes).partition(":")[2] or args.nnodes)
+    env = {**os.environ, "DT_CHECK_ARGS": "1", "DT_PLANNED_WORLD": str(nproc * nnodes),
+           "DT_PLANNED_LOCAL": str(nproc)}
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"):
+        env.pop(var, None)
+    return subprocess.run([sys.executable, args.training_script, *args.training_script_args], env=env).returncode
+
+
+def _cap_failure_teardown(grace_s: float) -> None:
+    """torchrun stops the surviving ranks after a failure with close() and a fixed 30 s wait; cap
+    that wait (only there: a signal to the job passes death_sig and keeps its own timeout)."""
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+        original = api.PContext.close
+    except (ImportError, AttributeError):
+        return  # another torch layout: torchrun's own timing applies
+
+    def close(self, death_sig=None, timeout=30):
+        return original(self, death_sig, timeout if death_sig is not None else min(timeout, grace_s))
+
+    api.PContext.close = close
+
+
+def _dt(data) -> dict:
+    return data.get("dt", {}) if isinstance(data, dict) else {}
+
+
+def _message(data) -> str:
+    msg = data.get("message", "") if isinstance(data, dict) else ""
+    msg = msg.get("message", "") if isinstance(msg, dict) else msg
+    return str(msg).strip().splitlines()[0] if str(msg).strip() else ""
+
+
+def explain(failures: dict, world: int) -> tuple[str, int]:
+    """(one line, exit code) for a failed job, from torchrun's ProcessFailure records."""
+    info = {r: (_dt(f.error_file_data), _message(f.error_file_data) if f.error_file != "<N/A>" else "", f.exitcode)
+            for r, f in failures.items()}
+    order = sorted(failures, key=lambda r: (_dt(failures[r].error_file_data).get("time_ns", 0), r))
+
+    def first(pred):
+        return next((r for r in order if pred(*info[r])), None)
+
+    r = first(lambda dt, msg, code: dt.get("kind") == "cause" or (msg and not dt))
+    if r is not None:
+        dt, msg, code = info[r]
+        if not dt:  # an uncaught exception recorded by @record: a bug, its traceback is above
+            return f"rank {r} of {world} raised {msg} (its traceback is above)", 1
+        return f"rank {r} of {world}: {msg}", dt.get("code", code)
+    timeouts = [x for x in order if info[x][0].get("kind") == "timeout"]
+    r = first(lambda dt, msg, code: not dt and code < 0)
+    if r is not None:
+        sig = signal.Signals(-info[r][2]).name if -info[r][2] in signal.Signals._value2member_map_ else "?"
+        if timeouts:
+            return (f"rank {r} of {world} stopped answering: the others' collectives timed out (--timeout-s) and it "
+                    f"was killed ({sig}); a frozen or stuck rank", PEER_LOST)
+        return f"rank {r} of {world} died ({sig}); the other ranks lost it and were stopped", 128 - info[r][2]
+    r = first(lambda dt, msg, code: dt.get("kind") == "interrupt")
+    if r is not None:
+        return "interrupted (Ctrl-C); what was measured so far is kept, --resume continues", INTERRUPTED
+    r = first(lambda dt, msg, code: dt.get("kind") in ("peer", "timeout"))
+    if r is not None:
+        return f"rank {r} of {world}: {info[r][1]}", PEER_LOST
+    r = order[0]
+    code = info[r][2]
+    return f"rank {r} of {world} exited with code {code} (its output is above)", code if code > 0 else 128 - code
+
+
+def _after_signal(log_dir: str, sig: signal.Signals) -> tuple[str, int]:
+    """The job was sent a signal: the ranks' own word if one saved its state, else the signal."""
+    for path in sorted(glob.glob(os.path.join(log_dir, "**", "error.json"), recursive=True)):
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if _dt(data).get("code") == PREEMPTED:
+            return _message(data), PREEMPTED
+    if sig == signal.SIGINT:
+        return "interrupted (Ctrl-C); what was measured so far is kept, --resume continues", INTERRUPTED
+    return f"stopped by {sig.name}; what was measured so far is kept, --resume continues", 128 + int(sig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check-port"]:
+        if len(argv) != 3 or not argv[2].isdigit():
+            return _error("usage: python -m common.launch check-port HOST PORT")
+        problem = port_problem(argv[1], int(argv[2]))
+        return _error(problem) if problem else 0
+    from torch.distributed import run as torchrun
+
+    parser = torchrun.get_args_parser()
+    parser.prog = "launch"
+    parser.error = MethodType(lambda self, msg: self.exit(BAD_INPUT, f"launch: error: {msg}\n"), parser)
+    args = parser.parse_args(argv)
+    problem = check(args)
+    if problem:
+        return _error(problem)
+    code = check_pass(args)
+    if code:
+        return code
+    world = int(args.nproc_per_node) * int(str(args.nnodes).partition(":")[2] or args.nnodes)
+    os.environ["DT_LAUNCHER"] = "1"
+    if os.environ.get("DT_LAUNCH_VERBOSE") != "1":
+        logging.disable(logging.CRITICAL)  # this process only: torchrun's failure report and warnings
+    _cap_failure_teardown(float(os.environ.get("DT_GRACE_S", "3")))
+    log_dir = tempfile.mkdtemp(prefix="dt-launch-")
+    args.log_dir = log_dir
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    try:
+        torchrun.run(args)
+        return 0
+    except ChildFailedError as e:
+        line, code = explain(e.failures, world)
+    except SignalException as e:
+        line, code = _after_signal(log_dir, e.sigval)
+    except KeyboardInterrupt:
+        line, code = _after_signal(log_dir, signal.SIGINT)
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

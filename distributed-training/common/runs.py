@@ -1,0 +1,395 @@
+"""Run folders: where a run writes, who may write there, and how results reach results/.
+
+Each lab's `results/` holds what its report reads and what git tracks. No run writes there
+directly. A run writes into its own run folder, `<lab>/runs/<tag>/` (git ignores `runs/`), one
+folder per kind of result (tag = the results' file stem: sweep_cpu_ws4, bench_cpu_w4, cpu, ...):
+
+    fresh run     an earlier run folder whose results never reached results/ is set aside as
+                  runs/<tag>@<UTC time>/ (nothing is deleted), then the folder starts empty
+    --resume      continues the folder's rows (a half-written last row is repaired first)
+    lock          runs/<tag>.lock, an flock held while the run writes; a second run of the same
+                  tag is refused with one line naming the holder (pid, host, start, command). The
+                  kernel drops the lock when its holder dies, even by kill -9
+    promotion     when the run is complete, its files are copied into results/: each written
+                  aside in the same folder, fsync'ed, then renamed over the old one (os.replace is
+                  atomic), so results/ holds the old file or the new one, never half of one.
+                  `--promote auto` (the default) replaces results only for a run of the preset
+                  (no measurement flag changed); an experiment stays in its run folder and says
+                  how to publish it. `--promote merge` adds its rows to results/ by key (rows with
+                  the same key are replaced), `replace` replaces even for an experiment, `no` never
+
+An interrupted, failed or refused run therefore never changes results/. By hand:
+
+    python -m common.runs status distributed-training/*/runs/*      # what each run folder holds
+    python -m common.runs promote distributed-training/fp8-train/runs/cpu [--merge]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+MANIFEST = "run.json"
+PROMOTE_CHOICES = ("auto", "replace", "merge", "no")
+_SKIP_SUFFIXES = (".pt", ".tmp", ".lock")
+
+
+class RunError(ValueError):
+    """A run folder that cannot be used as asked; str() is one line (callers exit 2)."""
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+
+
+def shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def run_dir_for(results_root: Path, tag: str) -> Path:
+    """The run folder of results written under `results_root`: its sibling runs/<tag>."""
+    return results_root.parent / "runs" / tag
+
+
+# ---- the lock ---------------------------------------------------------------------------------
+
+def _lock_path(run_dir: Path) -> Path:
+    return run_dir.with_name(run_dir.name + ".lock")
+
+
+def lock_holder(run_dir: Path) -> str | None:
+    """Who holds the run folder's lock now (pid, host, start, command), or None if nobody does."""
+    path = _lock_path(run_dir)
+    if not path.exists():
+        return None
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            return f.read().strip() or "another process"
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return None
+
+
+def busy_message(run_dir: Path, holder: str) -> str:
+    return (f"{shown(run_dir)} is being written by another run ({holder}); wait for it to finish or stop it, "
+            "then run again (two runs at once would mix their rows)")
+
+
+class Lock:
+    """An exclusive flock on runs/<tag>.lock, with the holder described inside the file."""
+
+    def __init__(self, run_dir: Path):
+        self.path = _lock_path(run_dir)
+        self.run_dir = run_dir
+        self._f = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunError(busy_message(self.run_dir, holder)) from None
+        f.seek(0)
+        f.truncate()
+        cmd = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:160]
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {_stamp()}: {cmd}\n")
+        f.flush()
+        self._f = f
+
+    def release(self) -> None:
+        if self._f is not None:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_UN)
+            self._f.close()
+            self._f = None
+
+
+# ---- the manifest ------------------------------------------------------------------------------
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not path.is_file():
+        raise RunError(f"{shown(run_dir)} is not a run folder (no {MANIFEST})")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunError(f"{shown(path)} is damaged; move the folder away") from None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _data_rows(run_dir: Path) -> int:
+    """Rows in the folder's CSVs (a header alone does not count)."""
+    n = 0
+    for p in run_dir.rglob("*.csv"):
+        with open(p, "rb") as f:
+            n += max(0, sum(1 for _ in f) - 1)
+    return n
+
+
+# ---- a run folder -----------------------------------------------------------------------------
+
+@dataclass
+class RunFolder:
+    """The folder one run writes into (rank 0 only), and where its results go when it completes."""
+
+    path: Path
+    target: Path
+    mode: str  # fresh | resume | append
+    lock: Lock | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: Path, target: Path, mode: str = "fresh") -> "RunFolder":
+        """Take the lock and prepare the folder: `fresh` (set an unpublished earlier run aside),
+        `resume` (the folder must exist), `append` (keep what is there, create it if missing)."""
+        if mode not in ("fresh", "resume", "append"):
+            raise ValueError(f"mode must be fresh, resume or append, got {mode!r}")
+        path, target = Path(path), Path(target)
+        if mode == "resume":
+            check_resumable(path)
+        lock = Lock(path)
+        lock.acquire()
+        run = cls(path, target, mode, lock)
+        try:
+            run._prepare()
+        except BaseException:
+            lock.release()
+            raise
+        return run
+
+    def _prepare(self) -> None:
+        exists = (self.path / MANIFEST).is_file()
+        if self.mode == "fresh" and self.path.exists():
+            state = read_manifest(self.path).get("state") if exists else "unknown"
+            if state in ("promoted", "merged") or _data_rows(self.path) == 0:
+                shutil.rmtree(self.path)
+            else:
+                aside = self.path.with_name(f"{self.path.name}@{_stamp()}")
+                self.path.rename(aside)
+                self.notes.append(f"note: the earlier unpublished run in {shown(self.path)} is kept as "
+                                  f"{shown(aside)}")
+            exists = False
+        self.path.mkdir(parents=True, exist_ok=True)
+        if exists:
+            self.manifest = read_manifest(self.path)
+            self.manifest["state"] = "running"
+        else:
+            self.manifest = {"started_utc": _stamp(), "state": "running", "keys": {}, "preset": True, "changed": []}
+        self.manifest["target"] = os.path.relpath(self.target, self.path)
+        self.manifest["command"] = " ".join(sys.argv)[:300]
+        self._save()
+
+    def _save(self) -> None:
+        _write_json(self.path / MANIFEST, self.manifest)
+
+    def file(self, name: str, key: Iterable[str] | None = None) -> Path:
+        """Path of a result file in the folder; `key` (the row key) is remembered for merging."""
+        if key is not None:
+            self.manifest["keys"][name] = list(key)
+            self._save()
+        return self.path / name
+
+    def writer(self, name: str, columns: Iterable[str], key: Iterable[str], provenance: dict[str, Any], **kw):
+        """A ResultsWriter on a file of this folder, resuming unless the folder is fresh."""
+        from .results import ResultsWriter  # results imports torch; this module stays light
+        key = list(key)
+        return ResultsWriter(self.file(name, key), columns, key, provenance, resume=self.mode != "fresh", **kw)
+
+    def finish(self, complete: bool, changed: list[str], promote: str = "auto") -> list[str]:
+        """Record the outcome; promote a complete run as `promote` asks. Returns lines to print."""
+        self.manifest.update(state="complete" if complete else "incomplete", preset=not changed, changed=changed)
+        self._save()
+        try:
+            if not complete:
+                return [f"results so far in {shown(self.path)} (results/ unchanged); rerun with --resume to finish"]
+            how = promote
+            if promote == "auto":
+                how = "no" if changed else "replace"
+            if how == "no":
+                if promote == "auto":
+                    flags = ", ".join(changed[:6])
+                    return [f"experiment ({flags} differ from the preset): results kept in {shown(self.path)}, "
+                            f"{shown(self.target)} unchanged; publish with `python -m common.runs promote "
+                            f"{shown(self.path)} [--merge]` or rerun with --promote merge|replace"]
+                return [f"results kept in {shown(self.path)} (--promote no)"]
+            files = promote_run(self.path, merge=how == "merge")
+            return [f"{'merged' if how == 'merge' else 'published'} {len(files)} file(s) into {shown(self.target)}"]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def check_resumable(path: Path) -> None:
+    """--resume needs an earlier run folder to continue."""
+    if not (path / MANIFEST).is_file():
+        raise RunError(f"--resume: nothing to resume in {shown(path)} (no earlier run of this kind has started "
+                       "there); run without --resume")
+
+
+def check_free(path: Path) -> None:
+    """Before launching: refuse while another run holds the folder."""
+    holder = lock_holder(path)
+    if holder:
+        raise RunError(busy_message(path, holder))
+
+
+# ---- promotion ---------------------------------------------------------------------------------
+
+def _result_files(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != MANIFEST
+                  and not p.name.endswith(_SKIP_SUFFIXES) and not p.name.startswith("."))
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    from .csvread import BadResults, Schema, _parse
+    try:
+        header, rows, _ = _parse(path, Schema(path.stem, allow_empty=True))
+    except BadResults as e:
+        raise RunError(str(e)) from None
+    return header, rows
+
+
+def _merged_csv(run_csv: Path, target_csv: Path, key: list[str]) -> list[list[str]]:
+    header, rows = _read_rows(run_csv)
+    if not target_csv.exists():
+        return [header] + rows
+    old_header, old_rows = _read_rows(target_csv)
+    if old_header != header:
+        raise RunError(f"cannot merge {shown(run_csv)} into {shown(target_csv)}: their columns differ; publish it "
+                       "with replace instead, or move the old file away")
+    idx = [header.index(k) for k in key]
+    new = {tuple(r[i] for i in idx): r for r in rows}
+    out = [new.pop(tuple(r[i] for i in idx), r) for r in old_rows]
+    return [header] + out + [r for r in rows if tuple(r[i] for i in idx) in new]
+
+
+def _merged_config(run_json: Path, target_json: Path) -> str:
+    """A merged result's config: the target's, with every merged run's config listed under "merged"."""
+    new = json.loads(run_json.read_text())
+    if not target_json.exists():
+        return json.dumps(new, indent=2, sort_keys=True) + "\n"
+    old = json.loads(target_json.read_text())
+    old.setdefault("merged", []).append({k: v for k, v in new.items() if k != "merged"})
+    return json.dumps(old, indent=2, sort_keys=True) + "\n"
+
+
+def _copy_synced(src: Path, dst: Path) -> None:
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+        fout.flush()
+        os.fsync(fout.fileno())
+
+
+def promote_run(run_dir: Path, merge: bool = False) -> list[Path]:
+    """Copy a run folder's results into its target: each file written aside, then renamed over the old one."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    if not merge and manifest.get("state") not in ("complete", "promoted", "merged"):
+        raise RunError(f"{shown(run_dir)} holds an unfinished run ({manifest.get('state')}); finish it with --resume "
+                       "or publish its rows with --merge")
+    target = (run_dir / manifest["target"]).resolve()
+    keys = manifest.get("keys", {})
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for src in _result_files(run_dir):
+            rel = src.relative_to(run_dir)
+            dst = target / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.promote.tmp")
+            if src.suffix == ".csv" and merge and rel.as_posix() in keys:
+                with open(tmp, "w", newline="") as f:
+                    csv.writer(f).writerows(_merged_csv(src, dst, keys[rel.as_posix()]))
+                    f.flush()
+                    os.fsync(f.fileno())
+            elif src.suffix == ".csv":
+                _read_rows(src)  # a damaged file is refused, never published
+                _copy_synced(src, tmp)
+            elif merge and src.name.endswith(".config.json"):
+                tmp.write_text(_merged_config(src, dst))
+            else:
+                _copy_synced(src, tmp)
+            staged.append((tmp, dst))
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, dst in staged:
+        os.replace(tmp, dst)
+    for d in {dst.parent for _, dst in staged}:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    manifest["state"] = "merged" if merge else "promoted"
+    manifest["published_utc"] = _stamp()
+    _write_json(run_dir / MANIFEST, manifest)
+    return [dst for _, dst in staged]
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def _status(run_dir: Path) -> str:
+    m = read_manifest(run_dir)
+    holder = lock_holder(run_dir)
+    what = f"{m.get('state')}, {_data_rows(run_dir)} rows, " + ("preset" if m.get("preset") else
+                                                               f"experiment ({', '.join(m.get('changed', []))})")
+    return f"{shown(run_dir)}: {what}; target {shown((run_dir / m['target']).resolve())}" + \
+        (f"; in use: {holder}" if holder else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .config import OneLineParser
+    parser = OneLineParser(prog="common.runs", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("status", help="what run folders hold")
+    st.add_argument("run_dirs", nargs="+", type=Path)
+    pr = sub.add_parser("promote", help="publish a run folder into its results/")
+    pr.add_argument("run_dir", type=Path)
+    pr.add_argument("--merge", action="store_true", help="add rows by key instead of replacing files")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "status":
+            for d in args.run_dirs:
+                if d.is_dir():
+                    print(_status(d))
+            return 0
+        check_free(args.run_dir)
+        files = promote_run(args.run_dir, merge=args.merge)
+        print(f"{'merged' if args.merge else 'published'} {len(files)} file(s) from {shown(args.run_dir)}")
+        return 0
+    except RunError as e:
+        print(f"common.runs: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
