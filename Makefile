@@ -40,25 +40,31 @@ MASTER_PORT ?= 29500
 RDZV_ID ?= labs
 ARGS ?=
 
-# Every multi-rank run goes through torchrun. One rank per core-share on CPU: torchrun would set
-# OMP_NUM_THREADS=1 anyway (with a warning); we set it so the choice is visible and overridable.
+# Every multi-rank run goes through torchrun, wrapped by common/launch.py (same arguments): before any
+# rank starts it checks NPROC/NNODES/NODE_RANK and the master port, and runs the script once as a plain
+# process that checks its own arguments (DT_CHECK_ARGS=1); a failing rank is then told in one line,
+# once, with its rank and a documented exit code (common/failures.py). One rank per core-share on
+# CPU: torchrun would set OMP_NUM_THREADS=1 anyway (with a warning); we set it so it is visible.
 RUN_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
+LABS_DIR := distributed-training
+PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR) $(PYTHON)
+LAUNCH = $(PYRUN) -m common.launch
 ifeq ($(NNODES),1)
-  TORCHRUN = $(RUN_ENV) $(PYTHON) -m torch.distributed.run --standalone --nnodes 1 --nproc-per-node $(NPROC)
+  TORCHRUN = $(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(NPROC)
 else ifneq ($(origin NODE_RANK),undefined)
   # NODE_RANK given: static rendezvous, node 0 holds global rank 0 (and writes the results).
-  TORCHRUN = $(RUN_ENV) $(PYTHON) -m torch.distributed.run --nnodes $(NNODES) --node-rank $(NODE_RANK) \
+  TORCHRUN = $(LAUNCH) --nnodes $(NNODES) --node-rank $(NODE_RANK) \
     --nproc-per-node $(NPROC) --master-addr $(MASTER_ADDR) --master-port $(MASTER_PORT)
 else
   # Otherwise an elastic c10d rendezvous hosted at MASTER_ADDR:MASTER_PORT (what Slurm jobs use).
-  TORCHRUN = $(RUN_ENV) $(PYTHON) -m torch.distributed.run --nnodes $(NNODES) --nproc-per-node $(NPROC) \
+  TORCHRUN = $(LAUNCH) --nnodes $(NNODES) --nproc-per-node $(NPROC) \
     --rdzv-backend c10d --rdzv-endpoint $(MASTER_ADDR):$(MASTER_PORT) --rdzv-id $(RDZV_ID)
 endif
-LABS_DIR := distributed-training
-PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR) $(PYTHON)
-# Run before a torchrun launch: the runner checks its arguments in one plain process and stops where
-# its process group would start (common/dist.py). Bad input is then one line and exit 2.
+# A plain-process run of a runner that checks its arguments and stops where its process group would
+# start (common/dist.py): for checks a target needs before it starts anything else.
 CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
+# $(call positive,NPROC): make stops with one line (exit 2) unless the variable is a positive integer.
+positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1) must be a positive integer, got '$($(1))'))
 
 # Each lab adds its targets in its own lab.mk and appends to these lists.
 REPORT_TARGETS :=

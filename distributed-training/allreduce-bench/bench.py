@@ -25,8 +25,13 @@ allocation) whose time, max over ranks, sets the warm-up and iteration counts so
 about --target-ms; then back-to-back iterations, each timed on its own (CUDA events or
 perf_counter) and reduced by max over ranks, as nccl-tests -I 1. --barrier puts a barrier before
 every iteration instead (nccl-tests -z 1, ml-engineering's all_reduce_bench). A rank that dies or
-stops answering ends the run after --timeout-s with a message and exit code 1; the rows measured so
-far stay in the CSV and --resume continues from there.
+stops answering ends the run after --timeout-s with one line and exit code 4 (common.failures); the
+rows measured so far stay in the run folder and --resume continues from there.
+
+Where results go (common.runs): the run writes into runs/sweep_<hw>_ws<N>[_n<nodes>]/ under a lock;
+a complete sweep with the preset's settings then replaces results/sweep_<...>.csv (and its config
+and topology_<hw>.md) atomically. A sweep with other settings (--max-bytes, --iters, ...) is an
+experiment: it stays in runs/ unless --promote merge|replace asks otherwise.
 """
 
 from __future__ import annotations
@@ -44,10 +49,12 @@ from tqdm import tqdm
 
 import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
-from common.config import config_dict, format_size, parse_config, parse_size
-from common.dist import DistInfo, distributed, fail, from_rank0, print0
+from common.config import changed_flags, config_dict, format_size, parse_config, parse_size
+from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.failures import PEER_LOST, entrypoint, report
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
-from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.results import SchemaMismatch, check_resume, provenance
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
 from common.timing import Timing, time_iterations
 
 BENCH_VERSION = "1"
@@ -77,9 +84,13 @@ class Config:
     barrier: bool = field(default=False, metadata={"help": "barrier before every timed iteration (-z 1)"})
     gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"})
     timeout_s: float = field(default=120.0, metadata={"help": "a collective waiting longer ends the run"})
-    out: str = field(default="", metadata={"help": "CSV path; default results/sweep_<hw>_ws<N>[_n<nodes>].csv"})
-    resume: bool = field(default=False, metadata={"help": "skip rows already in the CSV"})
-    topology: bool = field(default=True, metadata={"help": "also write results/topology_<hw>.md (rank 0)"})
+    out: str = field(default="", metadata={"help": "where the finished CSV goes; default results/sweep_<hw>_ws<N>"
+                                                  "[_n<nodes>].csv (the run writes into ../runs/<its stem>/ first)"})
+    resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: measured rows are skipped"})
+    topology: bool = field(default=True, metadata={"help": "also write topology_<hw>.md beside the CSV (rank 0)"})
+    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
+                                                           "keep an experiment in runs/), replace, merge, no",
+                                                   "choices": PROMOTE_CHOICES})
 
     def __post_init__(self):
         bad = [c for c in self.collectives if c not in COLLECTIVES]
@@ -94,6 +105,9 @@ class Config:
         for flag, value in (("--iters", self.iters), ("--min-iters", self.min_iters)):
             if value < 1:
                 raise ValueError(f"{flag} must be a positive integer, got {value}")
+        if self.min_iters > self.iters:
+            raise ValueError(f"--min-iters {self.min_iters} exceeds --iters {self.iters}; the fewest iterations "
+                             "cannot be more than the most")
         if self.step_factor < 2:
             raise ValueError(f"--step-factor must be an integer >= 2, got {self.step_factor}")
         if self.warmup < 0:
@@ -103,17 +117,70 @@ class Config:
                 raise ValueError(f"{flag} must be > 0, got {value:g}")
 
 
-def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
+# Not measurements: changing them does not make a run an experiment (see common.runs).
+OPERATIONAL = ("gpu", "timeout_s", "out", "resume", "topology", "promote")
+
+
+def resolve(cfg: Config, local_ranks: int = 1) -> tuple[Config, GPUPreset]:
     """Preset and default size range for this machine: bad input raises ValueError (exit 2)."""
     preset = get_preset(cfg.gpu)
     device_kind(preset)
     max_bytes = DEFAULT_MAX["cpu" if preset.name == "cpu" else "gpu"] if cfg.max_bytes == "auto" else cfg.max_bytes
     if parse_size(max_bytes) < parse_size(cfg.min_bytes):
         raise ValueError(f"size range reversed: --min-bytes {cfg.min_bytes} > --max-bytes {max_bytes}")
+    check_memory(parse_size(max_bytes), preset, local_ranks)
     return replace(cfg, max_bytes=max_bytes, gpu=preset.name), preset
 
 
+def _available_bytes(preset: GPUPreset) -> tuple[int, str]:
+    if preset.name != "cpu":
+        return torch.cuda.get_device_properties(0).total_memory, "of GPU memory"
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        return kib << 10, "of memory available on this node"
+    except (OSError, StopIteration, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of memory on this node"
+
+
+def check_memory(max_bytes: int, preset: GPUPreset, local_ranks: int) -> None:
+    """The largest message must fit: each rank holds up to 3 buffers of it (input, output, the check's
+    expected result), every rank of a CPU node in the same memory."""
+    need = 3 * max_bytes * (local_ranks if preset.name == "cpu" else 1)
+    have, where = _available_bytes(preset)
+    if need > have:
+        raise ValueError(f"--max-bytes {format_size(max_bytes)} needs about {need / 2**30:.1f} GiB (3 buffers per "
+                         f"rank{f' x {local_ranks} ranks' if preset.name == 'cpu' and local_ranks > 1 else ''}), "
+                         f"more than the {have / 2**30:.1f} GiB {where}; lower --max-bytes")
+
+
+def changed(cfg: Config) -> list[str]:
+    """The measurement flags in which this (resolved) run differs from its preset's default sweep."""
+    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+
+
+def run_folder_path(path: Path) -> Path:
+    """Where the sweep that ends in `path` is written while it runs: ../runs/<stem>/."""
+    return run_dir_for(path.parent, path.stem)
+
+
+def check_before_launch(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> None:
+    """What can be checked before any rank starts: run folder free, resume possible and compatible."""
+    env = DistInfo(0, 0, world, max(1, world // nnodes), torch.device("cpu"), "")
+    path = sweep_path(cfg, env, preset)
+    run_dir = run_folder_path(path)
+    check_free(run_dir)
+    if cfg.resume:
+        check_resumable(run_dir)
+        check_resume(run_dir / path.name, COLUMNS, {**config_dict(cfg), "nccl_env": comm_env()},
+                     ignore=CONFIG_IGNORE)
+
+
+CONFIG_IGNORE = ("resume", "promote", "timeout_s", "out", "topology")
+
+
 def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
+    """Where the finished sweep goes (what the report reads)."""
     if cfg.out:
         return Path(cfg.out)
     return LAB_DIR / "results" / f"sweep_{preset.run_tag(env.world_size, env.nnodes)}.csv"
@@ -203,45 +270,63 @@ def _sig(x: float) -> float:
 
 
 def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
-    """The sweep on every rank; rank 0 writes the CSV. Returns the exit code."""
+    """The sweep on every rank; rank 0 writes the run folder and publishes it. Returns the exit code."""
     # Our own group, so the timeout is --timeout-s whatever launched us (torchrun, tests).
     group = dist.new_group(timeout=timedelta(seconds=cfg.timeout_s))
     path = sweep_path(cfg, env, preset)
     nccl = comm_env()
-    writer, todo, error = None, None, None
+    folder, writer, todo, error = None, None, None, None
     if env.is_main:
         try:
-            writer = ResultsWriter(path, COLUMNS, KEY, provenance(env, BENCH_VERSION),
-                                   config={**config_dict(cfg), "nccl_env": nccl}, resume=cfg.resume)
+            folder = RunFolder.open(run_folder_path(path), path.parent, "resume" if cfg.resume else "fresh")
+            writer = folder.writer(path.name, COLUMNS, KEY, provenance(env, BENCH_VERSION),
+                                   config={**config_dict(cfg), "nccl_env": nccl}, config_ignore=CONFIG_IGNORE)
             todo = [r for r in sweep_plan(cfg, env.world_size) if not writer.done(r)]
-        except SchemaMismatch as e:
+        except (SchemaMismatch, RunError) as e:
             error = str(e)
+            if folder is not None:
+                folder.close()
     todo, error = from_rank0((todo, error), group)
     if error:
         fail(error, 2)
+    if folder is not None:
+        for note in folder.notes:
+            print(note, file=sys.stderr, flush=True)
     if env.is_main and cfg.topology:
         from topology import write_topology
-        write_topology(path.parent / f"topology_{preset.tag}.md", env)
+        write_topology(folder.file(f"topology_{preset.tag}.md"), env)
     if writer:
         print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
-              f"{env.device.type}) -> {_shown(path)}" + (f" ({writer.n_done} already there)" if cfg.resume else ""),
-              flush=True)
+              f"{env.device.type}) -> {_shown(folder.path)}" + (f" ({writer.n_done} already there)" if cfg.resume
+                                                                  else ""), flush=True)
     if env.world_size == 1:
         print0(f"note: {ONE_RANK_NOTE}; algbw is still measured")
+    try:
+        code = _sweep(cfg, env, group, todo, writer, nccl, preset)
+    except BaseException:
+        if folder is not None:
+            folder.finish(complete=False, changed=changed(cfg))
+        raise
+    if folder is not None:
+        for line in folder.finish(complete=code == 0, changed=changed(cfg), promote=cfg.promote):
+            print(line, flush=True)
+    return code
+
+
+def _sweep(cfg: Config, env: DistInfo, group, todo: list[dict], writer, nccl: dict, preset: GPUPreset) -> int:
     wrong_rows, header = 0, None
     for row in tqdm(todo, unit="row", disable=True if not env.is_main else None, leave=False):
         what = f"{row['collective']} of {format_size(row['size_bytes'])} {row['dtype']}"
         try:
             result = measure(row, cfg, env, group)
         except torch.cuda.OutOfMemoryError:
-            print(f"error: rank {env.rank}: out of GPU memory for {what}; lower --max-bytes", file=sys.stderr)
-            return 1
+            fail(f"out of GPU memory for {what}; lower --max-bytes", 1)
         except RuntimeError as e:  # gloo raises on its timeout or a closed peer socket; NCCL via its watchdog
             kept = f"{writer.n_done} row(s)" if writer else "rows"
-            print(f"error: rank {env.rank}: {what} failed: {_short(e)}. A rank died or stopped answering "
-                  f"(--timeout-s {cfg.timeout_s:g}); the CSV keeps the {kept} measured before; rerun with --resume "
-                  "to continue.", file=sys.stderr, flush=True)
-            return 1
+            report(f"{what} failed: {_short(e)}. A rank died or stopped answering (--timeout-s {cfg.timeout_s:g}); "
+                   f"the run folder keeps the {kept} measured before; rerun with --resume to continue",
+                   PEER_LOST, "timeout" if "timed out" in str(e).lower() or "timeout" in str(e).lower() else "peer")
+            return PEER_LOST
         result.update(preset=preset.name, nccl_env=";".join(f"{k}={v}" for k, v in nccl.items()) or "default")
         wrong_rows += result["wrong"] > 0
         if writer:
@@ -253,7 +338,6 @@ def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
     if wrong_rows:
         print0(f"error: {wrong_rows} rows returned wrong data (column `wrong`): the collective is broken here")
         return 1
-    print0(f"done: {_shown(path)}")
     return 0
 
 
@@ -263,7 +347,7 @@ TABLE = ("size_bytes", "count", "time_us", "time_min_us", "time_max_us", "algbw_
 def _line(r: dict) -> str:
     """One row of the stdout table, nccl-tests style (the header when given the column names)."""
     cells = [f"{r[c]:.1f}" if isinstance(r[c], float) and c.startswith("time") else
-             f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in TABLE]
+             f"{r[c]:.3f}" if isinstance(r[c], float) else "-" if r[c] is None else str(r[c]) for c in TABLE]
     return " ".join(f"{c:>{w}}" for c, w in zip(cells, (12, 11, 11, 11, 11, 10, 10, 5, 5)))
 
 
@@ -280,10 +364,13 @@ def _shown(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="bench.py")
+    cfg = parse_config(Config, argv, description=__doc__, prog="bench.py")
+    world, local, nnodes = planned_world()
     try:
-        cfg, preset = resolve(cfg)
-    except ValueError as e:
+        cfg, preset = resolve(cfg, local)
+        if not launched_by_torchrun():  # the check pass (or a 1-rank run); inside ranks rank 0 decides
+            check_before_launch(cfg, preset, world, nnodes)
+    except (ValueError, RunError) as e:  # SchemaMismatch is a ValueError
         print(f"bench.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
     with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=cfg.timeout_s) as env:
@@ -291,4 +378,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

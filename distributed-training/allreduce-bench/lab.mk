@@ -7,12 +7,13 @@ NCCL_TESTS ?= 0
         allreduce-bench-overhead allreduce-bench-2agents
 
 allreduce-bench: $(SETUP) ## collective bandwidth sweep (busbw as nccl-tests, alpha-beta fit, TOPOLOGY.md) + report
+	$(if $(filter 1,$(NCCL_TESTS)),@$(CHECK_ARGS) $(ARB)/nccl_tests.py --gpu $(GPU) $(ARGS))
 	$(MAKE) allreduce-bench-run $(if $(filter 1,$(NCCL_TESTS)),allreduce-bench-nccl-tests) allreduce-bench-report
 
 # The measurement: what slurm/lab.sbatch runs under srun on every node. Rank 0 writes
+# runs/sweep_<hw>_ws<N>[_n<nodes>]/ and, once the sweep is complete and the preset's, publishes it to
 # results/sweep_<hw>_ws<N>[_n<nodes>].csv and results/topology_<hw>.md.
-allreduce-bench-run: $(SETUP)
-	@$(CHECK_ARGS) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
+allreduce-bench-run: $(SETUP) ## the sweep alone (runs/ -> results/ when complete); ARGS="--resume" continues one
 	$(TORCHRUN) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 
 allreduce-bench-report: $(SETUP) ## REPORT.md, plots and TOPOLOGY.md from allreduce-bench/results alone
@@ -21,7 +22,6 @@ allreduce-bench-report: $(SETUP) ## REPORT.md, plots and TOPOLOGY.md from allred
 allreduce-bench-gpu: $(SETUP) ## the GPU sweep on every GPU of this node (1 GPU: algbw only), then the report
 	@test "$(NGPUS)" != "0" || { echo "error: allreduce-bench-gpu needs NVIDIA GPUs and nvidia-smi lists none;" \
 	  "use make allreduce-bench for the CPU sweep" >&2; exit 2; }
-	@$(CHECK_ARGS) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(MAKE) allreduce-bench-report
 
@@ -29,18 +29,19 @@ allreduce-bench-nccl-tests: $(SETUP) ## nccl-tests' all_reduce_perf over the sam
 	$(PYRUN) $(ARB)/nccl_tests.py --gpu $(GPU) $(ARGS)
 
 allreduce-bench-overhead: $(SETUP) ## benchmark: our timing vs a bare loop, sizes >= 1 MiB (target ratio >= 0.97)
-	@$(CHECK_ARGS) $(ARB)/overhead.py --gpu $(GPU) $(ARGS)
 	$(TORCHRUN) $(ARB)/overhead.py --gpu $(GPU) $(ARGS)
 
 # Multi-node on one CPU machine: two torchrun agents (2 ranks each) meet at a c10d rendezvous on
-# 127.0.0.1, exactly as two real nodes would; the CSV records nnodes=2 (sweep_cpu_ws4_n2.csv).
+# 127.0.0.1, exactly as two real nodes would; the CSV records nnodes=2 (sweep_cpu_ws4_n2.csv). Its
+# 4 MiB range is this target's preset, so a complete run replaces results/ (--promote replace). The
+# port is checked first: a rendezvous on a port another program holds would wait silently.
 ARB_2AGENTS_PORT ?= 29517
+ARB_2AGENTS = $(MAKE) allreduce-bench-run GPU=cpu NNODES=2 NPROC=2 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT=$(ARB_2AGENTS_PORT) RDZV_ID=arb-2agents ARGS="--max-bytes 4M --promote replace $(ARGS)"
 allreduce-bench-2agents: $(SETUP) ## CPU check of the multi-node path: 2 torchrun agents x 2 ranks on 127.0.0.1
-	$(MAKE) allreduce-bench-run GPU=cpu NNODES=2 NPROC=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(ARB_2AGENTS_PORT) \
-	  RDZV_ID=arb-2agents ARGS="--max-bytes 4M $(ARGS)" & agent1=$$!; \
-	$(MAKE) allreduce-bench-run GPU=cpu NNODES=2 NPROC=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(ARB_2AGENTS_PORT) \
-	  RDZV_ID=arb-2agents ARGS="--max-bytes 4M $(ARGS)" & agent2=$$!; \
-	wait $$agent1 && wait $$agent2
+	@$(PYRUN) -m common.launch check-port 127.0.0.1 $(ARB_2AGENTS_PORT)
+	@DT_CHECK_ARGS=1 DT_PLANNED_WORLD=4 DT_PLANNED_LOCAL=2 $(PYRUN) $(ARB)/bench.py --gpu cpu --max-bytes 4M $(ARGS)
+	$(ARB_2AGENTS) & agent1=$$!; $(ARB_2AGENTS) & agent2=$$!; wait $$agent1 && wait $$agent2
 	$(PYTHON) -c 'import csv, sys; rows = list(csv.DictReader(open(sys.argv[1]))); \
 	  assert rows and {r["nnodes"] for r in rows} == {"2"}, "nnodes is not 2"; \
 	  print(f"ok: {len(rows)} rows with nnodes=2 in", sys.argv[1])' $(ARB)/results/sweep_cpu_ws4_n2.csv

@@ -15,6 +15,7 @@ The raw output is not stored: its "Rank .. on <host>" lines name the machine.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -22,10 +23,12 @@ import sys
 
 import torch
 
-from bench import LAB_DIR, Config, resolve, sizes
+from bench import LAB_DIR, Config, changed, resolve, run_folder_path, sizes
 from common.config import config_dict, parse_config, parse_size
 from common.dist import DistInfo
-from common.results import ResultsWriter, provenance
+from common.failures import entrypoint
+from common.results import provenance
+from common.runs import RunError, RunFolder
 
 BINARY = "all_reduce_perf"
 NCCL_TYPES = {"fp32": "float", "bf16": "bfloat16", "fp16": "half"}  # nccl-tests -d names
@@ -62,15 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"nccl_tests.py: error: NCCL_TESTS=1 asked for, but {problem}", file=sys.stderr)
         return 2
+    ngpus = torch.cuda.device_count()
     try:
         cfg, preset = resolve(cfg)
-    except ValueError as e:
+        path = LAB_DIR / "results" / f"nccl_tests_{preset.run_tag(ngpus)}.csv"
+        if os.environ.get("DT_CHECK_ARGS") == "1":  # make checks this before the sweep it follows
+            return 0
+        folder = RunFolder.open(run_folder_path(path), path.parent)
+    except (ValueError, RunError) as e:
         print(f"nccl_tests.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
-    ngpus = torch.cuda.device_count()
     env = DistInfo(0, 0, ngpus, ngpus, torch.device("cuda", 0), "nccl")
-    path = LAB_DIR / "results" / f"nccl_tests_{preset.run_tag(ngpus)}.csv"
-    writer = ResultsWriter(path, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
+    writer = folder.writer(path.name, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
                            config={**config_dict(cfg), "tool": BINARY})
     for dtype in cfg.dtypes:
         cmd = [binary, "-b", str(parse_size(cfg.min_bytes)), "-e", str(parse_size(cfg.max_bytes)),
@@ -82,17 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             print(f"nccl_tests.py: error: {BINARY} did not finish in {cfg.timeout_s * len(sizes(cfg)):.0f} s",
                   file=sys.stderr)
+            folder.finish(complete=False, changed=changed(cfg))
             return 1
         version, rows = parse_perf_output(proc.stdout)
         if proc.returncode != 0 or not rows:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             print(f"nccl_tests.py: error: {BINARY} exited {proc.returncode}: {tail[0]}", file=sys.stderr)
+            folder.finish(complete=False, changed=changed(cfg))
             return 1
-        for row in rows:
-            writer.write({**row, "preset": preset.name, "nccl_tests_version": version})
-    print(f"wrote {path}")
+        writer.write_many({**row, "preset": preset.name, "nccl_tests_version": version} for row in rows)
+    for line in folder.finish(complete=True, changed=changed(cfg), promote=cfg.promote):
+        print(line)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

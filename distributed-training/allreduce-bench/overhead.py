@@ -21,15 +21,19 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
 import collectives as C
-from bench import LAB_DIR, Config as BenchConfig, resolve, time_collective
-from common.config import config_dict, parse_config, parse_size
-from common.dist import DistInfo, distributed, print0, reduce_across_ranks
+from bench import LAB_DIR, Config as BenchConfig, resolve, run_folder_path, time_collective
+from common.config import changed_flags, config_dict, parse_config, parse_size
+from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
+                         reduce_across_ranks)
+from common.failures import entrypoint
 from common.hardware import CHOICES
-from common.results import ResultsWriter, provenance
+from common.results import provenance
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free
 
 COLUMNS = ["collective", "size_bytes", "dtype", "preset", "iters", "ours_us", "bare_us", "ratio", "ratio_min",
            "ratio_max", "rounds"]
@@ -43,7 +47,9 @@ class Config:
     rounds: int = field(default=5, metadata={"help": "alternations of ours and bare per size"})
     target_ms: float = field(default=150.0, metadata={"help": "as bench.py --target-ms"})
     gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)})"})
-    out: str = field(default="", metadata={"help": "CSV path; default results/overhead_<hw>_ws<N>.csv"})
+    out: str = field(default="", metadata={"help": "where the finished CSV goes; default results/overhead_<hw>_ws<N>.csv"})
+    promote: str = field(default="auto", metadata={"help": "when complete: auto, replace, merge or no (see bench.py)",
+                                                   "choices": PROMOTE_CHOICES})
 
     def __post_init__(self):
         BenchConfig(collectives=self.collectives, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
@@ -64,20 +70,36 @@ def bare_loop(call, iters: int, env: DistInfo, group) -> float:
     return reduce_across_ranks([(time.perf_counter() - t0) / iters], "max", group)[0]
 
 
+def out_path(cfg: Config, preset, world: int) -> Path:
+    return Path(cfg.out) if cfg.out else LAB_DIR / "results" / f"overhead_{preset.run_tag(world)}.csv"
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="overhead.py")
+    cfg = parse_config(Config, argv, description=__doc__, prog="overhead.py")
+    world, local, _ = planned_world()
     try:
         bench_cfg, preset = resolve(BenchConfig(collectives=cfg.collectives, min_bytes=cfg.min_bytes,
-                                                max_bytes=cfg.max_bytes, target_ms=cfg.target_ms, gpu=cfg.gpu))
-    except ValueError as e:
+                                                max_bytes=cfg.max_bytes, target_ms=cfg.target_ms, gpu=cfg.gpu), local)
+        if not launched_by_torchrun():
+            check_free(run_folder_path(out_path(cfg, preset, world)))
+    except (ValueError, RunError) as e:
         print(f"overhead.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
+    changed = changed_flags(cfg, Config(gpu=cfg.gpu, out=cfg.out, promote=cfg.promote))
     with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=bench_cfg.timeout_s) as env:
         group, n = torch.distributed.group.WORLD, env.world_size
-        path = cfg.out or LAB_DIR / "results" / f"overhead_{preset.run_tag(n)}.csv"
-        writer = ResultsWriter(path, COLUMNS, ["collective", "size_bytes"], provenance(env, "1"),
-                               config=config_dict(replace(cfg, max_bytes=bench_cfg.max_bytes, gpu=preset.name)),
-                               enabled=env.is_main)
+        path = out_path(cfg, preset, n)
+        folder, error = None, None
+        if env.is_main:
+            try:
+                folder = RunFolder.open(run_folder_path(path), path.parent)
+            except RunError as e:
+                error = str(e)
+        if (error := from_rank0(error)) is not None:
+            fail(error, 2)
+        writer = folder.writer(path.name, COLUMNS, ["collective", "size_bytes"], provenance(env, "1"),
+                               config=config_dict(replace(cfg, max_bytes=bench_cfg.max_bytes, gpu=preset.name))) \
+            if folder else None
         lo, hi = parse_size(cfg.min_bytes), parse_size(bench_cfg.max_bytes)
         for coll in cfg.collectives:
             if coll == "send_recv" and n < 2:
@@ -100,13 +122,16 @@ def main(argv: list[str] | None = None) -> int:
                        "bare_us": round(statistics.median(bare) * 1e6, 3), "rounds": cfg.rounds,
                        "ratio_min": round(min(ratios), 4), "ratio_max": round(max(ratios), 4)}
                 row["ratio"] = round(row["bare_us"] / row["ours_us"], 4)
-                writer.write(row)
+                if writer:
+                    writer.write(row)
                 print0(f"{coll:>14} {actual:>11} B  ours {row['ours_us']:>10.1f} us  bare {row['bare_us']:>10.1f} us"
                        f"  ratio {row['ratio']:.3f} (rounds {row['ratio_min']:.3f}..{row['ratio_max']:.3f})")
                 size *= 2
-        print0(f"wrote {path}")
+        if folder:
+            for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
+                print(line)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

@@ -20,6 +20,7 @@ import pandas as pd
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
+from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.hardware import PRESETS
 from common.markdown import number, table
 from common.plotting import describe_runs, log2_size_axis, new_figure, save
@@ -28,6 +29,17 @@ from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent
 RUN = ["preset", "hardware", "world_size", "nnodes", "backend", "dtype"]
+_RUN_KINDS = {"preset": str, "hardware": str, "world_size": int, "nnodes": int, "backend": str, "dtype": str}
+# What this report reads from each kind of file (common.csvread checks it before pandas does).
+SWEEP = Schema("allreduce-bench sweep", {**_RUN_KINDS, "collective": str, "size_bytes": int, "count": int,
+                                         "time_us": float, "time_min_us": float, "time_max_us": float,
+                                         "algbw_GBps": float, "busbw_GBps": float, "wrong": int, "timing": str,
+                                         "torch_version": str, "nccl_version": str, "cuda_version": str,
+                                         "git_commit": str, "timestamp_utc": str})
+NCCL_TESTS = Schema("nccl-tests", {**_RUN_KINDS, "collective": str, "size_bytes": int, "placement": str,
+                                   "busbw_GBps": float})
+OVERHEAD = Schema("allreduce-bench overhead", {**_RUN_KINDS, "collective": str, "size_bytes": int, "ratio": float,
+                                               "ratio_min": float, "ratio_max": float})
 
 
 @dataclass(frozen=True)
@@ -47,11 +59,11 @@ def num(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def load(results: Path, pattern: str = "sweep_*.csv") -> pd.DataFrame:
-    frames = [pd.read_csv(p, dtype={"git_commit": str}) for p in sorted(results.glob(pattern))]
-    if not frames:
-        return pd.DataFrame()
-    df = pd.concat(frames, ignore_index=True)
+def load(results: Path, pattern: str = "sweep_*.csv", schema: Schema = SWEEP, required: bool = False) -> pd.DataFrame:
+    df = read_tables(results, pattern, schema, required=required,
+                     hint="run `make allreduce-bench-run` (or restore the committed results with git)")
+    if df.empty:
+        return df
     # A row that moved no data (one rank, in place) has a time but no bandwidth; files without the column
     # (older sweeps, overhead.py) get it from the collective and the world size.
     df["moves_data"] = [C.moves_data(c, int(n)) for c, n in zip(df["collective"], df["world_size"])]
@@ -198,10 +210,11 @@ def fit_row(r) -> list:
 
 
 def report(cfg: Config) -> str:
-    results, out = Path(cfg.results), Path(cfg.out)
-    df = load(results)
-    if df.empty:
-        raise SystemExit(f"error: no sweep_*.csv in {results}; run `make allreduce-bench-run` first")
+    results, out = results_folder(cfg.results), Path(cfg.out)
+    if not out.parent.is_dir():
+        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    df = load(results, required=True)
+    nccl_tests, overhead = load(results, "nccl_tests_*.csv", NCCL_TESTS), load(results, "overhead_*.csv", OVERHEAD)
     summ = summary(df)
     plot_bandwidth(df, results / "busbw.png")
     plot_time_fit(df, summ, results / "time_fit.png")
@@ -259,9 +272,9 @@ def report(cfg: Config) -> str:
         L.append("None: published busbw figures exist for 8-GPU A100/H100/H200/B200 nodes (published.py), and no run "
                  "here is on such hardware. gloo on loopback has no published reference.")
     L += ["", "## nccl-tests beside ours (all_reduce in place, as torch does it)", ""] + nccl_tests_section(
-        df, load(results, "nccl_tests_*.csv"))
+        df, nccl_tests)
     L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
-        load(results, "overhead_*.csv"))
+        overhead)
     L += ["", "## Plots", "", f"![busbw vs size]({rel(results / 'busbw.png')})", "",
           f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "",
           "The machines' links are in [TOPOLOGY.md](TOPOLOGY.md)."]
@@ -278,8 +291,9 @@ def write_topology_index(results: Path, path: Path) -> None:
     path.write_text("\n".join(head) + "\n" + ("\n".join(parts) if parts else "No topology recorded yet.\n"))
 
 
+@guard_report
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="report.py")
+    cfg = parse_config(Config, argv, description=__doc__, prog="report.py")
     report(cfg)
     print(f"wrote {cfg.out} and its plots", file=sys.stderr)
     return 0

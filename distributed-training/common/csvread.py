@@ -16,8 +16,8 @@ is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
     df = read_table(path, SCHEMA)                       # one file, checked
     df = read_tables(folder, "sweep_*.csv", SCHEMA)     # every match, concatenated; none is an error
 
-Only columns named in the schema are required and type-checked; the others are read as pandas
-infers them, so a report reads exactly the values it read before.
+Only columns named in the schema are required and type-checked; those declared str are read as
+text (a commit hash of digits and one "e" is not a float), the others as pandas infers them.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     _check_types(path, schema, header, rows)
     if not rows:
         return pd.DataFrame(columns=header)
-    try:
-        return pd.read_csv(io.StringIO(text))
+    try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
+        return pd.read_csv(io.StringIO(text), dtype={c: str for c, k in schema.columns.items() if k is str})
     except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
         raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
 

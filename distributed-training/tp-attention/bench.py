@@ -47,10 +47,12 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from tqdm import tqdm
 
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, from_rank0, print0
+from common.config import changed_flags, config_dict, parse_config
+from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
-from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.results import SchemaMismatch, check_resume, provenance
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
 from common.timing import time_iterations
 from dtensor_tp import dtensor_parallel
 from mappings import TPGroup, without_communication
@@ -97,13 +99,20 @@ class BenchConfig:
     iters: int | None = field(default=None, metadata={"help": "timed iterations per implementation"})
     correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
     require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (make tp-attention-gpu)"})
-    out_dir: str = field(default="", metadata={"help": "where the CSVs go (default: results/ in this lab)"})
-    resume: bool = field(default=False, metadata={"help": "skip rows already in the CSVs"})
+    out_dir: str = field(default="", metadata={"help": "where finished CSVs go (default: results/ in this lab; the "
+                                                      "run writes into ../runs/<preset>_w<ranks>/ first)"})
+    resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: done rows are skipped"})
+    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
+                                                           "keep an experiment in runs/), replace, merge, no",
+                                                   "choices": PROMOTE_CHOICES})
     # (None means: the preset's value; the resolved config is what gets saved beside the CSV)
 
     def __post_init__(self):
         for name in ("seq_len", "d_model", "head_dim", "batch", "iters"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        for name in ("seq_lens", "d_models"):
+            if any(v < 1 for v in getattr(self, name)):
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.warmup is not None and self.warmup < 0:
             raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
@@ -127,9 +136,13 @@ def resolve(cfg: BenchConfig, kind: str, world: int) -> BenchConfig:
     tps = cfg.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if world % t == 0)
     gpu = get_preset(cfg.gpu).name  # auto -> cpu, h100, ...
     cfg = dataclasses.replace(cfg, tp=tps, gpu=gpu, out_dir=cfg.out_dir or str(RESULTS), **filled)
+    bad = [d for _, d in cfg.shapes() if d % cfg.head_dim]
+    if bad:
+        raise ValueError(f"hidden size {bad[0]} is not a multiple of the head size {cfg.head_dim} (--head-dim; "
+                         f"n_heads = d_model / head_dim); use multiples of {cfg.head_dim}")
     for t in cfg.tp:
         if world % t:
-            raise ValueError(f"--tp {t} must divide the number of ranks ({world})")
+            raise ValueError(f"--tp {t} must divide the number of ranks ({world}; NPROC x NNODES)")
         for s, d in cfg.shapes():
             h = d // cfg.head_dim
             check_tp_shape(tp=t, n_heads=h, n_kv_heads=h, d_model=d, d_ff=4 * d, seq_len=s, sequence_parallel=t > 1)
@@ -225,46 +238,102 @@ def _inputs(vcfg: VerifyConfig, tp: TPGroup, device: torch.device) -> tuple[torc
     return torch.randn(shape, device=device, dtype=dtype), torch.randn(shape, device=device, dtype=dtype)
 
 
-def main(argv: list[str] | None = None) -> None:
+OPERATIONAL = ("gpu", "correctness", "require_gpu", "out_dir", "resume", "promote")
+CONFIG_IGNORE = ("resume", "promote", "out_dir")
+
+
+def tag_of(cfg: BenchConfig, world: int, nnodes: int = 1) -> str:
+    """e.g. cpu_ws4, h100_ws8: names the CSVs and the run folder."""
+    return get_preset(cfg.gpu).run_tag(world, nnodes)
+
+
+def check_before_launch(cfg: BenchConfig, world: int, nnodes: int) -> None:
+    """Run folder free; a --resume has a run folder whose CSVs match this sweep's columns and config."""
+    tag = tag_of(cfg, world, nnodes)
+    run_dir = run_dir_for(Path(cfg.out_dir), tag)
+    check_free(run_dir)
+    if cfg.resume:
+        check_resumable(run_dir)
+        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}
+        for name, columns in (("correctness", CORRECTNESS_COLUMNS), ("bench", BENCH_COLUMNS)):
+            check_resume(run_dir / f"{name}_{tag}.csv", columns, saved, CONFIG_IGNORE)
+
+
+def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(BenchConfig, argv, description=__doc__, prog="bench.py")
+    world, _, nnodes = planned_world()
     try:
         kind = device_kind(get_preset(cfg.gpu))
         if cfg.require_gpu and kind != "cuda":
             raise ValueError("this target measures a GPU and torch sees none (CPU runs: make tp-attention)")
-    except ValueError as e:
+        changed = changed_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
+                                OPERATIONAL)
+        cfg = resolve(cfg, kind, world)
+        if not launched_by_torchrun():
+            check_before_launch(cfg, world, nnodes)
+    except (ValueError, RunError) as e:
         fail(str(e), 2)
     with distributed(device=kind) as env:
-        try:
-            cfg = resolve(cfg, kind, env.world_size)
-        except ValueError as e:
-            fail(str(e), 2)
         torch.set_float32_matmul_precision("highest")
-        tag = get_preset(cfg.gpu).run_tag(env.world_size, env.nnodes)  # e.g. cpu_ws4, h100_ws8
+        tag = tag_of(cfg, env.world_size, env.nnodes)  # e.g. cpu_ws4, h100_ws8
         prov, main_rank = provenance(env, BENCH_VERSION), env.rank == 0
         saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}  # no machine paths in results/
         meshes = {t: init_device_mesh(kind, (env.world_size // t, t), mesh_dim_names=("replica", "tp"))["tp"]
                   for t in cfg.tp}
-        try:
-            corr, bench = (ResultsWriter(Path(cfg.out_dir) / f"{name}_{tag}.csv", columns=columns, key=columns[:key],
-                                         provenance=prov, config=saved, resume=cfg.resume, enabled=main_rank)
-                           for name, columns, key in (("correctness", CORRECTNESS_COLUMNS, 5),
-                                                      ("bench", BENCH_COLUMNS, 4)))
-        except SchemaMismatch as e:
-            fail(str(e), 2)
+        folder, error, corr, bench = None, None, None, None
+        if main_rank:
+            try:
+                folder = RunFolder.open(run_dir_for(Path(cfg.out_dir), tag), Path(cfg.out_dir),
+                                        "resume" if cfg.resume else "fresh")
+                corr, bench = (folder.writer(f"{name}_{tag}.csv", columns, columns[:key], prov, config=saved,
+                                             config_ignore=CONFIG_IGNORE)
+                               for name, columns, key in (("correctness", CORRECTNESS_COLUMNS, 5),
+                                                          ("bench", BENCH_COLUMNS, 4)))
+            except (SchemaMismatch, RunError) as e:
+                error = str(e)
+                if folder is not None:
+                    folder.close()
+        if (error := from_rank0(error)) is not None:
+            fail(error, 2)
+        corr, bench = corr or _Off(), bench or _Off()
         print0(f"tp-attention: {env.world_size} ranks on {env.device} ({env.backend}), t in {cfg.tp}, "
-               f"{len(cfg.shapes())} shapes, {cfg.dtype}")
-        if cfg.correctness:
-            grid = [(t, case, v) for t in cfg.tp for case, v in correctness_grid(t)]
-            for t, case, vcfg in tqdm(grid, desc="correctness", disable=not main_rank):
-                row_key = {"case": case, "impl": vcfg.impl, "tp": t, "sp": vcfg.sp, "dtype": vcfg.dtype}
-                if not from_rank0(corr.done(row_key)):
-                    corr.write(correctness_row(case, check(vcfg, meshes[t], env.device)))
-        runs = [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))]
-        for t, s, d, sp in tqdm(runs, desc="timing", disable=not main_rank):
-            if not from_rank0(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
-                bench.write(bench_row(cfg, meshes[t], env.device, s, d, sp))
-        print0(f"wrote {corr.path.name} and {bench.path.name} ({len(runs)} timing rows)")
+               f"{len(cfg.shapes())} shapes, {cfg.dtype}" + (f" -> {folder.path}" if folder else ""))
+        try:
+            n_runs = _measure(cfg, env, meshes, corr, bench, main_rank)
+        except BaseException:
+            if folder is not None:
+                folder.finish(complete=False, changed=changed)
+            raise
+        print0(f"measured {n_runs} timing rows")
+        if folder is not None:
+            for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
+                print(line, flush=True)
+    return 0
+
+
+class _Off:
+    """The writer of ranks other than 0: nothing is written, rank 0 decides what is done."""
+
+    def done(self, row) -> bool:
+        return False
+
+    def write(self, row) -> None:
+        pass
+
+
+def _measure(cfg: BenchConfig, env, meshes, corr, bench, main_rank: bool) -> int:
+    if cfg.correctness:
+        grid = [(t, case, v) for t in cfg.tp for case, v in correctness_grid(t)]
+        for t, case, vcfg in tqdm(grid, desc="correctness", disable=True if not main_rank else None):
+            row_key = {"case": case, "impl": vcfg.impl, "tp": t, "sp": vcfg.sp, "dtype": vcfg.dtype}
+            if not from_rank0(corr.done(row_key)):
+                corr.write(correctness_row(case, check(vcfg, meshes[t], env.device)))
+    runs = [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))]
+    for t, s, d, sp in tqdm(runs, desc="timing", disable=True if not main_rank else None):
+        if not from_rank0(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
+            bench.write(bench_row(cfg, meshes[t], env.device, s, d, sp))
+    return len(runs)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(entrypoint(main))

@@ -3,24 +3,24 @@
 TP_ATTENTION := $(LABS_DIR)/tp-attention
 TP ?= 2
 SP ?= 0
-TP_VERIFY_FLAGS = --tp $(TP) $(if $(filter 1,$(SP)),--sp,--no-sp) --gpu $(GPU) $(ARGS)
+# SP is 0 or 1 and TP a positive integer; anything else stops make with one line (exit 2).
+tp_sp_flags = $(call positive,TP)$(if $(filter 0 1,$(SP)),,$(error SP must be 0 or 1 (sequence parallelism off/on), got '$(SP)'))
+TP_VERIFY_FLAGS = $(tp_sp_flags)--tp $(TP) $(if $(filter 1,$(SP)),--sp,--no-sp) --gpu $(GPU) $(ARGS)
 
 .PHONY: tp-attention tp-attention-run tp-attention-report tp-verify tp-attention-gpu
 
 tp-attention: $(SETUP) ## TP attention: correctness grid + timings vs DTensor on NPROC ranks, then REPORT.md
 	$(MAKE) tp-attention-run tp-attention-report
 
-tp-attention-run: $(SETUP)
-	@$(CHECK_ARGS) $(TP_ATTENTION)/bench.py --gpu $(GPU) $(ARGS)
+tp-attention-run: $(SETUP) ## the measurements alone (runs/ -> results/ when complete); ARGS="--resume" continues
 	$(TORCHRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) $(ARGS)
 
-tp-attention-report: $(SETUP)
+tp-attention-report: $(SETUP) ## REPORT.md and plots from tp-attention/results alone
 	$(PYRUN) $(TP_ATTENTION)/report.py
 
-# The shape check runs first, without torch: a rank exiting 2 under torchrun comes back as torchrun's
-# multi-line ChildFailedError with exit code 1, not as one line with exit code 2.
+# The launcher runs verify.py once as a plain process first (shapes, GPU, TP vs ranks): bad input is
+# one line and exit 2 before any rank starts. verify.py writes no file: its result is the JSON line.
 tp-verify: $(SETUP) ## TP vs single-device: one JSON line of errors and collective counts (TP=2 SP=0|1 ARGS=...)
-	@$(PYRUN) $(TP_ATTENTION)/tp_config.py $(TP_VERIFY_FLAGS)
 	$(TORCHRUN) --nproc-per-node $(TP) $(TP_ATTENTION)/verify.py $(TP_VERIFY_FLAGS)
 
 # One GPU: t = 1, the wrappers' overhead. On a node with more GPUs, then the sweep over t on all of them.

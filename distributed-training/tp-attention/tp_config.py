@@ -88,4 +88,4 @@ class VerifyConfig:
 
 
 if __name__ == "__main__":
-    parse_config(VerifyConfig, description=__doc__, prog="verify.py")
+    parse_config(VerifyConfig, description=__doc__, prog="tp_config.py")

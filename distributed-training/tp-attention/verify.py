@@ -45,7 +45,8 @@ from torch.distributed.tensor import DTensor
 
 from comm_count import CommCounter, tp_bytes_per_layer
 from common.config import config_dict, parse_config
-from common.dist import distributed, fail, print0, reduce_across_ranks
+from common.dist import distributed, fail, planned_world, print0, reduce_across_ranks
+from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
 from common.model import MLP, Attention, Block, GPTConfig
 from dtensor_tp import dtensor_parallel
@@ -261,14 +262,15 @@ def correctness_grid(tp: int) -> list[tuple[str, VerifyConfig]]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
+    world = planned_world()[0]  # checked before any rank starts (common.launch's check pass)
     try:
         kind = device_kind(get_preset(cfg.gpu))
+        if world % cfg.tp:
+            raise ValueError(f"--tp {cfg.tp} must divide the number of ranks ({world}); the rest are replicas")
     except ValueError as e:
         fail(str(e), 2)
     torch.set_float32_matmul_precision("highest")  # no TF32 on GPU: fp32 must mean fp32 here
     with distributed(device=kind) as env:
-        if env.world_size % cfg.tp:
-            fail(f"--tp {cfg.tp} must divide the number of ranks ({env.world_size}); the rest are replicas", 2)
         mesh = init_device_mesh(kind, (env.world_size // cfg.tp, cfg.tp), mesh_dim_names=("replica", "tp"))
         result = check(cfg, mesh["tp"], env.device)
         print0(json.dumps(result.as_json()))
@@ -276,4 +278,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entrypoint(main))

@@ -1,5 +1,6 @@
 """The runner on real gloo ranks: a 4-rank sweep of every collective and dtype, the CSV schema, nnodes,
-a stuck rank (timeout, message, exit 1, rows kept) and --resume; bad arguments exit 2 in one line."""
+a stuck rank (timeout, message, exit 4, rows kept in the run folder, results/ untouched) and --resume;
+bad arguments exit 2 in one line."""
 
 import csv
 import os
@@ -18,7 +19,7 @@ from common.hardware import PRESETS
 from common.results import PROVENANCE_COLUMNS
 from common.testing import RankFailed, run_ranks
 
-FAST = dict(iters=2, min_iters=1, warmup=1, target_ms=1.0, topology=False)
+FAST = dict(iters=2, min_iters=1, warmup=1, target_ms=1.0, topology=False, promote="replace")
 
 
 def _rows(path):
@@ -31,7 +32,7 @@ def _sweep(env, cfg):
 
 
 def test_four_rank_sweep_of_every_collective_and_dtype(tmp_path):
-    out = tmp_path / "sweep.csv"
+    out = tmp_path / "results" / "sweep.csv"
     cfg = bench.Config(min_bytes="1K", max_bytes="4K", dtypes=("fp32", "bf16", "fp16"), out=str(out), **FAST)
     # LOCAL_WORLD_SIZE=2: the ranks see what two torchrun agents with 2 workers each would set.
     assert run_ranks(_sweep, 4, cfg, env={"LOCAL_WORLD_SIZE": "2"}) == [0, 0, 0, 0]
@@ -69,25 +70,29 @@ def _stuck_rank_1(env, cfg):
 
 
 def test_stuck_rank_times_out_keeps_rows_and_resume_finishes(tmp_path, capfd):
-    out = tmp_path / "sweep.csv"
+    out = tmp_path / "results" / "sweep.csv"
+    out.parent.mkdir()
+    out.write_text("the committed sweep\n")
     cfg = bench.Config(collectives=("all_reduce",), min_bytes="1K", max_bytes="2K", out=str(out), timeout_s=1.0,
                        **FAST)
     t0 = time.monotonic()
     codes = run_ranks(_stuck_rank_1, 2, cfg, timeout_s=60)
-    assert codes[0] == 1 and time.monotonic() - t0 < 20
+    assert codes[0] == 4 and time.monotonic() - t0 < 20
     err = capfd.readouterr().err
-    assert "error: rank 0: all_reduce of 2K fp32 failed" in err and "--resume" in err
-    first = _rows(out)
-    assert [r["size_bytes"] for r in first] == ["1024"]  # the row measured before the failure stays
+    assert "error: all_reduce of 2K fp32 failed" in err and "--resume" in err
+    first = _rows(tmp_path / "runs" / "sweep" / "sweep.csv")
+    assert [r["size_bytes"] for r in first] == ["1024"]  # the row measured before the failure stays in runs/
+    assert out.read_text() == "the committed sweep\n"  # and results/ is untouched by the failed run
     again = bench.Config(**{**cfg.__dict__, "resume": True})
     assert run_ranks(_sweep, 2, again) == [0, 0]
-    rows = _rows(out)
+    rows = _rows(out)  # complete: published
     assert [r["size_bytes"] for r in rows] == ["1024", "2048"] and rows[0] == first[0]  # only the missing row ran
     changed = bench.Config(**{**again.__dict__, "max_bytes": "4K"})
     capfd.readouterr()
     with pytest.raises(RankFailed, match="SystemExit: 2"):
         run_ranks(_sweep, 2, changed)  # resuming under another config is refused: exit 2, nothing measured
     assert "the config changed (max_bytes: '2K' -> '4K')" in capfd.readouterr().err and len(_rows(out)) == 2
+    assert len(_rows(tmp_path / "runs" / "sweep" / "sweep.csv")) == 2
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -117,7 +122,7 @@ def test_bad_argument_from_the_command_line_writes_nothing(tmp_path):
 
 
 def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
-    out = tmp_path / "sweep.csv"
+    out = tmp_path / "results" / "sweep.csv"
     with distributed(device="cpu") as env:
         assert bench.run(bench.Config(min_bytes="1K", max_bytes="2K", out=str(out), **FAST), env, PRESETS["cpu"]) == 0
     rows = _rows(out)
@@ -128,13 +133,13 @@ def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
         assert r["moves_data"] == ("false" if in_place else "true")
         assert r["note"] == (bench.NO_TRANSFER_NOTE if in_place else bench.ONE_RANK_NOTE)
     import report
-    df = report.load(tmp_path, "sweep.csv")
+    df = report.load(tmp_path / "results", "sweep.csv")
     assert set(report.summary(df)["collective"]) == {"all_gather", "reduce_scatter", "all_to_all"}
 
 
 @pytest.mark.gpu
 def test_one_gpu_sweep_over_nccl(tmp_path):
-    out = tmp_path / "sweep.csv"
+    out = tmp_path / "results" / "sweep.csv"
     with distributed(device="cuda") as env:
         cfg, preset = bench.resolve(bench.Config(min_bytes="1K", max_bytes="1M", dtypes=("fp32", "bf16"),
                                                  out=str(out), **FAST))

@@ -45,7 +45,7 @@ def test_the_verify_command_refuses_bad_input():
 
 
 def test_bad_sweeps_are_refused():
-    with pytest.raises(ValueError, match=r"--tp 3 must divide the number of ranks \(4\)"):
+    with pytest.raises(ValueError, match=r"--tp 3 must divide the number of ranks \(4;"):
         bench.resolve(bench.BenchConfig(tp=(3,)), "cpu", 4)
     with pytest.raises(ValueError, match=r"seq_len \(6\) must be divisible by tp \(4\)"):
         bench.resolve(bench.BenchConfig(seq_lens=(6,)), "cpu", 4)
@@ -60,16 +60,19 @@ TINY_SWEEP = ["--gpu", "cpu", "--seq-lens", "8,16", "--d-models", "32", "--seq-l
 
 
 def _bench_twice(env, out):
-    bench.main(TINY_SWEEP + ["--out-dir", out])
-    first = Path(out, "bench_cpu_ws2.csv").read_text() if env.rank == 0 else ""
-    bench.main(TINY_SWEEP + ["--out-dir", out, "--resume"])  # everything is done: nothing is measured again
+    bench.main(TINY_SWEEP + ["--out-dir", out])  # an experiment (a tiny sweep): kept in runs/, results/ untouched
+    kept = Path(out).parent / "runs" / "cpu_ws2" / "bench_cpu_ws2.csv"
+    first = kept.read_text() if env.rank == 0 else ""
+    assert not Path(out, "bench_cpu_ws2.csv").exists()
+    bench.main(TINY_SWEEP + ["--out-dir", out, "--resume", "--promote", "replace"])  # nothing measured again
     return first
 
 
 def test_runner_end_to_end_with_resume_then_report(tmp_path):
-    first = run_ranks(_bench_twice, 2, str(tmp_path), timeout_s=240)[0]
-    assert Path(tmp_path, "bench_cpu_ws2.csv").read_text() == first  # the resumed run appended nothing
-    b, c = pd.read_csv(tmp_path / "bench_cpu_ws2.csv"), pd.read_csv(tmp_path / "correctness_cpu_ws2.csv")
+    res = tmp_path / "results"
+    first = run_ranks(_bench_twice, 2, str(res), timeout_s=240)[0]
+    assert Path(res, "bench_cpu_ws2.csv").read_text() == first  # the resumed run appended nothing, then published
+    b, c = pd.read_csv(res / "bench_cpu_ws2.csv"), pd.read_csv(res / "correctness_cpu_ws2.csv")
     assert len(b) == 2 * 3 and b["verified"].all() and c["pass"].all()  # 2 shapes x (t=1, t=2, t=2+SP)
     assert (b["comm_bytes_ours"] == b["comm_bytes_analytic"]).all()
     t2 = b[b["tp"] == 2]
@@ -78,7 +81,7 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
     assert b["ref_ms"].notna().tolist() == (b["tp"] == 1).tolist()
     assert (b["world_size"] == 2).all() and (b["backend"] == "gloo").all()
 
-    report.main(["--results", str(tmp_path), "--out", str(tmp_path / "REPORT.md")])
+    report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
     assert "## Correctness `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text and "No GPU run" in text
     assert "**NO**" not in text and str(tmp_path) not in text and "/tmp/" not in text
