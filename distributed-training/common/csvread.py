@@ -34,6 +34,7 @@ from typing import Callable, Mapping
 import pandas as pd
 
 BAD_INPUT = 2
+ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema
 _TRUE_FALSE = {"true", "false", "1", "0"}
 
 
@@ -137,8 +138,9 @@ def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     _check_types(path, schema, header, rows)
     if not rows:
         return pd.DataFrame(columns=header)
+    text_columns = {c for c, k in schema.columns.items() if k is str} | {c for c in ALWAYS_TEXT if c in header}
     try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
-        return pd.read_csv(io.StringIO(text), dtype={c: str for c, k in schema.columns.items() if k is str})
+        return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
     except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
         raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
 

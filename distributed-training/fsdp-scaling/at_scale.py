@@ -31,17 +31,20 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
 import memory_model as mm
-from common.config import config_dict, parse_config
-from common.dist import DistInfo, print0
+from common.config import changed_flags, parse_config
+from common.dist import DistInfo, fail, print0
+from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.model import GPTConfig, count_params
-from common.results import ResultsWriter, provenance
+from common.results import SchemaMismatch, provenance
+from common.runs import RunError, RunFolder, run_dir_for
 from measure import instrumented_step
-from settings import Config, describe_model, gpt_config
+from settings import CONFIG_IGNORE, Config, describe_model, gpt_config, results_dir, saved_config
 from strategies import Trainer
 
 BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
+# What this study uses from the lab's shared config; any other flag does not change its rows.
+USES = ("model", "optimizer", "lr", "seed", "scale_worlds", "node_size")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 COLUMNS = ["strategy", "world_size", "backend", "replicate", "shard", "model", "n_params", "optimizer",
            "param_bytes", "grad_bytes", "opt_bytes", "opt_bytes_worst_rank",
@@ -95,12 +98,39 @@ def measure_one(strategy: str, world: int, cfg: Config, gcfg: GPTConfig | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__)
+    cfg = parse_config(Config, argv, description=__doc__, prog="at_scale.py")
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     # One CPU process stands in for every rank, whatever GPUs the machine has: say so in the hardware column.
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as rank 0 of a fake group"}
-    writer = ResultsWriter(RESULTS / "at_scale.csv", COLUMNS, KEY, prov, config=config_dict(cfg), resume=cfg.resume)
+    changed = [f for f in changed_flags(cfg, Config()) if f[2:].replace("-", "_") in USES]
+    try:
+        # --resume (given to the whole make sweep) continues this study's folder, or starts one
+        folder = RunFolder.open(run_dir_for(results_dir(cfg), "at_scale"), results_dir(cfg),
+                                "append" if cfg.resume else "fresh")
+        try:
+            writer = folder.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg),
+                                   config_ignore=CONFIG_IGNORE)
+        except SchemaMismatch:
+            folder.close()
+            raise
+    except (RunError, SchemaMismatch) as e:
+        torch.set_num_threads(threads)
+        fail(str(e), 2)
+    try:
+        _study(cfg, writer)
+    except BaseException:
+        folder.finish(complete=False, changed=changed)
+        raise
+    finally:
+        torch.set_num_threads(threads)
+    for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
+        print(line)
+    return 0
+
+
+def _study(cfg: Config, writer) -> None:
     for world in cfg.scale_worlds:
         for strategy in STRATEGIES:
             if writer.done({"strategy": strategy, "world_size": world}):
@@ -112,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             print0(f"W={world:5d} {strategy:6s} state {total / 2**20:8.3f} MiB (model {model / 2**20:8.3f}) "
                    f"AG {row['all_gathers']:3d} RS {row['reduce_scatters']:3d} AR {row['all_reduces']:3d} "
                    f"BC {row['broadcasts']:3d}  {row['wall_s']:.2f} s")
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,20 +39,22 @@ from torch.distributed.device_mesh import DeviceMesh
 from tqdm import tqdm
 
 import overlap
-from common.config import config_dict, parse_config
+from common.config import changed_flags, parse_config
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, print0, reduce_across_ranks
+from common.dist import DistInfo, distributed, fail, from_rank0, planned_world, print0, reduce_across_ranks
+from common.failures import entrypoint
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
-from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.results import SchemaMismatch, check_resume, provenance
+from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
 from memory_model import comm_plan, precision_for
-from settings import FSDP_STRATEGIES, Config, check_world, describe_model, gpt_config, hsdp_mesh_shape, torchrun_world
+from settings import (CONFIG_IGNORE, FSDP_STRATEGIES, OPERATIONAL, Config, check_world, describe_model, gpt_config,
+                      hsdp_mesh_shape, results_dir, saved_config)
 from strategies import Trainer, build_mesh, micro_batches
 
 BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = ["strategy", "mode", "model", "n_params", "precision", "optimizer", "replicate", "shard", "prefetch",
            "micro_batch", "grad_accum", "effective_batch", "seq_len", "tokens_per_step", "step_time_ms",
            "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
@@ -70,16 +73,33 @@ def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     return replace(cfg, gpu=preset.name, precision=precision), preset
 
 
+def run_dir(cfg: Config, preset: GPUPreset) -> Path:
+    return run_dir_for(results_dir(cfg), f"scaling_{preset.tag}")
+
+
 def preflight(cfg: Config, preset: GPUPreset) -> None:
-    """Check the plan for every world size make will launch; start fresh unless --resume."""
+    """Check the plan for every world size make will launch, and the run folder; then prepare it
+    (fresh unless --resume). results/ is not touched: a complete sweep is published at its end."""
     # make passes NNODES and NPROC: HSDP's automatic shard group is the ranks of one node.
     nnodes, nproc = int(os.environ.get("NNODES", 1)), int(os.environ.get("NPROC", 0))
     for world in cfg.worlds:
         check_world(cfg, world, nproc or world // nnodes, nnodes)
-    if not cfg.resume:
-        for kind in ("scaling", "comms", "overlap"):
-            for path in (RESULTS / f"{kind}_{preset.tag}.csv", RESULTS / f"{kind}_{preset.tag}.config.json"):
-                path.unlink(missing_ok=True)
+    folder = run_dir(cfg, preset)
+    check_free(folder)
+    if cfg.resume:
+        check_resumable(folder)
+        for name, columns in ((f"scaling_{preset.tag}.csv", COLUMNS), (f"comms_{preset.tag}.csv", COMM_COLUMNS)):
+            check_resume(folder / name, columns, saved_config(cfg), CONFIG_IGNORE)
+    else:
+        run = RunFolder.open(folder, results_dir(cfg), "fresh")
+        for note in run.notes:
+            print(note, file=sys.stderr)
+        run.close()
+
+
+def changed(cfg: Config) -> list[str]:
+    """Measurement flags that differ from the preset's sweep (then it is an experiment)."""
+    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
 
 
 class Run:
@@ -91,15 +111,19 @@ class Run:
         self.gcfg = gpt_config(cfg, env.device.type == "cuda", self.data.vocab_size)
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.meshes: dict[tuple[int, ...], DeviceMesh] = {}
-        prov, keep = provenance(env, BENCH_VERSION), cfg.resume or cfg.append
-        kw = dict(provenance=prov, config=config_dict(cfg), resume=keep, enabled=env.is_main,
-                  config_ignore=("resume", "append", "preflight", "worlds"))
-        error = None
-        try:  # only rank 0 opens the files: it tells every rank whether resuming is possible
-            self.rows = ResultsWriter(RESULTS / f"scaling_{preset.tag}.csv", COLUMNS, KEY, **kw)
-            self.comms = ResultsWriter(RESULTS / f"comms_{preset.tag}.csv", COMM_COLUMNS, COMM_KEY, **kw)
-        except SchemaMismatch as e:
-            error = str(e)
+        prov = provenance(env, BENCH_VERSION)
+        kw = dict(config=saved_config(cfg), config_ignore=CONFIG_IGNORE)
+        self.folder, self.rows, self.comms, error = None, _Off(), _Off(), None
+        if env.is_main:  # only rank 0 opens the files: it tells every rank whether that is possible
+            mode = "append" if (cfg.resume or cfg.append) else "fresh"
+            try:
+                self.folder = RunFolder.open(run_dir(cfg, preset), results_dir(cfg), mode)
+                self.rows = self.folder.writer(f"scaling_{preset.tag}.csv", COLUMNS, KEY, prov, **kw)
+                self.comms = self.folder.writer(f"comms_{preset.tag}.csv", COMM_COLUMNS, COMM_KEY, prov, **kw)
+            except (SchemaMismatch, RunError) as e:
+                error = str(e)
+                if self.folder is not None:
+                    self.folder.close()
         if (error := from_rank0(error)) is not None:
             fail(error, code=2)
 
@@ -186,11 +210,35 @@ class Run:
             self.comms.write({"strategy": strategy, **r, "grad_accum": self.cfg.grad_accum,
                               "model_count": want.get("count", 0), "model_payload_bytes": want.get("payload_bytes", 0)})
 
+    def plan(self, world: int) -> list[tuple[str, str]]:
+        cfg = self.cfg
+        return [(s, m) for s in cfg.strategies for m in cfg.modes if not (s == "single" and world > 1)]
+
+    def complete(self) -> bool:
+        """Every (strategy, mode) of every world size the sweep launches is in the run folder."""
+        nnodes = self.env.nnodes
+        return all(self.rows.done({"strategy": s, "mode": m, "world_size": w, "nnodes": nnodes})
+                   for w in sorted(set(self.cfg.worlds) | {self.env.world_size}) for s, m in self.plan(w))
+
+    def finish(self) -> None:
+        """Publish the sweep after its last launch; between launches the run folder just stays."""
+        if self.folder is None:
+            return
+        if self.complete():
+            for line in self.folder.finish(complete=True, changed=changed(self.cfg), promote=self.cfg.promote):
+                print(line, flush=True)
+        elif self.env.world_size >= max(self.cfg.worlds):
+            for line in self.folder.finish(complete=False, changed=changed(self.cfg)):
+                print(line, flush=True)
+        else:
+            self.folder.close()
+
     def run(self) -> None:
         env, cfg = self.env, self.cfg
-        plan = [(s, m) for s in cfg.strategies for m in cfg.modes if not (s == "single" and env.world_size > 1)]
-        todo = from_rank0([(s, m) for s, m in plan if not self.rows.done({"strategy": s, "mode": m})])
-        for strategy, mode in tqdm(todo, disable=not env.is_main, desc=f"N={env.world_size}", leave=False):
+        todo = from_rank0([(s, m) for s, m in self.plan(env.world_size)
+                           if not self.rows.done({"strategy": s, "mode": m})])
+        for strategy, mode in tqdm(todo, disable=True if not env.is_main else None, desc=f"N={env.world_size}",
+                                   leave=False):
             row = self.measure(strategy, mode)
             self.rows.write(row)
             gc.collect()  # DDP and FSDP hold reference cycles: free this trainer before the next one's peak
@@ -206,8 +254,8 @@ class Run:
     def profile(self) -> None:
         """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<hw>.csv."""
         cfg, env = self.cfg, self.env
-        writer = ResultsWriter(RESULTS / f"overlap_{self.preset.tag}.csv", overlap.COLUMNS, overlap.KEY,
-                               provenance(env, "1"), resume=cfg.resume or cfg.append, enabled=env.is_main)
+        writer = self.folder.writer(f"overlap_{self.preset.tag}.csv", overlap.COLUMNS, overlap.KEY,
+                                    provenance(env, "1")) if self.folder is not None else _Off()
         micro = self.micro_size("strong")
         plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
                 for p in ((False, True) if s in FSDP_STRATEGIES else (False,))]
@@ -225,22 +273,43 @@ class Run:
             torch.cuda.empty_cache()
 
 
+class _Off:
+    """Writers of ranks other than 0: they write nothing; rank 0 decides what is done."""
+
+    path = None
+
+    def done(self, row) -> bool:
+        return False
+
+    def write(self, row) -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__)
-    world, local_world, nnodes = torchrun_world()
+    cfg = parse_config(Config, argv, description=__doc__, prog="bench.py")
+    world, local_world, nnodes = planned_world()
     try:
         cfg, preset = resolve(cfg)
         if cfg.preflight:
             preflight(cfg, preset)
             return 0
         check_world(cfg, world, local_world, nnodes)
-    except ValueError as e:  # before any process group: one line, exit 2, nothing written
+        if "RANK" not in os.environ:  # the launcher's check pass (or one plain process)
+            check_free(run_dir(cfg, preset))
+    except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
     with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
         print0(f"fsdp-scaling: N={env.world_size} ({env.nnodes} node(s), {env.backend}, {preset.label})")
-        Run(cfg, preset, env).run()
+        run = Run(cfg, preset, env)
+        try:
+            run.run()
+        except BaseException:
+            if run.folder is not None:
+                run.folder.close()
+            raise
+        run.finish()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

@@ -3,9 +3,9 @@ FSDP_DIR := $(LABS_DIR)/fsdp-scaling
 # One torchrun launch per world size: 1, 2, 4, ... up to NPROC on one node; on several nodes a
 # single launch at NNODES x NPROC ranks (a study across node counts is one job per node count).
 ifeq ($(NNODES),1)
-  FSDP_WORLDS ?= $(shell n=1; while [ $$n -le $(NPROC) ]; do printf '%s ' $$n; n=$$((n * 2)); done)
+  FSDP_WORLDS ?= $(call positive,NPROC)$(shell n=1; while [ $$n -le $(NPROC) ]; do printf '%s ' $$n; n=$$((n * 2)); done)
 else
-  FSDP_WORLDS ?= $(shell echo $$(($(NNODES) * $(NPROC))))
+  FSDP_WORLDS ?= $(call positive,NPROC)$(call positive,NNODES)$(shell echo $$(($(NNODES) * $(NPROC))))
 endif
 FSDP_FLAGS = --gpu $(GPU) --worlds "$(shell echo $(FSDP_WORLDS) | tr ' ' ',')"
 
@@ -17,6 +17,7 @@ fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale
 
 # Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
 # it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
+# Every launch writes into runs/scaling_<hw>/; the last one publishes the complete sweep to results/.
 fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
 	NNODES=$(NNODES) NPROC=$(NPROC) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
 ifeq ($(NNODES),1)
@@ -43,10 +44,11 @@ fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs alone
 
 # One GPU: the strategies' overhead against plain training, MFU, memory and the overlap profile. The
 # fake-PG study and the projection are CPU-side models whose committed CSVs a GPU run must not rewrite.
+# These settings are this target's preset: a complete run replaces results/ (--promote replace).
 FSDP_GPU_ARGS ?= --warmup 5 --steps 20 --global-batch 32 --micro-batch 8
 fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memory by strategy, overlap
 	NNODES=1 NPROC=1 $(PYRUN) $(FSDP_DIR)/bench.py --gpu $(GPU) --worlds 1 --preflight $(FSDP_GPU_ARGS) $(ARGS)
-	$(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) $(ARGS)"
+	$(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) --promote replace $(ARGS)"
 	$(MAKE) fsdp-scaling-report
 
 REPORT_TARGETS += fsdp-scaling-report

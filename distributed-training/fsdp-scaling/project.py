@@ -35,13 +35,16 @@ import torch
 import memory_model as mm
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
 from common.collective_fit import calibrate
-from common.config import config_dict, parse_config
-from common.dist import DistInfo
+from common.config import changed_flags, parse_config
+from common.csvread import BadResults, Schema, read_table
+from common.dist import DistInfo, fail
+from common.failures import entrypoint
 from common.hardware import PRESETS, GPUPreset, get_preset
 from common.model import GPTConfig, flops_per_token
-from common.results import ResultsWriter, provenance
+from common.results import provenance
+from common.runs import RunError, RunFolder, run_dir_for
 from common.zero_memory import ZERO_PAPER
-from settings import MODELS, Config, describe_model, parse_model
+from settings import MODELS, Config, describe_model, parse_model, results_dir, saved_config
 
 LAB = Path(__file__).resolve().parent
 ALLREDUCE = LAB.parent / "allreduce-bench" / "results"
@@ -59,6 +62,12 @@ COLUMNS = ["target", "model", "n_params", "strategy", "mode", "n_gpus", "nodes",
            "comm_ms", "step_ms_no_overlap", "step_ms_full_overlap", "efficiency_no_overlap",
            "efficiency_full_overlap", "state_GB_per_rank", "fits_in_memory", "compute_source", "bandwidth_source"]
 WORKED_COLUMNS = ["example", "psi", "n_d", "k", "baseline_GB", "zero1_GB", "zero2_GB", "zero3_GB"]
+# The inputs it reads, checked (common.csvread): this lab's sweep and allreduce-bench's (its stable columns).
+SCALING = Schema("fsdp-scaling sweep", {"strategy": str, "mode": str, "model": str, "world_size": int,
+                                        "step_time_ms": float, "effective_batch": int})
+SWEEP = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "world_size": int, "nnodes": int,
+                                         "backend": str, "hardware": str, "time_us": float})
+USES = ("node_size",)  # what the projection uses from the shared config (--gpu picks the what-if target)
 
 
 def table_network(p: GPUPreset, node_size: int) -> Network | None:
@@ -77,7 +86,7 @@ def measured_network(preset: str, node_size: int, fallback: Network | None, acro
     files = sorted(glob.glob(str(ALLREDUCE / "sweep_*.csv")))
     if not files:
         return fallback
-    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    df = pd.concat([read_table(f, SWEEP) for f in files], ignore_index=True)
     tag = df["preset"] if "preset" in df else df["backend"].map({"gloo": "cpu"})
     df = df[(tag == preset) & (df["world_size"] > 1) & (df["collective"] == "all_reduce")
             & ((df["nnodes"] == 1) | across_nodes)]
@@ -156,7 +165,7 @@ def project(t: Target, net: Network, ns: tuple[int, ...]) -> list[dict]:
 def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
     """One Target per model in a scaling CSV, from its world-size-1 rows."""
     hw = csv.stem.split("_", 1)[1]
-    df = pd.read_csv(csv)
+    df = read_table(csv, SCALING)
     df = df[(df["world_size"] == 1) & df["strategy"].isin(STRATEGIES)]
     out = []
     for model, g in df.groupby("model"):
@@ -177,10 +186,35 @@ def assumed_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Targe
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__)
+    cfg = parse_config(Config, argv, description=__doc__, prog="project.py")
+    try:
+        rows = projection_rows(cfg)
+        folder = RunFolder.open(run_dir_for(results_dir(cfg), "projection"), results_dir(cfg))
+    except (BadResults, RunError) as e:
+        fail(str(e), 2)
+    env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "model")
+    prov = {**provenance(env, "1"), "hardware": "projection (analytic model)", "world_size": "", "nnodes": ""}
+    writer = folder.writer("projection.csv", COLUMNS, ["target", "model", "strategy", "mode", "n_gpus"], prov,
+                           config=saved_config(cfg))
+    writer.write_many(rows)
+    # The ZeRO paper's Figure 1 example (7.5B parameters, 64-way DP, K = 12): 120 / 31.4 / 16.6 / 1.9 GB.
+    worked = folder.writer("zero_worked_example.csv", WORKED_COLUMNS, ["example"], prov)
+    paper = mm.zero_paper_table(7.5e9, 64)
+    worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": ZERO_PAPER.optimizer,
+                  **{f"{k}_GB": v for k, v in paper.items()}})
+    print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
+          f"{', '.join(sorted({r['target'] for r in rows}))})")
+    changed = [f for f in changed_flags(cfg, Config()) if f[2:].replace("-", "_") in USES]
+    for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
+        print(line)
+    return 0
+
+
+def projection_rows(cfg: Config) -> list[dict]:
+    """Every projected row, from the measured CSVs (checked) and the hardware table."""
     rows: list[dict] = []
     measured_gpus = set()
-    for csv in sorted((LAB / "results").glob("scaling_*.csv")):
+    for csv in sorted(results_dir(cfg).glob("scaling_*.csv")):
         cpu = csv.stem == "scaling_cpu"
         for t in measured_targets(csv, None if cpu else STRONG_GLOBAL):
             if cpu:  # one machine, one core per rank at the measured gloo rate: only with allreduce-bench's CPU sweep
@@ -195,21 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, (gcfg, seqs) in PROJECTED.items():
         if (what_if.name, describe_model(gcfg)) not in measured_gpus:
             rows += project(assumed_target(what_if, name, gcfg, seqs), net, GPU_N)
-    env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "model")
-    prov = {**provenance(env, "1"), "hardware": "projection (analytic model)", "world_size": "", "nnodes": ""}
-    writer = ResultsWriter(LAB / "results" / "projection.csv", COLUMNS,
-                           ["target", "model", "strategy", "mode", "n_gpus"], prov, config=config_dict(cfg))
-    for r in rows:
-        writer.write(r)
-    # The ZeRO paper's Figure 1 example (7.5B parameters, 64-way DP, K = 12): 120 / 31.4 / 16.6 / 1.9 GB.
-    worked = ResultsWriter(LAB / "results" / "zero_worked_example.csv", WORKED_COLUMNS, ["example"], prov)
-    paper = mm.zero_paper_table(7.5e9, 64)
-    worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": ZERO_PAPER.optimizer,
-                  **{f"{k}_GB": v for k, v in paper.items()}})
-    print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
-          f"{', '.join(sorted({r['target'] for r in rows}))})")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))

@@ -8,23 +8,59 @@ rank = the largest rank's bytes; bus bytes per rank as nccl-tests defines them (
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from common.config import parse_config
+from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.markdown import frame, number
 from common.plotting import describe_runs, new_figure, save
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
 LAB = Path(__file__).resolve().parent
-RES = LAB / "results"
+RES = LAB / "results"  # rebound by main() to --results
 ORDER = ["single", "ddp", "zero1", "zero2", "zero3", "hsdp"]
 MiB = 2**20
+_PROV = {"hardware": str, "backend": str, "torch_version": str}
+# What the report reads from each kind of file (common.csvread checks it before pandas does).
+SCHEMAS = {
+    "scaling_*.csv": Schema("fsdp-scaling sweep", {
+        **_PROV, "strategy": str, "mode": str, "model": str, "world_size": int, "tokens_per_s": float,
+        "step_time_ms": float, "step_time_min_ms": float, "step_time_max_ms": float, "peak_mem_bytes": float,
+        "loss_last": float, "mfu": float, "effective_batch": int, "grad_accum": int, "mem_method": str}),
+    "at_scale.csv": Schema("fsdp-scaling at-scale study", {
+        "strategy": str, "world_size": int, "model": str, "n_params": int, "param_bytes": float,
+        "grad_bytes": float, "opt_bytes_worst_rank": float, "model_param_bytes": float, "model_grad_bytes": float,
+        "model_opt_bytes": float, "exact_model_state_bytes": float, "paper_model_state_bytes": float,
+        "unsharded_peak_bytes": float,
+        "model_unsharded_bytes": float, "all_gathers": int, "reduce_scatters": int, "all_reduces": int,
+        "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}),
+    "comms_*.csv": Schema("fsdp-scaling collectives", {
+        "strategy": str, "collective": str, "group_size": int, "grad_accum": int, "count": int,
+        "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int}),
+    "projection.csv": Schema("fsdp-scaling projection", {
+        "target": str, "model": str, "n_params": float, "strategy": str, "mode": str, "n_gpus": int,
+        "efficiency_no_overlap": float, "efficiency_full_overlap": float, "fits_in_memory": bool,
+        "compute_source": str, "bandwidth_source": str}),
+    "zero_worked_example.csv": Schema("ZeRO worked example", {
+        "psi": float, "n_d": int, "k": float, "baseline_GB": float, "zero1_GB": float, "zero2_GB": float,
+        "zero3_GB": float}),
+    "overlap_*.csv": Schema("fsdp-scaling overlap", {
+        "hardware": str, "world_size": int, "strategy": str, "prefetch": bool, "step_time_ms": float,
+        "compute_ms": float, "comm_ms": float, "exposed_comm_ms": float, "exposed_fraction": float}),
+}
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    results: str = field(default=str(RES), metadata={"help": "folder holding the CSVs (plots are written there)"})
+    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write"})
 
 
 def read(pattern: str) -> pd.DataFrame:
-    files = sorted(RES.glob(pattern))
-    return pd.concat([pd.read_csv(f, dtype={"git_commit": str}) for f in files], ignore_index=True) if files else pd.DataFrame()
+    return read_tables(RES, pattern, SCHEMAS[pattern], required=False)
 
 
 def table(df: pd.DataFrame, spec: str = ".3g") -> str:
@@ -253,9 +289,18 @@ def section_projection(proj: pd.DataFrame) -> list[str]:
     return out or ["No projection rows (run project.py)."]
 
 
-def main() -> int:
+@guard_report
+def main(argv: list[str] | None = None) -> int:
+    global RES
+    cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
+    RES = results_folder(cfg.results, "run `make fsdp-scaling-run`")
+    out = Path(cfg.out)
+    if not out.parent.is_dir():
+        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
     s, a, c = read("scaling_*.csv"), read("at_scale.csv"), read("comms_*.csv")
     proj, worked, ov = read("projection.csv"), read("zero_worked_example.csv"), read("overlap_*.csv")
+    if s.empty and a.empty and proj.empty:
+        raise BadResults(f"no scaling_*.csv, at_scale.csv or projection.csv in {RES}; run `make fsdp-scaling-run`")
     gpu = not s.empty and (s["backend"] == "nccl").any()
     hw = ", ".join(sorted(set(s["hardware"]))) if not s.empty else "none"
     torch_v = ", ".join(sorted(set(s["torch_version"].astype(str)))) if not s.empty else "?"
@@ -290,8 +335,8 @@ def main() -> int:
         "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
         "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
     lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:]]
-    (LAB / "REPORT.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {LAB / 'REPORT.md'}")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -12,8 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from common.hardware import CHOICES
+from pathlib import Path
+
+from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig
+from common.runs import PROMOTE_CHOICES
+
+LAB = Path(__file__).resolve().parent
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "hsdp")
 FSDP_STRATEGIES = ("zero2", "zero3", "hsdp")
@@ -55,13 +60,19 @@ class Config:
     data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
     seed: int = field(default=0, metadata=_h("model init and batch order"))
     worlds: tuple[int, ...] = field(default=(1,), metadata=_h("world sizes the sweep will launch (preflight checks)"))
-    preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, clear old results, exit"))
+    preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, prepare the run folder, "
+                                                       "exit"))
     append: bool = field(default=False, metadata=_h("add rows to this preset's CSVs (the make sweep's later launches)"))
     resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
     scale_worlds: tuple[int, ...] = field(default=(8, 16, 32, 64, 128, 1024),
                                           metadata=_h("at_scale.py: simulated world sizes (fake process group)"))
     node_size: int = field(default=8, metadata=_h("GPUs per node assumed at scale (HSDP shard group, projection)"))
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
+    results: str = field(default="", metadata=_h("where complete runs are published; empty = results/ in this lab "
+                                                 "(each run writes into ../runs/<name>/ first)"))
+    promote: str = field(default="auto", metadata=_h("when complete: auto (replace results/ for a preset run, keep an "
+                                                     "experiment in runs/), replace, merge, no",
+                                                     choices=PROMOTE_CHOICES))
 
     def __post_init__(self):
         for name, allowed in (("strategies", STRATEGIES), ("modes", MODES)):
@@ -81,6 +92,28 @@ class Config:
         if bad:
             raise ValueError(f"--scale-worlds {bad[0]} is not a multiple of --node-size {self.node_size} "
                              "(HSDP at scale shards within a node)")
+        get_preset(self.gpu)  # an unknown preset: ValueError naming the valid ones
+        if self.data:
+            missing = [n for n in ("train.bin", "val.bin") if not (Path(self.data) / n).is_file()]
+            if missing:
+                raise ValueError(f"--data {self.data}: " + ("no such folder" if not Path(self.data).is_dir() else
+                                 f"missing {', '.join(missing)}") + " (a nanoGPT folder with train.bin and val.bin)")
+
+
+# Flags that do not change what is measured (a run differing only in them is still the preset's run),
+# and the ones a resumed run may change.
+OPERATIONAL = ("gpu", "worlds", "preflight", "append", "resume", "profile", "timeout_s", "results", "promote")
+CONFIG_IGNORE = ("resume", "append", "preflight", "worlds", "promote", "results", "timeout_s")
+
+
+def results_dir(cfg: Config) -> Path:
+    return Path(cfg.results) if cfg.results else LAB / "results"
+
+
+def saved_config(cfg: Config) -> dict:
+    """The config saved beside the CSVs: no machine paths (results are committed)."""
+    from common.config import config_dict
+    return {k: v for k, v in config_dict(cfg).items() if k != "results"}
 
 
 def gpt_config(cfg: Config, on_gpu: bool, vocab_size: int = 256) -> GPTConfig:
@@ -123,10 +156,3 @@ def check_world(cfg: Config, world: int, local_world: int | None = None, nnodes:
         hsdp_mesh_shape(world, cfg.hsdp_shard, local_world, nnodes)
     if cfg.strategies == ("single",) and world > 1:
         raise ValueError(f"strategy 'single' is the one-process baseline; it cannot run at world size {world}")
-
-
-def torchrun_world() -> tuple[int, int, int]:
-    """(world, local_world, nnodes) from the torchrun environment, before any process group exists."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return world, local, max(1, world // max(1, local))
