@@ -45,14 +45,16 @@ import torch.nn.functional as F
 import backends
 import train
 from alerts import AlertEngine
-from common.config import config_dict, parse_config
+from common.config import changed_flags, config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
+from common.failures import entrypoint
 from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import REPO_ROOT, ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, run_dir_for
 from runloop import RunLoop
 from settings import Config, with_preset
 from train import free_memory, settings
@@ -89,7 +91,11 @@ class BenchConfig:
     kernels_baseline: str = field(default="", metadata={"help": "kernels: also count with this commit's "
                                                                 "fp8_linear.py (e.g. 2fbc6b4)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = default)"})
-    out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
+    out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
+                                                  "<preset>); a run writes into fp8-train/runs/<name>-bench/ first"})
+    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for the default "
+                                                           "benchmark, keep others in runs/), replace, merge, no",
+                                                   "choices": PROMOTE_CHOICES})
 
     def __post_init__(self):
         if self.iters < 1 or self.warmup < 0 or self.batch < 1 or self.seq_len < 0 or self.n_layers < 1:
@@ -360,34 +366,46 @@ def main(argv: list[str] | None = None) -> int:
     cfg = cfg.resolved(on_gpu)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    data = load_data()
     out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
+    try:
+        baseline = _load_fp8_linear(cfg.kernels_baseline) if "kernels" in cfg.parts and cfg.kernels_baseline \
+            else None
+        # one process: the run folder is taken (and its lock checked) before anything is measured
+        folder = RunFolder.open(run_dir_for(out.parent, f"{out.name}-bench"), out)
+    except (ValueError, RunError) as e:
+        fail(str(e), 2)
+    changed = changed_flags(cfg, BenchConfig(gpu=cfg.gpu, out=cfg.out, threads=cfg.threads,
+                                             promote=cfg.promote).resolved(on_gpu))
+    data = load_data()
     with distributed(device="cuda" if on_gpu else "cpu") as env:
         prov = provenance(env, "2")
-        w = lambda name, cols, key, **kw: ResultsWriter(out / name, cols, key=key, provenance=prov,  # noqa: E731
-                                                        enabled=env.is_main, **kw)
-        if "step" in cfg.parts:
-            step_cost(cfg, env, data, w("bench_step.csv", [
-                "d_model", "n_layers", "run", "precision", "precision_backend", "compiled", "tokens_per_step",
-                "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step", "peak_mem_MiB",
-                "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"], config=config_dict(cfg)))
-        if "gemm" in cfg.parts:
-            shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
-            gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"], ["op", "m", "k", "n"]),
-                 shapes)
-        if "monitor" in cfg.parts:
-            monitor_overhead(cfg, env, data, w("bench_monitor.csv", [
-                "run", "d_model", "compiled", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
-                "median_on_s", "overhead_pct", "target_pct", "meets_target"], ["run", "d_model"]))
-        if "kernels" in cfg.parts:
-            try:
-                baseline = _load_fp8_linear(cfg.kernels_baseline) if cfg.kernels_baseline else None
-            except ValueError as e:
-                fail(str(e), 2)
-            kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", ["fp8_linear_version", "fp8_linears", "inductor_kernels",
-                                                       "update_ops"], ["fp8_linear_version"]))
+        w = lambda name, cols, key, **kw: folder.writer(name, cols, key, prov, **kw)  # noqa: E731
+        saved = {k: v for k, v in config_dict(cfg).items() if k != "out"}  # no machine paths in results/
+        try:  # only the parts asked for get a file: a partial benchmark never blanks the others in results/
+            if "step" in cfg.parts:
+                step_cost(cfg, env, data, w("bench_step.csv", [
+                    "d_model", "n_layers", "run", "precision", "precision_backend", "compiled", "tokens_per_step",
+                    "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step",
+                    "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
+                    config=saved))
+            if "gemm" in cfg.parts:
+                shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
+                gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"],
+                            ["op", "m", "k", "n"]), shapes)
+            if "monitor" in cfg.parts:
+                monitor_overhead(cfg, env, data, w("bench_monitor.csv", [
+                    "run", "d_model", "compiled", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
+                    "median_on_s", "overhead_pct", "target_pct", "meets_target"], ["run", "d_model"]))
+            if "kernels" in cfg.parts:
+                kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", [
+                    "fp8_linear_version", "fp8_linears", "inductor_kernels", "update_ops"], ["fp8_linear_version"]))
+        except BaseException:
+            folder.finish(complete=False, changed=changed)
+            raise
+    for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
+        print(line)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entrypoint(main))

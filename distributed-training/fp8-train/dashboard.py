@@ -136,19 +136,29 @@ def write_run_dashboard(results: Path, runs: list[str], out: Path, refresh_s: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from common.config import OneLineParser
+    ap = OneLineParser(prog="dashboard.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="append", required=True, metavar="DIR:RUN",
                     help="a result folder and a run in it (repeat to overlay runs)")
     ap.add_argument("--out", required=True, help="HTML file to write")
     ap.add_argument("--title", default="fp8-train dashboard")
     args = ap.parse_args(argv)
+    from common.csvread import BadResults
+    from tables import read
     sources = []
     for item in args.run:
         d, _, run = item.rpartition(":")
-        steps = Path(d) / "steps.csv"
-        if not run or not steps.exists() or run not in set(pd.read_csv(steps)["run"]):
+        try:
+            steps = read(Path(d) / "steps.csv") if run else None
+            for name in ("fp8.csv", "layers.csv", "events.csv"):  # what the page draws, checked first
+                read(Path(d) / name)
+        except BadResults as e:
+            ap.exit(2, f"dashboard: error: {e}\n")
+        if steps is None or run not in set(steps["run"]):
             ap.exit(2, f"dashboard: error: --run {item!r}: expected DIR:RUN with RUN in DIR/steps.csv\n")
         sources.append((Path(d), run, f"{Path(d).name}/{run}"))
+    if not Path(args.out).parent.is_dir():
+        ap.exit(2, f"dashboard: error: --out {args.out}: the folder {Path(args.out).parent} does not exist\n")
     print(f"wrote {write(sources, Path(args.out), args.title)}")
     return 0
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.plotting import describe_runs, new_figure, save
+from tables import read
 
 EVENT_STYLE = {"grad_spike": ("tab:orange", "^"), "nonfinite": ("tab:red", "X"), "plateau": ("tab:purple", "s"),
                "scale_drop": ("tab:brown", "v"), "scale_rise": ("tab:cyan", "^"),
@@ -20,7 +21,9 @@ EVENT_STYLE = {"grad_spike": ("tab:orange", "^"), "nonfinite": ("tab:red", "X"),
 
 
 def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype={"git_commit": str}) if path.exists() and path.stat().st_size > 0 else pd.DataFrame()
+    """A result file, checked (tables.py); an empty frame where the folder has none."""
+    df = read(path)
+    return pd.DataFrame() if df is None else df
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -127,7 +130,7 @@ def section(d: Path, root: Path) -> list[str]:
 
 
 def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> pd.DataFrame | None:
-    for other in sorted(p for p in d.parent.iterdir() if p.is_dir() and p != d):
+    for other in sorted(p for p in d.parent.iterdir() if p.is_dir() and p != d and not p.name.startswith(".")):
         o = _read(other / "steps.csv")
         if not len(o) or (has_faults(o)):
             continue

@@ -9,11 +9,12 @@ FP8_LAUNCH = $(if $(FP8_ON_CPU),$(PYRUN),$(TORCHRUN))
 fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b200) + REPORT.md
 	$(MAKE) fp8-train-run fp8-train-report
 
-fp8-train-run: $(SETUP)
-	$(if $(FP8_ON_CPU),,@$(CHECK_ARGS) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS))
+# Writes into runs/<preset>/; a complete run of the preset then replaces results/<preset>/ (a run with
+# other settings, e.g. ARGS="--steps 50", is an experiment and stays in runs/: see README.md).
+fp8-train-run: $(SETUP) ## the training runs alone (runs/ -> results/<preset> when complete); ARGS="--resume"
 	$(FP8_LAUNCH) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS)
 
-fp8-train-report: $(SETUP)
+fp8-train-report: $(SETUP) ## REPORT.md and plots from fp8-train/results alone
 	$(PYRUN) $(FP8_DIR)/report.py
 
 fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM paths -> results/<preset>/bench_*.csv
@@ -21,7 +22,7 @@ fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM pat
 
 # The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
 # FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.
-FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25
+FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25 --promote replace
 fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu-demo, dashboard
 	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu-demo $(FP8_DEMO_ARGS) $(ARGS)
 	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu:fp8-emulated-s0 \

@@ -16,19 +16,25 @@ import json
 import math
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 import health_report
+from common.config import parse_config
+from common.csvread import BadResults, guard_report, results_folder
 from common.plotting import describe_runs, new_figure, save
+from tables import SCHEMAS, read as _read
 
 LAB = Path(__file__).resolve().parent
 ROLE_STYLE = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:red"}
 
 
-def _read(path: Path) -> pd.DataFrame | None:
-    return pd.read_csv(path, dtype={"git_commit": str}) if path.exists() and path.stat().st_size > 0 else None
+@dataclass(frozen=True)
+class ReportConfig:
+    results: str = field(default=str(LAB / "results"), metadata={"help": "folder of per-preset result folders"})
+    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "report path (plots go beside the CSVs)"})
 
 
 def summarize(steps: pd.DataFrame) -> pd.DataFrame:
@@ -313,14 +319,24 @@ def crossover_lines(b: pd.DataFrame) -> list[str]:
     return out + [""]
 
 
+def check_folders(dirs: list[Path]) -> None:
+    """Every result file of every preset folder, checked before anything is drawn (one line, exit 2)."""
+    for d in dirs:
+        for name in SCHEMAS:
+            _read(d / name)
+    if not any((d / "steps.csv").exists() for d in dirs):
+        raise BadResults("no preset folder with a steps.csv in the results folder; run `make fp8-train-run`")
+
+
+@guard_report
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", default=str(LAB / "results"), help="folder of per-preset result folders")
-    ap.add_argument("--out", default=str(LAB / "REPORT.md"), help="report path (plots go beside the CSVs)")
-    args = ap.parse_args(argv)
-    results, out = Path(args.results), Path(args.out)
-    dirs = sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []
+    args = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
+    results = results_folder(args.results, "run `make fp8-train-run`")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    dirs = sorted(p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
+    check_folders(dirs)
     sections = []
     for d in dirs:  # a folder of runs with injected faults is a training-health demo, not a comparison
         steps = _read(d / "steps.csv")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from alerts import Thresholds
 from common.config import parse_size
 from common.hardware import CHOICES
+from common.runs import PROMOTE_CHOICES
 from faults import parse as parse_faults
 from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from scaling import DelayedScaling
@@ -77,7 +78,11 @@ class Config:
     data: str | None = field(default=None, metadata={"help": "nanoGPT train.bin/val.bin dir (default: stdlib)"})
     data_size: str = field(default="16M", metadata={"help": "bytes of the stdlib corpus to read"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)"})
-    out: str = field(default="", metadata={"help": "results dir (default: fp8-train/results/<preset>)"})
+    out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
+                                                  "<preset>); a run writes into fp8-train/runs/<name>/ first"})
+    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for a preset run, "
+                                                           "keep an experiment in runs/), replace, merge, no",
+                                                   "choices": PROMOTE_CHOICES})
     # ---- training health (issue 7) ----
     monitor: bool = field(default=True, metadata={"help": "health metrics and alerts (off: loss and grad norm only)"})
     health_every: int = field(default=10, metadata={"help": "per-layer norms, activation ranges, grad SNR every N"})

@@ -42,12 +42,14 @@ import torch
 import backends
 import checkpoint
 from alerts import AlertEngine
-from common.config import config_dict, parse_config, parse_size
+from common.config import changed_flags, config_dict, parse_config, parse_size
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
+from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import get_preset
 from common.model import GPTConfig
-from common.results import ResultsWriter, provenance
+from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
+from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
 from faults import parse as parse_faults
 from precision import LOW, PrecisionSettings, RunSpec, parse_runs, prepare, select_modules
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
@@ -64,6 +66,10 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
     from common.model import GPT
     with torch.device("meta"):
         select_modules(GPT(mcfg), cfg.fp8_modules, cfg.hp_modules)  # a bad precision map fails here
+    late = [f for f in parse_faults(cfg.inject) if f.step >= cfg.steps]
+    if late:
+        raise ValueError(f"--inject {late[0].kind}@{late[0].step}: the run has steps 0..{cfg.steps - 1} (--steps "
+                         f"{cfg.steps}); pick a step inside it")
     if any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
         hp = [s.name for s in specs if s.precision not in LOW]
         if hp:
@@ -140,10 +146,19 @@ def _load_data(path: str | None, nbytes: int):
     return load_data(path, nbytes)
 
 
-def writers_for(out: Path, env: DistInfo, prov: dict, cfg_json: dict, resume: bool) -> Writers:
+# Flags that do not change what is measured: a run differing from its preset only in them is the
+# preset's run (published to results/); CONFIG_IGNORE: what a resumed run may change.
+OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
+               "threads", "log_every", "promote")
+CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir")
+
+
+def writers_for(folder: RunFolder | None, env: DistInfo, prov: dict, cfg_json: dict) -> Writers:
+    """The run's CSV writers: in the run folder on rank 0, disabled elsewhere."""
     def w(name, cols, key, config=None):
-        return ResultsWriter(out / name, cols, key=key, provenance=prov, config=config, resume=resume,
-                             enabled=env.is_main, config_ignore=("resume", "progress", "skipped_runs"))
+        if folder is None:
+            return ResultsWriter(Path(name), cols, key=key, provenance=prov, enabled=False)
+        return folder.writer(name, cols, key, prov, config=config, config_ignore=CONFIG_IGNORE)
     return Writers(w("steps.csv", STEP_COLUMNS, ["run", "step"], cfg_json),
                    w("fp8.csv", FP8_COLUMNS, ["run", "step", "module", "role"]),
                    w("layers.csv", LAYER_COLUMNS, ["run", "step", "layer"]),
@@ -174,6 +189,8 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
                                          f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
                                          "rerun without --resume")
     elif ckpt is not None:
+        if cfg.resume:
+            print0(f"   no checkpoint and no rows for {spec.name}: it had not started; starting it now")
         ckpt.unlink(missing_ok=True)  # a fresh run never resumes from an older run's checkpoint later
         if cfg.on_nan == "rollback":
             tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
@@ -197,61 +214,102 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu = preset.name != "cpu"
     if on_gpu and not torch.cuda.is_available():
         fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
+    changed = changed_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
     cfg = with_preset(cfg, preset.name, bool(cfg.runs))
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _run(cfg, preset, on_gpu, explicit)
+        return _run(cfg, preset, on_gpu, explicit, changed)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(cfg: Config, preset, on_gpu: bool, explicit: bool) -> int:
+def out_dir(cfg: Config, preset) -> Path:
+    """Where complete runs are published (results/<preset>); the run writes into runs/<its name>/."""
+    return Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
+
+
+def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
+    """Everything checkable before the process group: (specs, skipped, data, model, saved config)."""
+    mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
+    specs, skipped = plan(cfg, torch.device("cuda" if on_gpu else "cpu"), explicit, mcfg)
+    data = _load_data(cfg.data, parse_size(cfg.data_size))
+    cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
+                data.fingerprint, "skipped_runs": skipped}
+    if not launched_by_torchrun():  # the launcher's check pass, or the one process of a CPU run
+        run_dir = run_dir_for(out.parent, out.name)
+        check_free(run_dir)
+        if cfg.resume:
+            check_resumable(run_dir)
+            check_resume(run_dir / "steps.csv", STEP_COLUMNS, cfg_json, CONFIG_IGNORE)
+    return specs, skipped, data, dataclasses.replace(mcfg, vocab_size=data.vocab_size), cfg_json
+
+
+def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) -> int:
+    out = out_dir(cfg, preset)
+    try:
+        specs, skipped, data, mcfg, cfg_json = _check(cfg, preset, on_gpu, explicit, out)
+    except (ValueError, backends.BackendUnavailable, RunError) as e:
+        fail(str(e), 2)
     with distributed(device="cuda" if on_gpu else "cpu") as env:
-        try:
-            mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
-            specs, skipped = plan(cfg, env.device, explicit, mcfg)
-            data = _load_data(cfg.data, parse_size(cfg.data_size))
-        except (ValueError, backends.BackendUnavailable) as e:
-            fail(str(e), 2)
-        mcfg = dataclasses.replace(mcfg, vocab_size=data.vocab_size)
-        out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
         ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
-        cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
-                    data.fingerprint, "skipped_runs": skipped}
+        folder, error = None, None
+        if env.is_main:
+            try:
+                folder = RunFolder.open(run_dir_for(out.parent, out.name), out, "resume" if cfg.resume else "fresh")
+                writers = writers_for(folder, env, provenance(env, BENCH_VERSION), cfg_json)
+            except (SchemaMismatch, RunError) as e:  # resuming into rows written with other settings
+                error = str(e)
+                if folder is not None:
+                    folder.close()
+        else:
+            writers = writers_for(None, env, provenance(env, BENCH_VERSION), cfg_json)
+        if (error := from_rank0(error)) is not None:
+            fail(error, 2)
+        run_path = folder.path if folder else out
+        for note in (folder.notes if folder else []) + [f"skipped {n}" for n in skipped]:
+            print0(note)
         try:
-            writers = writers_for(out, env, provenance(env, BENCH_VERSION), cfg_json, cfg.resume)
-        except ValueError as e:  # SchemaMismatch: resuming into results written with other settings
-            fail(str(e), 2)
-        for note in skipped:
-            print0(f"skipped {note}")
-        completed: list[Path] = []
-        with checkpoint.GracefulStop() as stop:
-            for spec in specs:
-                try:
-                    ckpt = run_one(cfg, spec, mcfg, env, data, writers, out, ckpt_dir, preset.peak_tflops("bf16"),
-                                   stop)
-                except checkpoint.CheckpointError as e:
-                    fail(str(e), 2)
-                except Preempted as e:
-                    print0(str(e))
-                    return 0
-                except StopRun as e:
-                    print0(f"{spec.name}: {e}")
-                    return 3
-                if ckpt is not None and env.is_main:
-                    completed.append(ckpt)
-                    prune_checkpoints(completed, cfg.keep_ckpts)
-                free_memory(env.device)
-        if env.is_main and len(specs) > 1:
-            import dashboard
-            dashboard.write([(out, s.name, None) for s in specs], out / "dashboard.html",
-                            f"fp8-train {out.name}: all runs")
-        if cfg.sweep_hidden:
-            sweep(cfg, specs, env, data, out, provenance(env, BENCH_VERSION))
+            code = _train_all(cfg, specs, mcfg, env, data, writers, run_path, ckpt_dir, preset)
+        except BaseException:
+            if folder is not None:
+                folder.finish(complete=False, changed=changed)
+            raise
+        if folder is not None:
+            for line in folder.finish(complete=code == 0, changed=changed, promote=cfg.promote):
+                print(line, flush=True)
+    return code
+
+
+def _train_all(cfg: Config, specs, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, run_path: Path,
+               ckpt_dir: Path, preset) -> int:
+    completed: list[Path] = []
+    with checkpoint.GracefulStop() as stop:
+        for spec in specs:
+            try:
+                ckpt = run_one(cfg, spec, mcfg, env, data, writers, run_path, ckpt_dir, preset.peak_tflops("bf16"),
+                               stop)
+            except checkpoint.CheckpointError as e:
+                fail(str(e), 2)
+            except Preempted as e:  # not success: a requeue script must see it (common.failures)
+                report(str(e), PREEMPTED, "preempted")
+                return PREEMPTED
+            except StopRun as e:
+                print0(f"{spec.name}: {e}")
+                return 3
+            if ckpt is not None and env.is_main:
+                completed.append(ckpt)
+                prune_checkpoints(completed, cfg.keep_ckpts)
+            free_memory(env.device)
+    if env.is_main and len(specs) > 1:
+        import dashboard
+        dashboard.write([(run_path, s.name, None) for s in specs], run_path / "dashboard.html",
+                        f"fp8-train {run_path.name}: all runs")
+    if cfg.sweep_hidden:
+        sweep(cfg, specs, env, data, run_path, provenance(env, BENCH_VERSION))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entrypoint(main))

@@ -11,7 +11,7 @@ import pytest
 
 TINY = ["--gpu", "cpu", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1", "--n-heads", "2",
         "--lr", "1e-2", "--warmup", "1", "--val-batches", "1", "--data-size", "256K", "--log-every", "1000",
-        "--threads", "1", "--no-progress"]
+        "--threads", "1", "--no-progress", "--promote", "replace"]
 DEMO = ["--runs", "fp8:emulated", "--steps", "28", "--val-every", "7", "--stats-every", "2", "--health-every", "4",
         "--alert-warmup", "6", "--scale-window", "4", "--ckpt-every", "5", "--dashboard-every", "10"]
 FAULTS = ["--inject", "spike@12,nan@16,overflow@20", "--on-nan", "rollback"]

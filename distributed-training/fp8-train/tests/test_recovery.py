@@ -16,6 +16,7 @@ import torch
 import checkpoint
 import train
 from common.dist import distributed
+from common.failures import PREEMPTED
 from common.model import GPTConfig
 from faults import Fault
 from precision import RunSpec
@@ -63,10 +64,12 @@ def test_skip_and_reduce_lr(policy, runs, action, tmp_path, tiny):
 
 
 def test_stop_policy(tmp_path, tiny):
-    code = train.main(tiny.TINY + tiny.DEMO + ["--out", str(tmp_path / "r"), "--ckpt-dir", str(tmp_path / "c"),
-                                     "--inject", "nan@6", "--on-nan", "stop"])
+    code = train.main(tiny.TINY + tiny.DEMO + ["--out", str(tmp_path / "results" / "r"),
+                                               "--ckpt-dir", str(tmp_path / "c"), "--inject", "nan@6",
+                                               "--on-nan", "stop"])
     assert code == 3
-    steps = pd.read_csv(tmp_path / "r" / "steps.csv")
+    assert not (tmp_path / "results" / "r").exists()  # a stopped run publishes nothing; its rows stay in runs/
+    steps = pd.read_csv(tmp_path / "runs" / "r" / "steps.csv")
     assert steps["step"].max() == 6 and steps["nonfinite"].iloc[-1]
     assert torch.load(tmp_path / "c" / "fp8-emulated-s0.pt", weights_only=True)["step"] == 7
 
@@ -128,40 +131,48 @@ def test_kill_resume_sigterm_bit_identical(tmp_path, tiny):
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "30", "--val-every", "10", "--ckpt-every", "5",
                         "--stats-every", "5", "--dashboard-every", "0"]
     ref = tmp_path / "ref"
-    assert train.main(args + ["--out", str(ref / "r"), "--ckpt-dir", str(ref / "c")]) == 0
+    assert train.main(args + ["--out", str(ref / "results" / "r"), "--ckpt-dir", str(ref / "c")]) == 0
     # kill -9 mid-run, then resume
     killed = tmp_path / "killed"
-    kargs = args + ["--out", str(killed / "r"), "--ckpt-dir", str(killed / "c")]
+    kargs = args + ["--out", str(killed / "results" / "r"), "--ckpt-dir", str(killed / "c")]
     proc = _spawn(kargs, tmp_path)
-    _wait_rows(killed / "r" / "steps.csv", 12, proc)  # past the checkpoint at step 10
+    _wait_rows(killed / "runs" / "r" / "steps.csv", 12, proc)  # past the checkpoint at step 10
     proc.kill()
     proc.wait()
+    assert not (killed / "results" / "r").exists()  # nothing published by the killed run
+    with open(killed / "runs" / "r" / "steps.csv", "a") as f:
+        f.write("fp8-emulated-s0,fp8,emulated,0,12,3.1")  # and a row it was writing when killed: repaired
     assert train.main(kargs + ["--resume"]) == 0
-    # SIGTERM (here to this very process, from a thread, once 7 rows exist): checkpoint, clean return, resume
+    # SIGTERM (here to this very process, from a thread, once 7 rows exist): checkpoint, exit 75, resume
     termed = tmp_path / "termed"
-    targs = args + ["--out", str(termed / "r"), "--ckpt-dir", str(termed / "c")]
+    targs = args + ["--out", str(termed / "results" / "r"), "--ckpt-dir", str(termed / "c")]
     previous = signal.signal(signal.SIGTERM, lambda *a: None)  # a late signal must not kill pytest
     try:
-        threading.Thread(target=_term_after_rows, args=(termed / "r" / "steps.csv", 7), daemon=True).start()
-        assert train.main(targs) == 0
+        threading.Thread(target=_term_after_rows, args=(termed / "runs" / "r" / "steps.csv", 7),
+                         daemon=True).start()
+        assert train.main(targs) == PREEMPTED == 75  # not success: a requeue script can tell
     finally:
         signal.signal(signal.SIGTERM, previous)
     at = torch.load(termed / "c" / "fp8-emulated-s0.pt", weights_only=True)["step"]
-    assert 7 <= at < 30 and at == len(pd.read_csv(termed / "r" / "steps.csv"))  # the last finished step
+    assert 7 <= at < 30 and at == len(pd.read_csv(termed / "runs" / "r" / "steps.csv"))  # the last finished step
+    assert not (termed / "results" / "r").exists()
     assert train.main(targs + ["--resume"]) == 0
-    want = pd.read_csv(ref / "r" / "steps.csv", dtype=str)
+    want = pd.read_csv(ref / "results" / "r" / "steps.csv", dtype=str)
     for d in (killed, termed):
-        got = pd.read_csv(d / "r" / "steps.csv", dtype=str)
+        got = pd.read_csv(d / "results" / "r" / "steps.csv", dtype=str)
         assert got["step"].tolist() == want["step"].tolist()
         for col in ("loss", "val_loss", "grad_norm", "param_norm", "update_ratio"):  # bit for bit (repr strings)
             assert got[col].fillna("").tolist() == want[col].fillna("").tolist(), (d.name, col)
-        f_got, f_want = (pd.read_csv(x / "r" / "fp8.csv", dtype=str) for x in (d, ref))
+        f_got, f_want = (pd.read_csv(x / "results" / "r" / "fp8.csv", dtype=str) for x in (d, ref))
         assert f_got["scale"].tolist() == f_want["scale"].tolist()
 
 
 def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny):
-    args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3", "--out", str(tmp_path / "r"),
-                   "--ckpt-dir", str(tmp_path / "c")]
+    args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3",
+                        "--out", str(tmp_path / "results" / "r"), "--ckpt-dir", str(tmp_path / "c")]
+    with pytest.raises(SystemExit):  # --resume with no earlier run says so, and starts nothing
+        train.main(args + ["--resume"])
+    assert "nothing to resume" in capsys.readouterr().err and not (tmp_path / "runs" / "r").exists()
     assert train.main(args) == 0
     ck = tmp_path / "c" / "fp8-emulated-s0.pt"
     good = ck.read_bytes()
@@ -175,7 +186,7 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny):
     with pytest.raises(checkpoint.CheckpointError, match="different run .*model"):
         checkpoint.load(ck, {**fp, "model": [256, 64, 1, 2, 16]})
     ck.unlink()  # an unfinished run's rows but no checkpoint: never a silent restart from scratch
-    csv = tmp_path / "r" / "steps.csv"
+    csv = tmp_path / "runs" / "r" / "steps.csv"
     csv.write_text("".join(csv.read_text().splitlines(keepends=True)[:4]))
     with pytest.raises(SystemExit):
         train.main(args + ["--resume"])

@@ -17,7 +17,8 @@ from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
         "--n-heads", "2", "--lr", "1e-2", "--warmup", "1", "--val-every", "4", "--val-batches", "1", "--stats-every",
-        "2", "--fractions-every", "2", "--data-size", "256K", "--log-every", "100", "--threads", "1"]
+        "2", "--fractions-every", "2", "--data-size", "256K", "--log-every", "100", "--threads", "1",
+        "--promote", "replace"]
 
 
 def test_precision_map():
