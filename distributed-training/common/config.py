@@ -72,6 +72,17 @@ def _tuple_parser(elem: Any):
     return parse
 
 
+def _finite(text: str) -> float:
+    """A float flag: inf and nan are refused (a cost model or a timeout fed nan answers nonsense)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+_finite.__name__ = "float"
+
+
 def _optional(conv):
     def parse(text: str):
         return None if text.lower() in ("none", "") else conv(text)
@@ -110,7 +121,8 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
         elif base in (int, float, str):
             # "none" is a value, not "unset", when the choices list it (e.g. --recompute none)
             literal_none = "none" in f.metadata.get("choices", ())
-            kw["type"] = _optional(base) if optional and not literal_none else base
+            conv = _finite if base is float else base
+            kw["type"] = _optional(conv) if optional and not literal_none else conv
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unsupported config type {tp!r}")
         parser.add_argument(_flag(f.name), **kw)

@@ -5,8 +5,9 @@
 
 Prints Python, torch, CUDA, NCCL, the GPUs and their NVLink/P2P links (through NVML), which FP8
 backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
-GPU=auto picks. Never fails for a missing GPU or library: it says what is missing and how to
-get it. Exit code 0 unless Python/torch themselves are unusable.
+GPU=auto picks. A missing GPU or library is not a failure (it says what is missing and how to get
+it), except that naming a GPU preset (GPU=h100, ...) on a machine without a CUDA GPU exits 2 with
+one line saying so. Otherwise exit code 0 unless Python/torch themselves are unusable.
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print("hint        TransformerEngine/torchao are optional: `make setup-fp8` (torchao) and "
           "distributed-training/fp8-train/README.md (TransformerEngine)")
+    if get_preset(cfg.gpu).name != "cpu" and not torch.cuda.is_available():
+        # Asked to validate a GPU preset on a machine without one: say it plainly, and fail.
+        print(f"doctor: error: GPU={cfg.gpu} is a GPU preset and torch sees no CUDA GPU here: every GPU target "
+              "will refuse to run; use GPU=cpu (or auto) on this machine", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -101,15 +101,19 @@ def make_cluster(preset: GPUPreset, gpus: int, precision: str = "bf16", gpus_per
 
 
 def calibrate(cluster: Cluster, paths: list[str]) -> Cluster:
-    """The cluster with its network calibrated from allreduce-bench sweep CSVs (common/collective_fit.py)."""
+    """The cluster with its network calibrated from allreduce-bench sweep CSVs (common/collective_fit.py).
+    Each file is checked first (common/csvread.py): an empty, cut, binary or foreign one is one line."""
+    from common.csvread import BadResults, Schema, read_table
+    schema = Schema("allreduce-bench sweep", {"collective": str, "world_size": int, "nnodes": int, "size_bytes": int,
+                                              "time_us": float})
     frames = []
     for path in paths:
         if not Path(path).is_file():
             raise ValueError(f"--calibrate: no such file {path}")
         try:
-            frames.append(pd.read_csv(path))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ValueError(f"--calibrate: {path} is not a CSV ({str(e).splitlines()[0]})") from None
+            frames.append(read_table(path, schema))
+        except BadResults as e:
+            raise ValueError(f"--calibrate: {e}") from None
     try:
         net, notes = calibrate_network(cluster.net, pd.concat(frames, ignore_index=True))
     except (ValueError, TypeError) as e:

@@ -11,6 +11,6 @@ plan: $(SETUP) ## pick TP/PP/DP/CP, ZeRO, micro-batch, recompute: make plan ARGS
 	@$(PYRUN) $(PLANNER_DIR)/plan.py $(ARGS)
 
 guide: $(SETUP) ## regenerate distributed-training/PARALLELISM_GUIDE.md from the planner (seconds, CPU)
-	$(PYRUN) $(PLANNER_DIR)/guide.py
+	$(PYRUN) $(PLANNER_DIR)/guide.py $(ARGS)
 
 REPORT_TARGETS += guide

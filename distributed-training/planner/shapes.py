@@ -17,6 +17,7 @@ Attention-core FLOPs ignore causal masking (as Megatron, PaLM and torchtitan do)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from common.model import GPTConfig, count_params, flops_per_token
@@ -125,8 +126,8 @@ def parse_count(text: str) -> float:
         value = float(s[:-1] if s[-1:] in "KMBGT" else s) * scale
     except ValueError:
         raise ValueError(f"cannot read --params {text!r}; use a number with K/M/B/T, e.g. 7B or 1.5T") from None
-    if value <= 0:
-        raise ValueError(f"--params must be positive, got {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"--params must be a positive finite count, got {text!r}")
     return value
 
 
