@@ -317,9 +317,13 @@ def promote_run(run_dir: Path, merge: bool = False) -> list[Path]:
                        "or publish its rows with --merge")
     target = (run_dir / manifest["target"]).resolve()
     keys = manifest.get("keys", {})
+    files = _result_files(run_dir)
+    for src in files:  # a damaged file is refused, never published: check them all before touching target
+        if src.suffix == ".csv":
+            _read_rows(src)
     staged: list[tuple[Path, Path]] = []
     try:
-        for src in _result_files(run_dir):
+        for src in files:
             rel = src.relative_to(run_dir)
             dst = target / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -330,7 +334,6 @@ def promote_run(run_dir: Path, merge: bool = False) -> list[Path]:
                     f.flush()
                     os.fsync(f.fileno())
             elif src.suffix == ".csv":
-                _read_rows(src)  # a damaged file is refused, never published
                 _copy_synced(src, tmp)
             elif merge and src.name.endswith(".config.json"):
                 tmp.write_text(_merged_config(src, dst))

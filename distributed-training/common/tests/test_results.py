@@ -90,3 +90,64 @@ def test_commit_comes_from_the_environment_where_git_cannot_tell(tmp_path, monke
     assert provenance(ENV, "1")["git_commit"] == "0123456789ab"
     if not torch.cuda.is_available():
         assert provenance(ENV, "1")["driver_version"] == "none"
+
+
+def test_resume_repairs_a_half_written_last_row_and_refuses_a_damaged_one(tmp_path, capsys):
+    path = tmp_path / "r.csv"
+    w = _writer(path)
+    for size in (1, 2, 3):
+        w.write({"op": "all_reduce", "size_bytes": size, "time_us": 1.5})
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-9])  # killed while writing row 3: it is dropped and measured again
+    r = _writer(path, resume=True)
+    assert "dropped a half-written last row" in capsys.readouterr().err
+    assert r.n_done == 2 and not r.done({"op": "all_reduce", "size_bytes": 3})
+    r.write({"op": "all_reduce", "size_bytes": 3, "time_us": 1.5})
+    assert [row["size_bytes"] for row in _rows(path)] == ["1", "2", "3"]
+    path.write_bytes(whole.replace(b"all_reduce,2,", b"all_reduce,2", 1))  # a row with a field missing
+    with pytest.raises(SchemaMismatch, match="line 3 has .* fields, the header .*damaged"):
+        _writer(path, resume=True)
+    path.write_bytes(whole[:10])  # not even the header survived: start the file afresh
+    assert _writer(path, resume=True).n_done == 0 and _rows(path) == []
+
+
+_WRITE_FOREVER = """
+import sys, torch
+from pathlib import Path
+from common.dist import DistInfo
+from common.results import ResultsWriter, provenance
+env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "gloo")
+w = ResultsWriter(Path(sys.argv[1]), ["step", "note"], ["step"], provenance(env, "1"), resume=True)
+step = 0
+while True:  # rows of 64 KiB: each is several write() calls, so a kill can land inside one
+    if not w.done({"step": step}):
+        w.write({"step": step, "note": "x" * 65536})
+    step += 1
+"""
+
+
+def test_kill_9_while_writing_then_resume_loses_and_duplicates_no_row(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    path = tmp_path / "steps.csv"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for kill_at in (40, 90):  # two kills; the second run resumes the first one's rows
+        proc = subprocess.Popen([sys.executable, "-c", _WRITE_FOREVER, str(path)], env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < kill_at * 65536):
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    w = ResultsWriter(path, ["step", "note"], ["step"], provenance(ENV, "1"), resume=True)
+    n = w.n_done
+    assert n >= 85
+    for step in range(120):
+        if not w.done({"step": step}):
+            w.write({"step": step, "note": "x" * 65536})
+    steps = [int(r["step"]) for r in _rows(path)]
+    assert steps == list(range(120))  # 0 rows lost, 0 duplicated, in order
+    assert all(len(r["note"]) == 65536 for r in _rows(path))

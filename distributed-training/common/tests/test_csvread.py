@@ -1,0 +1,64 @@
+"""The checked loader: every damaged, empty, foreign or mistyped file is one line naming it."""
+
+import pandas as pd
+import pytest
+
+from common.csvread import BadResults, Schema, guard_report, read_table, read_tables
+
+SCHEMA = Schema("test sweep", {"op": str, "size_bytes": int, "time_us": float, "ok": bool})
+GOOD = "op,size_bytes,time_us,ok,note\r\nall_reduce,1024,12.5,true,\r\nall_gather,2048,nan,false,x\r\n"
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"", "is empty"),
+    (b"  \n", "is empty"),
+    (b'x,"y\n', "not a readable CSV"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00binary", "NUL bytes"),
+    ("op,size_bytes\nä,1\n".encode("latin-1"), "not UTF-8 text"),
+    (b"a,b,c\n1,2,3\n", "lacks the column(s) op, size_bytes, time_us, ok: not a test sweep CSV"),
+    (b"op,size_bytes,time_us,ok\n", "has a header but no rows"),
+    (GOOD.encode() + b"all_to_all,4096,1", "line 4 has 3 fields, the header 5: a half-written last row"),
+    (b"op,size_bytes,time_us,ok\nx,1,2.0,true,extra\ny,1,2,true\n", "line 2 has 5 fields, the header 4: a damaged"),
+    (b"op,size_bytes,time_us,ok\nx,1,fast,true\n", "line 2, column time_us: 'fast' is not a float"),
+    (b"op,size_bytes,time_us,ok\nx,1.5,2,true\n", "line 2, column size_bytes: '1.5' is not an int"),
+    (b"op,size_bytes,time_us,ok\nx,1,2,maybe\n", "column ok: 'maybe' is not a bool"),
+    (b"op,op,time_us,ok\nx,1,2,true\n", "empty or repeated column names"),
+], ids=["empty", "blank", "quote", "binary", "latin1", "foreign", "header-only", "cut-row", "long-row", "text-float",
+        "text-int", "bad-bool", "dup-header"])
+def test_bad_files_are_one_line_naming_the_file(tmp_path, content, needle):
+    path = tmp_path / "sweep_x.csv"
+    path.write_bytes(content)
+    with pytest.raises(BadResults) as e:
+        read_table(path, SCHEMA)
+    assert needle in str(e.value) and "sweep_x.csv" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_good_file_reads_as_pandas_would(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text(GOOD, newline="")
+    df = read_table(path, SCHEMA)
+    pd.testing.assert_frame_equal(df, pd.read_csv(path))  # the same values the reports read before
+    assert df["size_bytes"].tolist() == [1024, 2048] and df["time_us"].isna().tolist() == [False, True]
+    empty = Schema("events", {"op": str}, allow_empty=True)
+    (tmp_path / "e.csv").write_text("op,x\n")
+    assert read_table(tmp_path / "e.csv", empty).empty
+
+
+def test_folders_missing_folders_and_the_report_guard(tmp_path, capsys):
+    with pytest.raises(BadResults, match="results folder .*nowhere does not exist; run it"):
+        read_tables(tmp_path / "nowhere", "s_*.csv", SCHEMA, hint="run it")
+    with pytest.raises(BadResults, match=r"no s_\*.csv in"):
+        read_tables(tmp_path, "s_*.csv", SCHEMA)
+    assert read_tables(tmp_path, "s_*.csv", SCHEMA, required=False).empty
+    (tmp_path / "s_1.csv").write_text(GOOD, newline="")
+    (tmp_path / "s_2.csv").write_text(GOOD, newline="")
+    assert len(read_tables(tmp_path, "s_*.csv", SCHEMA)) == 4
+
+    @guard_report
+    def main():
+        read_table(tmp_path / "missing.csv", SCHEMA)
+
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "missing.csv: no such file" in err

@@ -1,0 +1,124 @@
+"""Run folders: one writer at a time, nothing published before a run completes, atomic byte-exact
+promotion, explicit merges by key, earlier unpublished runs kept, a dead holder's lock released."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.runs import RunError, RunFolder, check_free, check_resumable, lock_holder, main, promote_run
+
+HEADER = "op,size,time_us\r\n"
+
+
+def _run(tmp_path, mode="fresh") -> RunFolder:
+    return RunFolder.open(tmp_path / "runs" / "sweep", tmp_path / "results", mode)
+
+
+def _write(run: RunFolder, rows: list[str], name: str = "sweep.csv") -> None:
+    run.file(name, key=["op", "size"]).write_text(HEADER + "".join(r + "\r\n" for r in rows), newline="")
+
+
+def test_a_second_writer_is_refused_with_the_holder_named(tmp_path):
+    run = _run(tmp_path)
+    with pytest.raises(RunError) as e:
+        _run(tmp_path)
+    assert f"pid {os.getpid()}" in str(e.value) and "being written by another run" in str(e.value)
+    with pytest.raises(RunError, match="being written"):
+        check_free(run.path)  # what a runner checks before launching
+    run.close()
+    assert lock_holder(run.path) is None
+    _run(tmp_path).close()
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path):
+    code = ("import sys, time; from pathlib import Path; from common.runs import RunFolder; "
+            "run = RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2])); print('locked', flush=True); time.sleep(60)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "runs" / "sweep"), str(tmp_path / "results")],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "locked"
+    assert f"pid {proc.pid}" in lock_holder(tmp_path / "runs" / "sweep")
+    proc.kill()  # kill -9: no cleanup ran, yet the kernel dropped the flock
+    proc.wait()
+    assert lock_holder(tmp_path / "runs" / "sweep") is None
+    _run(tmp_path, "resume").close()
+
+
+def test_nothing_is_published_until_complete_then_atomically_and_byte_exact(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "sweep.csv").write_text("the committed sweep\n")
+    run = _run(tmp_path)
+    _write(run, ["a,1,2.5"])
+    assert run.finish(complete=False, changed=[])[0].startswith("results so far in")
+    assert (results / "sweep.csv").read_text() == "the committed sweep\n"
+    with pytest.raises(RunError, match="unfinished run"):
+        promote_run(run.path)
+    run = _run(tmp_path, "resume")
+    _write(run, ["a,1,2.5", "a,2,3.5"])
+    (run.path / "sub").mkdir()
+    (run.path / "sub" / "page.html").write_text("<html>")
+    lines = run.finish(complete=True, changed=[])
+    assert lines == [f"published 2 file(s) into {results}"] or "published 2 file(s)" in lines[0]
+    assert (results / "sweep.csv").read_bytes() == (run.path / "sweep.csv").read_bytes()
+    assert (results / "sub" / "page.html").read_text() == "<html>"
+    assert not list(results.glob(".*tmp")) and json.loads((run.path / "run.json").read_text())["state"] == "promoted"
+
+
+def test_an_experiment_stays_in_its_run_folder_unless_asked(tmp_path):
+    results = tmp_path / "results"
+    run = _run(tmp_path)
+    _write(run, ["a,1,2.5"])
+    msg = run.finish(complete=True, changed=["--iters"])[0]
+    assert "experiment (--iters differ from the preset)" in msg and "python -m common.runs promote" in msg
+    assert not results.exists()
+    assert main(["promote", str(run.path)]) == 0 and (results / "sweep.csv").exists()
+
+
+def test_merge_replaces_rows_by_key_and_keeps_the_others(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "sweep.csv").write_text(HEADER + "a,1,1.0\r\nb,1,9.0\r\n", newline="")
+    (results / "sweep.config.json").write_text('{"iters": 20}')
+    run = _run(tmp_path)
+    _write(run, ["b,1,2.0", "c,1,3.0"])
+    (run.path / "sweep.config.json").write_text('{"iters": 5}')
+    assert "results so far" in run.finish(complete=False, changed=["--iters"], promote="merge")[0]
+    assert main(["promote", str(run.path), "--merge"]) == 0  # asked by hand: an unfinished run's rows are whole
+    assert (results / "sweep.csv").read_text().splitlines() == ["op,size,time_us", "a,1,1.0", "b,1,2.0", "c,1,3.0"]
+    assert "merged 2 file(s)" in capsys.readouterr().out
+    assert json.loads((results / "sweep.config.json").read_text()) == {"iters": 20, "merged": [{"iters": 5}]}
+    (results / "sweep.csv").write_text("x,y\n1,2\n")
+    assert main(["promote", str(run.path), "--merge"]) == 2  # other columns: refused, nothing replaced
+    assert "their columns differ" in capsys.readouterr().err and (results / "sweep.csv").read_text() == "x,y\n1,2\n"
+
+
+def test_a_damaged_file_is_never_published(tmp_path):
+    run = _run(tmp_path)
+    _write(run, ["a,1,2.5"])
+    with open(run.path / "sweep.csv", "a") as f:
+        f.write("b,1")  # a half-written row
+    with pytest.raises(RunError, match="half-written last row"):
+        run.finish(complete=True, changed=[])
+    assert not (tmp_path / "results").exists() and lock_holder(run.path) is None
+
+
+def test_a_fresh_run_keeps_an_unpublished_one_aside(tmp_path):
+    run = _run(tmp_path)
+    _write(run, ["a,1,2.5"])
+    run.finish(complete=False, changed=[])
+    again = _run(tmp_path)
+    assert "is kept as" in again.notes[0]
+    aside = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("sweep@")]
+    assert len(aside) == 1 and (aside[0] / "sweep.csv").read_bytes().endswith(b"a,1,2.5\r\n")
+    assert not (again.path / "sweep.csv").exists()
+    again.close()
+    time.sleep(1.1)  # a published run is simply replaced
+    _write(_run(tmp_path, "resume"), ["a,1,2.5"])
+    with pytest.raises(RunError, match="nothing to resume"):
+        check_resumable(tmp_path / "runs" / "other")
