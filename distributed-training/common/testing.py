@@ -16,6 +16,9 @@ common.dist.distributed), with one intra-op thread each so N ranks do not fight 
 
 A rank that raises makes run_ranks raise RankFailed with that rank's traceback; a rank that
 hangs is killed at `timeout_s` and reported.
+
+The bad-input matrices of every lab use expect_bad_input(): exit code 2, one line on stderr, nothing
+on stdout, no file changed under the watched folders; and git_status() before and after a module.
 """
 
 from __future__ import annotations
@@ -107,3 +110,41 @@ def as_gpu_rows(df, **extra):
     """A copy of CPU result rows relabelled as one H100's, for testing report generators on GPU-shaped
     CSVs beside CPU ones (never written anywhere but a test's temporary folder)."""
     return df.assign(**{**H100_PROVENANCE, **extra})
+
+
+# ---- bad input: one line, exit 2, nothing written (the project contract), checked the same way everywhere
+
+def tree_state(root) -> list[tuple[str, int, int]]:
+    """Every file under `root` (results/, runs/, reports...) with its size and mtime: what "writes nothing" means."""
+    from pathlib import Path
+    root = Path(root)
+    if not root.exists():
+        return []
+    return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts)
+
+
+def git_status(path) -> str | None:
+    """`git status --porcelain` of the checkout holding `path` (tracked changes, new files); None without git."""
+    import subprocess
+    try:
+        r = subprocess.run(["git", "status", "--porcelain"], cwd=path, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def expect_bad_input(call: Callable[[], Any], needle: str, capsys, watch=()) -> str:
+    """call() must end with exit code 2 (returned or raised) and exactly one line on stderr containing
+    `needle`, print nothing else, raise no traceback, and leave every file under `watch` as it was."""
+    before = [tree_state(w) for w in watch]
+    try:
+        code = call()
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert code == 2, f"exit code {code!r}, stderr: {err}"
+    lines = err.rstrip("\n").split("\n")
+    assert len(lines) == 1 and needle in lines[0] and out == "", f"stdout: {out!r}, stderr: {err!r}"
+    assert [tree_state(w) for w in watch] == before, "bad input changed files"
+    return lines[0]

@@ -1,0 +1,79 @@
+"""Results are never lost, mixed or silently wrong: two sweeps at once, kill -9 and Ctrl-C mid-sweep.
+
+Real processes (one rank each, as `python bench.py` runs without torchrun), a real sweep of 165
+rows, the default layout: the run writes runs/<stem>/, results/ gets only a complete sweep."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench
+
+LAB = Path(bench.__file__).resolve().parent
+SWEEP = ["--gpu", "cpu", "--dtypes", "fp32,bf16,fp16", "--max-bytes", "1M", "--target-ms", "20", "--iters", "5",
+         "--min-iters", "1", "--no-topology", "--promote", "replace"]
+PLANNED = 5 * 3 * 11  # collectives (no send_recv on one rank) x dtypes x sizes 1K..1M
+
+
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, str(LAB / "bench.py"), *SWEEP, "--out", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _keys(path: Path) -> list[tuple[str, str, str]]:
+    with open(path, newline="") as f:
+        return [(r["collective"], r["dtype"], r["size_bytes"]) for r in csv.DictReader(f)]
+
+
+def _wait_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and sum(1 for _ in open(path)) > n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    raise AssertionError(f"fewer than {n} rows in {path}")
+
+
+def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path):
+    out = tmp_path / "results" / "sweep.csv"
+    a, b = _start(out), _start(out)  # at once, on the same results
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=180), b.communicate(timeout=180)
+    done, refused = (a, b) if a.returncode == 0 else (b, a)
+    err = err_b if refused is b else err_a
+    assert sorted([a.returncode, b.returncode]) == [0, 2], (err_a, err_b)
+    assert err.count("\n") == 1 and f"being written by another run (pid {done.pid}" in err
+    keys = _keys(out)
+    assert len(keys) == PLANNED and len(set(keys)) == PLANNED  # one run's rows, none twice
+
+
+def test_ctrl_c_and_kill_9_mid_sweep_lose_and_duplicate_nothing(tmp_path):
+    out = tmp_path / "results" / "sweep.csv"
+    out.parent.mkdir()
+    out.write_text("the committed sweep\n")
+    run_csv = tmp_path / "runs" / "sweep" / "sweep.csv"
+    proc = _start(out)
+    _wait_rows(run_csv, 20, proc)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)"), stderr
+    first = _keys(run_csv)
+    proc = _start(out, "--resume")
+    _wait_rows(run_csv, len(first) + 20, proc)
+    proc.kill()  # kill -9
+    proc.wait()
+    assert out.read_text() == "the committed sweep\n"  # neither interruption touched results/
+    before = run_csv.read_bytes()
+    with open(run_csv, "ab") as f:
+        f.write(b"all_gather,bf16,40")  # and the row being written when it died, cut short
+    assert bench.main(SWEEP + ["--out", str(out), "--resume"]) == 0  # in process: finishes and publishes
+    keys = _keys(out)
+    assert len(keys) == PLANNED and len(set(keys)) == PLANNED  # 0 lost, 0 duplicated
+    assert out.read_bytes().startswith(before)  # the rows measured before the kill are kept verbatim
+    assert keys[: len(first)] == first
