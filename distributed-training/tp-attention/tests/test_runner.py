@@ -1,4 +1,5 @@
-"""Bad input (one line, exit 2), the runner end to end with resume, and the report from its CSVs alone."""
+"""The verify command refusing bad input in a real process, the sweep checks, the runner end to end with
+resume, and the report from its CSVs alone (the in-process bad-input matrix is test_bad_input.py)."""
 
 import os
 import subprocess
@@ -15,21 +16,6 @@ from common.testing import run_ranks
 from tp_config import VerifyConfig
 
 LAB = Path(__file__).resolve().parents[1]
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--tp", "4", "--n-heads", "6", "--n-kv-heads", "6", "--d-model", "96"],
-     "n_heads (6) must be divisible by tp (4)"),
-    (["--tp", "4", "--n-heads", "8", "--n-kv-heads", "2"], "n_kv_heads (2) must be divisible by tp (4)"),
-    (["--tp", "2", "--sp", "--seq-len", "7"], "seq_len (7) must be divisible by tp (2) with sequence parallelism"),
-    (["--tp", "2", "--impl", "dtensor-naive", "--sp"], "has no sequence-parallel plan"),
-    (["--dtype", "float16"], "invalid choice"),
-])
-def test_bad_verify_input_is_one_line_and_exit_2(argv, message, capsys):
-    with pytest.raises(SystemExit) as exc:
-        parse_config(VerifyConfig, argv, prog="verify.py")
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and message in err, err
 
 
 def test_the_verify_command_refuses_bad_input():

@@ -1,0 +1,91 @@
+"""Bad input to every tp-attention command: one line, exit code 2, no file written, before any rank.
+
+The sweep and the verify command are checked against the world they will get (DT_PLANNED_WORLD, what
+common.launch tells their check pass); the report against damaged CSVs. In process, main(argv)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import bench
+import report
+import verify
+from common.testing import expect_bad_input, git_status
+
+LAB = Path(bench.__file__).resolve().parent
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tracked_files_unchanged():
+    before = git_status(LAB)
+    yield
+    assert git_status(LAB) == before
+
+
+@pytest.mark.parametrize("world, argv, needle", [
+    (4, ["--tp", "3"], "--tp 3 must divide the number of ranks (4"),
+    (3, ["--tp", "2"], "--tp 2 must divide the number of ranks (3"),
+    (4, ["--tp", "0"], "--tp degrees must be positive"),
+    (4, ["--seq-lens", "0"], "--seq-lens must be positive"),
+    (4, ["--d-models", "100"], "multiple of --head-dim 32, got 100"),
+    (4, ["--head-dim", "48", "--d-models", "128"], "multiple of --head-dim 48"),
+    (4, ["--seq-lens", "6"], "seq_len (6) must be divisible by tp (4)"),
+    (4, ["--iters", "0"], "--iters must be positive"),
+    (4, ["--dtype", "float16"], "invalid choice: 'float16'"),
+    pytest.param(4, ["--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
+    (4, ["--gpu", "h900"], "unknown GPU preset 'h900'"),
+    pytest.param(4, ["--require-gpu"], "this target measures a GPU", marks=NO_GPU),
+    (4, ["--promote", "maybe"], "invalid choice: 'maybe'"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_sweep(world, argv, needle, capsys, monkeypatch):
+    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
+    expect_bad_input(lambda: bench.main(argv), needle, capsys, watch=[LAB])
+
+
+def test_sweep_resume_with_nothing_to_resume(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DT_PLANNED_WORLD", "2")
+    expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--resume", "--out-dir", str(tmp_path / "results")]),
+                     "--resume: nothing to resume", capsys, watch=[tmp_path])
+
+
+@pytest.mark.parametrize("world, argv, needle", [
+    (4, ["--tp", "4", "--n-heads", "6", "--n-kv-heads", "6", "--d-model", "96"], "n_heads (6) must be divisible by tp"),
+    (4, ["--tp", "4", "--n-heads", "8", "--n-kv-heads", "2"], "n_kv_heads (2) must be divisible by tp (4)"),
+    (2, ["--tp", "2", "--sp", "--seq-len", "7"], "seq_len (7) must be divisible by tp (2) with sequence parallelism"),
+    (2, ["--tp", "2", "--impl", "dtensor-naive", "--sp"], "has no sequence-parallel plan"),
+    (2, ["--dtype", "float16"], "invalid choice"),
+    (4, ["--tp", "3", "--n-heads", "6", "--n-kv-heads", "3", "--d-model", "96"], "--tp 3 must divide the number of "
+                                                                                  "ranks (4)"),
+    (2, ["--tp", "2", "--module", "mlp", "--fused-qkv"], "--fused-qkv applies to attention"),
+    pytest.param(2, ["--tp", "2", "--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
+    (2, ["--tp", "2", "--gpu", "h900"], "unknown GPU preset 'h900'"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_verify(world, argv, needle, capsys, monkeypatch):
+    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
+    expect_bad_input(lambda: verify.main(argv), needle, capsys, watch=[LAB])
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda r: shutil.rmtree(r), "results folder"),
+    (lambda r: [p.unlink() for p in r.glob("*.csv")], "no correctness_*.csv or bench_*.csv"),
+    (lambda r: (r / "bench_cpu_w4.csv").write_text('tp,"sp\n'), "bench_cpu_w4.csv is not a readable CSV"),
+    (lambda r: (r / "correctness_cpu_w4.csv").write_text(""), "correctness_cpu_w4.csv is empty"),
+    (lambda r: (r / "bench_cpu_w4.csv").write_text((r / "bench_cpu_w4.csv").read_text().replace(
+        "\n1,false,", "\nfour,false,", 1)), "column tp: 'four' is not an int"),
+    (lambda r: (r / "bench_cpu_w4.csv").write_text((r / "bench_cpu_w4.csv").read_text()[:-25]),
+     "a half-written last row"),
+    (lambda r: (r / "bench_cpu_w8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"), "lacks the column(s)"),
+], ids=["no-folder", "no-csv", "quote", "empty", "text-in-number", "cut", "foreign"])
+def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(LAB / "results", results)
+    damage(results)
+    expect_bad_input(lambda: report.main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]), needle,
+                     capsys, watch=[tmp_path])
+
+
+def test_report_arguments(capsys):
+    expect_bad_input(lambda: report.main(["--bogus"]), "unrecognized arguments: --bogus", capsys, watch=[LAB])
