@@ -118,6 +118,8 @@ def tree_state(root) -> list[tuple[str, int, int]]:
     """Every file under `root` (results/, runs/, reports...) with its size and mtime: what "writes nothing" means."""
     from pathlib import Path
     root = Path(root)
+    if root.is_file():
+        return [(root.name, root.stat().st_size, root.stat().st_mtime_ns)]
     if not root.exists():
         return []
     return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")

@@ -172,6 +172,10 @@ class GuideConfig:
     out: str | None = field(default=None, metadata={"help": "where to write (default distributed-training/"
                                                              "PARALLELISM_GUIDE.md)"})
 
+    def __post_init__(self):
+        if self.out and not Path(self.out).parent.is_dir():
+            raise ValueError(f"--out {self.out}: the folder {Path(self.out).parent} does not exist")
+
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(GuideConfig, argv, description=__doc__.split("\n\n")[0], prog="guide.py")

@@ -122,3 +122,13 @@ def test_a_fresh_run_keeps_an_unpublished_one_aside(tmp_path):
     _write(_run(tmp_path, "resume"), ["a,1,2.5"])
     with pytest.raises(RunError, match="nothing to resume"):
         check_resumable(tmp_path / "runs" / "other")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["promote", "/nonexistent/runs/x"], "is not a run folder (no run.json)"),
+    (["promote"], "the following arguments are required: run_dir"),
+    (["publish", "x"], "invalid choice: 'publish'"),
+], ids=["no-run-folder", "no-argument", "no-command"])
+def test_the_command_line_refuses_bad_input(argv, needle, capsys, tmp_path):
+    from common.testing import expect_bad_input
+    expect_bad_input(lambda: main(argv), needle, capsys, watch=[tmp_path])
