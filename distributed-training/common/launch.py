@@ -23,7 +23,8 @@ When it fails, one line names the root cause, read from the ranks' torchelastic 
 bug, whose traceback the rank printed above), then a rank killed by a signal (kill -9, the OOM
 killer) or one that stopped answering while the others timed out, then a lost peer. The exit code
 is that rank's (common.failures lists them; 128+N for signal N). torchrun's own multi-line report
-is not printed (DT_LAUNCH_VERBOSE=1 brings its logging back).
+and the ranks' C++ warnings (TORCH_CPP_LOG_LEVEL=ERROR) are not printed; DT_LAUNCH_VERBOSE=1 keeps
+both.
 """
 
 from __future__ import annotations
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DT_LAUNCHER"] = "1"
     if os.environ.get("DT_LAUNCH_VERBOSE") != "1":
         logging.disable(logging.CRITICAL)  # this process only: torchrun's failure report and warnings
+        # the ranks' c10d warnings (a peer's socket closing as the job stops) would bury the one line
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     _cap_failure_teardown(float(os.environ.get("DT_GRACE_S", "3")))
     log_dir = tempfile.mkdtemp(prefix="dt-launch-")
     args.log_dir = log_dir
