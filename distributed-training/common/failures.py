@@ -107,10 +107,10 @@ def entrypoint(main: Callable[[], int | None]) -> int:
     try:
         return record(main)() or 0
     except KeyboardInterrupt:
-        report("interrupted (Ctrl-C); what was measured so far is kept, --resume continues", INTERRUPTED,
-               "interrupt")
-        return INTERRUPTED
+        return _interrupted()
     except Exception as e:  # noqa: BLE001 - sorted into lost peers (one line) and bugs (traceback)
+        if _during_ctrl_c(e):  # Ctrl-C landed in a library's cleanup, which then failed (tqdm's lock)
+            return _interrupted()
         kind = classify(e)
         if kind is None:
             raise
@@ -118,3 +118,18 @@ def entrypoint(main: Callable[[], int | None]) -> int:
             else "lost a peer rank (it died or closed its connection)"
         report(f"{what}: {short(e)}", kind[1], kind[0])
         return kind[1]
+
+
+def _interrupted() -> int:
+    report("interrupted (Ctrl-C); what was measured so far is kept, --resume continues", INTERRUPTED, "interrupt")
+    return INTERRUPTED
+
+
+def _during_ctrl_c(e: BaseException) -> bool:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__context__
+    return False

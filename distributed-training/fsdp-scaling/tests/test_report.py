@@ -14,9 +14,7 @@ def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
     cpu = pd.read_csv(res / "scaling_cpu.csv")
     gpu = as_gpu_rows(cpu[cpu["world_size"] == 1], model="d1024-L24-h16-T1024-V256", mfu=0.41)
     gpu.to_csv(res / "scaling_h100.csv", index=False)
-    monkeypatch.setattr(report, "RES", res)
-    monkeypatch.setattr(report, "LAB", tmp_path)
-    assert report.main() == 0
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "### 1x NVIDIA H100 80GB HBM3" in text and "(CPU: contention, not scaling)" in text
     assert "GPU runs are included below." in text
