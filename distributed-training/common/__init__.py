@@ -6,7 +6,11 @@ One concept per module:
     config     frozen-dataclass configs -> argparse (defaults in --help); bad input exits 2 in one line
     timing     warm-up, barrier, CUDA events / perf_counter, max over ranks, raw samples kept, and
                nccl-tests' loop average
-    results    tidy CSV with provenance columns, appended row by row, resumable
+    results    tidy CSV with provenance columns, appended row by row, resumable (a cut last row repaired)
+    runs       run folders: where a run writes, its lock, atomic publication into results/
+    csvread    the checked CSV loader every report uses: one line per damaged file, exit 2
+    failures   exit codes per cause; a rank's failure told once (torchelastic error files)
+    launch     torchrun with checks before launch and the root-cause rank in one line
     plotting   one matplotlib style (Agg, PNG) with a provenance footer
     hardware   the GPU preset table (peak TFLOP/s, memory, NVLink), the one "preset needs CUDA" check, NVML
     collective_cost  what a collective costs: nccl-tests' bus factors, ring/tree time, half-bandwidth size

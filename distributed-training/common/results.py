@@ -14,8 +14,10 @@ name for something else. `git_commit` comes from git, or, in a copy of the repos
 
 Host names never appear (results are committed). Rows are flushed and fsync'ed as they are
 measured, so a sweep killed halfway keeps every finished row, and `resume=True` skips the rows
-whose key columns are already in the file. The resolved config is saved beside the CSV as
-<name>.config.json; resuming with a different config is an error, not a silent mix.
+whose key columns are already in the file; a last row cut short by a kill is dropped first (and
+measured again), a damaged row elsewhere is refused. The resolved config is saved beside the CSV
+as <name>.config.json; resuming with a different config is an error, not a silent mix. Runners
+open their writers inside a run folder (common.runs), never in results/ directly.
 
     writer = ResultsWriter(path, columns=["collective", "size_bytes", "time_us"],
                            key=["collective", "size_bytes"], provenance=provenance(env, "1"),

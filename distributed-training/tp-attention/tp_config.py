@@ -6,9 +6,9 @@ parallelism the activations between blocks are also cut along the sequence, so T
 by t too (Megatron-Core asserts the same with `divide()`, megatron/core/utils.py). Megatron
 replicates K/V heads when n_kv_heads < t; this lab does not, and says so instead.
 
-This module stays free of torch so that `make tp-verify` can reject bad input in a few
-milliseconds *before* torchrun starts ranks: a rank that exits 2 under torchrun comes back
-as torchrun's own multi-line ChildFailedError and exit code 1.
+This module stays free of torch so that the rules can be checked anywhere in milliseconds;
+`make tp-verify` applies them through verify.py's check pass (common.launch), before any rank
+starts, so bad input is one line and exit 2 rather than N ranks failing inside torchrun.
 
     python tp_config.py --tp 2 --n-heads 6      # exits 0 silently, or 2 with one line
 """
