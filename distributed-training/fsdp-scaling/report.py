@@ -235,12 +235,20 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
             f"Noise: the timed steps of one row spread by a median of {spread_pct:.0%} (max / min - 1); on a "
             "shared machine differences below that are not findings.", "",
             "Throughput T (tokens/s, all ranks), efficiency E = T(N) / (N T(1)), and peak memory per rank "
-            f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, strong = "
-            f"{int(s[s['mode'] == 'strong']['effective_batch'].iloc[0])} sequences per step in all, weak = "
-            f"{int(s[s['mode'] == 'weak']['effective_batch'].min())} per rank, grad-accum "
+            f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, {_batches(s)}, grad-accum "
             f"{int(s['grad_accum'].iloc[0])}:", "",
             table(piv.reset_index()), "",
             f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})", ""]
+
+
+def _batches(s: pd.DataFrame) -> str:
+    """The batch of each scaling mode the sweep ran (a sweep may run one mode only)."""
+    parts = []
+    if (s["mode"] == "strong").any():
+        parts.append(f"strong = {int(s[s['mode'] == 'strong']['effective_batch'].iloc[0])} sequences per step in all")
+    if (s["mode"] == "weak").any():
+        parts.append(f"weak = {int(s[s['mode'] == 'weak']['effective_batch'].min())} per rank")
+    return ", ".join(parts)
 
 
 def weak_scaling_anchor(p: pd.DataFrame) -> list[str]:
@@ -293,7 +301,14 @@ def section_projection(proj: pd.DataFrame) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     global RES
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
-    RES = results_folder(cfg.results, "run `make fsdp-scaling-run`")
+    default, RES = RES, results_folder(cfg.results, "run `make fsdp-scaling-run`")  # the plots go there too
+    try:
+        return _report(cfg)
+    finally:
+        RES = default
+
+
+def _report(cfg: ReportConfig) -> int:
     out = Path(cfg.out)
     if not out.parent.is_dir():
         raise BadResults(f"--out {out}: the folder {out.parent} does not exist")

@@ -21,3 +21,14 @@ def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
     h100 = text.split("### 1x NVIDIA H100 80GB HBM3")[1]
     assert "d1024-L24" in h100 and "41" in h100  # its own model and MFU, not the CPU rows'
     assert (res / "scaling_measured_1x-nvidia-h100-80gb-hbm3.png").exists()
+
+
+def test_a_sweep_of_one_scaling_mode_is_reported(tmp_path):
+    """An experiment published with --promote (e.g. --modes weak) is a valid input, not a crash."""
+    res = tmp_path / "results"
+    shutil.copytree(report.RES, res)
+    s = pd.read_csv(res / "scaling_cpu.csv")
+    s[s["mode"] == "weak"].to_csv(res / "scaling_cpu.csv", index=False)
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "weak = " in text and "strong = " not in text
