@@ -37,9 +37,10 @@ SCHEMAS = {
         "unsharded_peak_bytes": float,
         "model_unsharded_bytes": float, "all_gathers": int, "reduce_scatters": int, "all_reduces": int,
         "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}),
-    "comms_*.csv": Schema("fsdp-scaling collectives", {
+    "comms_*.csv": Schema("fsdp-scaling collectives", {  # header only when every launch had one rank
         "strategy": str, "collective": str, "group_size": int, "grad_accum": int, "count": int,
-        "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int}),
+        "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int},
+        allow_empty=True),
     "projection.csv": Schema("fsdp-scaling projection", {
         "target": str, "model": str, "n_params": float, "strategy": str, "mode": str, "n_gpus": int,
         "efficiency_no_overlap": float, "efficiency_full_overlap": float, "fits_in_memory": bool,
