@@ -27,8 +27,9 @@ def test_a_sweep_of_one_scaling_mode_is_reported(tmp_path):
     """An experiment published with --promote (e.g. --modes weak) is a valid input, not a crash."""
     res = tmp_path / "results"
     shutil.copytree(report.RES, res)
-    s = pd.read_csv(res / "scaling_cpu.csv")
-    s[s["mode"] == "weak"].to_csv(res / "scaling_cpu.csv", index=False)
+    for path in res.glob("scaling_*.csv"):
+        s = pd.read_csv(path, dtype={"git_commit": str})
+        s[s["mode"] == "weak"].to_csv(path, index=False)
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "weak = " in text and "strong = " not in text

@@ -71,13 +71,13 @@ def test_verify(world, argv, needle, capsys, monkeypatch):
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: shutil.rmtree(r), "results folder"),
     (lambda r: [p.unlink() for p in r.glob("*.csv")], "no correctness_*.csv or bench_*.csv"),
-    (lambda r: (r / "bench_cpu_w4.csv").write_text('tp,"sp\n'), "bench_cpu_w4.csv is not a readable CSV"),
-    (lambda r: (r / "correctness_cpu_w4.csv").write_text(""), "correctness_cpu_w4.csv is empty"),
-    (lambda r: (r / "bench_cpu_w4.csv").write_text((r / "bench_cpu_w4.csv").read_text().replace(
+    (lambda r: (r / "bench_cpu_ws4.csv").write_text('tp,"sp\n'), "bench_cpu_ws4.csv is not a readable CSV"),
+    (lambda r: (r / "correctness_cpu_ws4.csv").write_text(""), "correctness_cpu_ws4.csv is empty"),
+    (lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text().replace(
         "\n1,false,", "\nfour,false,", 1)), "column tp: 'four' is not an int"),
-    (lambda r: (r / "bench_cpu_w4.csv").write_text((r / "bench_cpu_w4.csv").read_text()[:-25]),
+    (lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text()[:-25]),
      "a half-written last row"),
-    (lambda r: (r / "bench_cpu_w8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"), "lacks the column(s)"),
+    (lambda r: (r / "bench_cpu_ws8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"), "lacks the column(s)"),
 ], ids=["no-folder", "no-csv", "quote", "empty", "text-in-number", "cut", "foreign"])
 def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
     results = tmp_path / "results"
