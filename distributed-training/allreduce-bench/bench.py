@@ -37,7 +37,6 @@ experiment: it stays in runs/ unless --promote merge|replace asks otherwise.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -51,7 +50,7 @@ import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
 from common.config import changed_flags, config_dict, format_size, parse_config, parse_size
 from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
-from common.failures import PEER_LOST, entrypoint, report
+from common.failures import PEER_LOST, classify, entrypoint, report, short
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import SchemaMismatch, check_resume, provenance
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
@@ -323,10 +322,10 @@ def _sweep(cfg: Config, env: DistInfo, group, todo: list[dict], writer, nccl: di
             fail(f"out of GPU memory for {what}; lower --max-bytes", 1)
         except RuntimeError as e:  # gloo raises on its timeout or a closed peer socket; NCCL via its watchdog
             kept = f"{writer.n_done} row(s)" if writer else "rows"
-            report(f"{what} failed: {_short(e)}. A rank died or stopped answering (--timeout-s {cfg.timeout_s:g}); "
-                   f"the run folder keeps the {kept} measured before; rerun with --resume to continue",
-                   PEER_LOST, "timeout" if "timed out" in str(e).lower() or "timeout" in str(e).lower() else "peer")
-            return PEER_LOST
+            kind, code = classify(e) or ("peer", PEER_LOST)
+            report(f"{what} failed: {short(e)}. A rank died or stopped answering (--timeout-s {cfg.timeout_s:g}); "
+                   f"the run folder keeps the {kept} measured before; rerun with --resume to continue", code, kind)
+            return code
         result.update(preset=preset.name, nccl_env=";".join(f"{k}={v}" for k, v in nccl.items()) or "default")
         wrong_rows += result["wrong"] > 0
         if writer:
@@ -347,13 +346,8 @@ TABLE = ("size_bytes", "count", "time_us", "time_min_us", "time_max_us", "algbw_
 def _line(r: dict) -> str:
     """One row of the stdout table, nccl-tests style (the header when given the column names)."""
     cells = [f"{r[c]:.1f}" if isinstance(r[c], float) and c.startswith("time") else
-             f"{r[c]:.3f}" if isinstance(r[c], float) else "-" if r[c] is None else str(r[c]) for c in TABLE]
+             f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in TABLE]
     return " ".join(f"{c:>{w}}" for c, w in zip(cells, (12, 11, 11, 11, 11, 10, 10, 5, 5)))
-
-
-def _short(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return re.sub(r"^\[[^\]]*\]\s*", "", msg)[:200]  # drop gloo's "[/path/to/file.cc:78] " prefix
 
 
 def _shown(path: Path) -> str:

@@ -47,7 +47,8 @@ class Config:
     rounds: int = field(default=5, metadata={"help": "alternations of ours and bare per size"})
     target_ms: float = field(default=150.0, metadata={"help": "as bench.py --target-ms"})
     gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)})"})
-    out: str = field(default="", metadata={"help": "where the finished CSV goes; default results/overhead_<hw>_ws<N>.csv"})
+    out: str = field(default="", metadata={"help": "where the finished CSV goes; default "
+                                                  "results/overhead_<hw>_ws<N>.csv"})
     promote: str = field(default="auto", metadata={"help": "when complete: auto, replace, merge or no (see bench.py)",
                                                    "choices": PROMOTE_CHOICES})
 

@@ -23,7 +23,6 @@ line and exit 2, not N ranks' copies wrapped in torchrun's ChildFailedError (exi
 from __future__ import annotations
 
 import os
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta

@@ -26,7 +26,6 @@ An interrupted, failed or refused run therefore never changes results/. By hand:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import fcntl
 import json

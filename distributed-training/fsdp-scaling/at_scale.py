@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.distributed as dist

@@ -9,7 +9,6 @@ combination exits 2 with one line and writes nothing.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from pathlib import Path

@@ -11,9 +11,7 @@ import pytest
 
 import bench
 import report
-from common.config import parse_config
 from common.testing import run_ranks
-from tp_config import VerifyConfig
 
 LAB = Path(__file__).resolve().parents[1]
 
