@@ -202,6 +202,22 @@ class ResultsWriter:
         self._done.update(self._key_of(row) for row in rows)
 
 
+class NoWriter:
+    """What ranks other than 0 hold instead of a writer: nothing is written; rank 0 decides what is done."""
+
+    path = None
+    n_done = 0
+
+    def done(self, row: dict[str, Any]) -> bool:
+        return False
+
+    def write(self, row: dict[str, Any]) -> None:
+        pass
+
+    def write_many(self, rows: Iterable[dict[str, Any]]) -> None:
+        pass
+
+
 def check_resume(path: Path, columns: Iterable[str], config: dict[str, Any] | None,
                  ignore: Iterable[str] = ("resume",)) -> None:
     """Before launching a --resume: the file's columns and saved config must match this run's

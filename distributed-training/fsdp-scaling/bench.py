@@ -45,7 +45,7 @@ from common.dist import DistInfo, distributed, fail, from_rank0, planned_world, 
 from common.failures import entrypoint
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
-from common.results import SchemaMismatch, check_resume, provenance
+from common.results import NoWriter, SchemaMismatch, check_resume, provenance
 from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
@@ -113,7 +113,7 @@ class Run:
         self.meshes: dict[tuple[int, ...], DeviceMesh] = {}
         prov = provenance(env, BENCH_VERSION)
         kw = dict(config=saved_config(cfg), config_ignore=CONFIG_IGNORE)
-        self.folder, self.rows, self.comms, error = None, _Off(), _Off(), None
+        self.folder, self.rows, self.comms, error = None, NoWriter(), NoWriter(), None
         if env.is_main:  # only rank 0 opens the files: it tells every rank whether that is possible
             mode = "append" if (cfg.resume or cfg.append) else "fresh"
             try:
@@ -255,7 +255,7 @@ class Run:
         """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<hw>.csv."""
         cfg, env = self.cfg, self.env
         writer = self.folder.writer(f"overlap_{self.preset.tag}.csv", overlap.COLUMNS, overlap.KEY,
-                                    provenance(env, "1")) if self.folder is not None else _Off()
+                                    provenance(env, "1")) if self.folder is not None else NoWriter()
         micro = self.micro_size("strong")
         plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
                 for p in ((False, True) if s in FSDP_STRATEGIES else (False,))]
@@ -272,17 +272,6 @@ class Run:
             gc.collect()
             torch.cuda.empty_cache()
 
-
-class _Off:
-    """Writers of ranks other than 0: they write nothing; rank 0 decides what is done."""
-
-    path = None
-
-    def done(self, row) -> bool:
-        return False
-
-    def write(self, row) -> None:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

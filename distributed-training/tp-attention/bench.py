@@ -51,7 +51,7 @@ from common.config import changed_flags, config_dict, parse_config
 from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
-from common.results import SchemaMismatch, check_resume, provenance
+from common.results import NoWriter, SchemaMismatch, check_resume, provenance
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
 from common.timing import time_iterations
 from dtensor_tp import dtensor_parallel
@@ -100,7 +100,7 @@ class BenchConfig:
     correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
     require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (make tp-attention-gpu)"})
     out_dir: str = field(default="", metadata={"help": "where finished CSVs go (default: results/ in this lab; the "
-                                                      "run writes into ../runs/<preset>_w<ranks>/ first)"})
+                                                      "run writes into ../runs/<preset>_ws<ranks>/ first)"})
     resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: done rows are skipped"})
     promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
                                                            "keep an experiment in runs/), replace, merge, no",
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     folder.close()
         if (error := from_rank0(error)) is not None:
             fail(error, 2)
-        corr, bench = corr or _Off(), bench or _Off()
+        corr, bench = corr or NoWriter(), bench or NoWriter()
         print0(f"tp-attention: {env.world_size} ranks on {env.device} ({env.backend}), t in {cfg.tp}, "
                f"{len(cfg.shapes())} shapes, {cfg.dtype}" + (f" -> {folder.path}" if folder else ""))
         try:
@@ -310,15 +310,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
     return 0
 
-
-class _Off:
-    """The writer of ranks other than 0: nothing is written, rank 0 decides what is done."""
-
-    def done(self, row) -> bool:
-        return False
-
-    def write(self, row) -> None:
-        pass
 
 
 def _measure(cfg: BenchConfig, env, meshes, corr, bench, main_rank: bool) -> int:
