@@ -188,6 +188,9 @@ class RunFolder:
                 shutil.rmtree(self.path)
             else:
                 aside = self.path.with_name(f"{self.path.name}@{_stamp()}")
+                n = 1
+                while aside.exists():  # two fresh starts within a second
+                    aside, n = self.path.with_name(f"{self.path.name}@{_stamp()}-{n}"), n + 1
                 self.path.rename(aside)
                 self.notes.append(f"note: the earlier unpublished run in {shown(self.path)} is kept as "
                                   f"{shown(aside)}")
@@ -235,7 +238,12 @@ class RunFolder:
                             f"{shown(self.target)} unchanged; publish with `python -m common.runs promote "
                             f"{shown(self.path)} [--merge]` or rerun with --promote merge|replace"]
                 return [f"results kept in {shown(self.path)} (--promote no)"]
-            files = promote_run(self.path, merge=how == "merge")
+            try:
+                files = promote_run(self.path, merge=how == "merge")
+            except RunError as e:  # e.g. --promote merge into a file with other columns: the run itself is safe
+                from .failures import BAD_INPUT, report
+                report(f"could not publish: {e}; the complete run stays in {shown(self.path)}", BAD_INPUT)
+                raise SystemExit(BAD_INPUT) from None
             return [f"{'merged' if how == 'merge' else 'published'} {len(files)} file(s) into {shown(self.target)}"]
         finally:
             self.close()

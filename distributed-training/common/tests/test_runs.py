@@ -98,13 +98,15 @@ def test_merge_replaces_rows_by_key_and_keeps_the_others(tmp_path, capsys):
     assert "their columns differ" in capsys.readouterr().err and (results / "sweep.csv").read_text() == "x,y\n1,2\n"
 
 
-def test_a_damaged_file_is_never_published(tmp_path):
+def test_a_damaged_file_is_never_published(tmp_path, capsys):
     run = _run(tmp_path)
     _write(run, ["a,1,2.5"])
     with open(run.path / "sweep.csv", "a") as f:
         f.write("b,1")  # a half-written row
-    with pytest.raises(RunError, match="half-written last row"):
+    with pytest.raises(SystemExit):
         run.finish(complete=True, changed=[])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "could not publish" in err and "half-written last row" in err
     assert not (tmp_path / "results").exists() and lock_holder(run.path) is None
 
 
