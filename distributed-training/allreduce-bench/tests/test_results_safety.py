@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import bench
 
 LAB = Path(bench.__file__).resolve().parent
@@ -40,14 +42,16 @@ def _wait_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
     raise AssertionError(f"fewer than {n} rows in {path}")
 
 
-def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path):
+def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path, capsys):
     out = tmp_path / "results" / "sweep.csv"
-    a, b = _start(out), _start(out)  # at once, on the same results
-    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=180), b.communicate(timeout=180)
-    done, refused = (a, b) if a.returncode == 0 else (b, a)
-    err = err_b if refused is b else err_a
-    assert sorted([a.returncode, b.returncode]) == [0, 2], (err_a, err_b)
-    assert err.count("\n") == 1 and f"being written by another run (pid {done.pid}" in err
+    first = _start(out)
+    _wait_rows(tmp_path / "runs" / "sweep" / "sweep.csv", 10, first)  # the first sweep is under way
+    with pytest.raises(SystemExit) as e:  # the second, in this process: refused at once, nothing written
+        bench.main(SWEEP + ["--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and f"being written by another run (pid {first.pid}" in err
+    stdout, stderr = first.communicate(timeout=180)
+    assert first.returncode == 0, stderr
     keys = _keys(out)
     assert len(keys) == PLANNED and len(set(keys)) == PLANNED  # one run's rows, none twice
 
