@@ -15,6 +15,7 @@ is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
     SCHEMA = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "time_us": float})
     df = read_table(path, SCHEMA)                       # one file, checked
     df = read_tables(folder, "sweep_*.csv", SCHEMA)     # every match, concatenated; none is an error
+    rows = read_rows(path, SCHEMA)                      # the same, as csv.DictReader's list of dicts
 
 Only columns named in the schema are required and type-checked; those declared str are read as
 text (a commit hash of digits and one "e" is not a float), the others as pandas infers them.
@@ -143,6 +144,14 @@ def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
         return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
     except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
         raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+
+
+def read_rows(path: str | Path, schema: Schema) -> list[dict[str, str]]:
+    """The same checks, for readers that take rows as dicts of text (csv.DictReader's shape)."""
+    path = Path(path)
+    header, rows, _ = _parse(path, schema)
+    _check_types(path, schema, header, rows)
+    return [dict(zip(header, r)) for r in rows]
 
 
 def results_folder(folder: str | Path, hint: str = "") -> Path:

@@ -29,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 import planner_bridge as pb
 from common.config import config_dict, parse_config
 from common.dist import distributed, fail, print0
+from common.failures import entrypoint
 from common.hardware import get_preset
 from common.model import GPT, GPTConfig
 from common.results import ResultsWriter, provenance
@@ -167,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entrypoint(main))

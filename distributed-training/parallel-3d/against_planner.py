@@ -7,10 +7,10 @@ and common.markdown only (no torch, no pandas), so the guide stays quick to gene
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from common import markdown
+from common.csvread import Schema, read_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GB = 1e9
@@ -18,9 +18,26 @@ QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP 
               ("pp", "PP bytes sent / step"), ("dp", "DP bus bytes / step"))
 
 
+# What the report reads from each kind of file, checked by common/csvread.py before it is used.
+_PROV = {"hardware": str, "world_size": int, "backend": str, "git_commit": str}
+SCHEMAS = {
+    "runs_": Schema("parallel-3d runs", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
+                                         "step_time_ms": float, "loss_first": float, "loss_last": float}),
+    "comms_": Schema("parallel-3d collectives", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
+                                                 "kind": str, "count": int, "payload_bytes": float}),
+    "activations_": Schema("parallel-3d activations", {"tp": int, "recompute": str, "measured_bytes": float,
+                                                       "planner_bytes": float}),
+    "at_scale_terms": Schema("parallel-3d planner terms", {"study": str, "role": str, "quantity": str, "term": str,
+                                                          "bytes": float}),
+    "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
+                                                      "dp": int, "param_bytes": float}),
+}
+
+
 def read(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """A results CSV as dicts of text, after common/csvread.py's checks (one line naming a bad file)."""
+    schema = next((s for prefix, s in SCHEMAS.items() if path.name.startswith(prefix)), Schema(path.stem))
+    return read_rows(path, schema)
 
 
 def table(header: list[str], rows: list[list]) -> list[str]:

@@ -51,6 +51,7 @@ import planner_bridge as pb
 from comms import CollectiveLog, bus_factor, mesh_groups
 from common.config import config_dict, parse_config
 from common.dist import DistInfo
+from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import ResultsWriter, provenance
 from design import predicted_counts, predicted_payloads
@@ -251,4 +252,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entrypoint(main))

@@ -29,12 +29,12 @@ parallel-3d-baseline: $(SETUP) ## the same model on one rank (the reference the 
 	$(PYRUN) $(P3D_DIR)/train.py --gpu $(GPU) --tp 1 --pp 1 --dp 1 --interleave 1 $(ARGS)
 
 # What slurm/lab.sbatch runs under srun on every node.
+# common.launch (TORCHRUN) runs train.py once as a plain process first: bad input is one line, exit 2.
 parallel-3d-run: $(SETUP) ## the TP x PP x DP launch alone (torchrun; rows added to results/runs_<preset>.csv)
-	@$(CHECK_ARGS) $(P3D_DIR)/train.py $(P3D_FLAGS) --resume $(ARGS)
 	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) --resume $(ARGS)
 
 parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selective/full recompute at t = 1, 2 vs the planner
-	$(RUN_ENV) $(PYTHON) -m torch.distributed.run --standalone --nnodes 1 --nproc-per-node $(P3D_ACT_NPROC) \
+	$(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(P3D_ACT_NPROC) \
 	  $(P3D_DIR)/activations.py --gpu $(GPU) $(if $(filter 1,$(P3D_ACT_NPROC)),--tp 1)
 
 parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/4096 GPUs, built as one rank (fake PG)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import against_planner as ap
 from common.config import parse_config
+from common.csvread import BadResults, guard_report
 from common.plotting import new_figure, save
 
 LAB = Path(__file__).resolve().parent
@@ -212,9 +213,14 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 
 
+@guard_report
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(ReportConfig, argv, description=__doc__.split("\n\n")[0], prog="report.py")
+    cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
     results = Path(cfg.results)
+    if not Path(cfg.out).parent.is_dir():
+        raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
+    for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
+        ap.read(path)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
     if plots:

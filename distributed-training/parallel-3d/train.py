@@ -40,6 +40,7 @@ from comms import CollectiveLog, mesh_groups
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
+from common.failures import entrypoint
 from common.hardware import GPUPreset, get_preset
 from common.model import count_params, mfu
 from common.results import ResultsWriter, SchemaMismatch, provenance
@@ -226,4 +227,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entrypoint(main))
