@@ -29,22 +29,27 @@ def is_runs_csv(path: str) -> bool:
     p = Path(path)
     if not p.is_file():
         return False
-    with open(p, newline="") as f:
-        header = next(csv.reader(f), [])
+    try:
+        with open(p, newline="") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error):
+        return False  # not a runs CSV: the sweep reader checks it and says what is wrong with it
     return COLUMNS <= set(header)
 
 
 def ratios(cluster: Cluster, paths: list[str]) -> list[float]:
+    from common.csvread import BadResults, Schema, read_rows
+    schema = Schema("parallel-3d runs", {"step_time_ms": float, "planner_step_s": float, "preset": str})
     out = []
     for path in paths:
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                try:
-                    predicted, measured = float(row["planner_step_s"] or "nan"), float(row["step_time_ms"]) / 1e3
-                except ValueError:
-                    raise ValueError(f"--calibrate: {path} has a row that is not numbers: {row}") from None
-                if row["preset"] == cluster.gpu and predicted > 0 and measured > 0:
-                    out.append(predicted / measured)
+        try:
+            rows = read_rows(path, schema)  # a cut, damaged or mistyped file: one line naming it
+        except BadResults as e:
+            raise ValueError(f"--calibrate: {e}") from None
+        for row in rows:
+            predicted, measured = float(row["planner_step_s"] or "nan"), float(row["step_time_ms"] or "nan") / 1e3
+            if row["preset"] == cluster.gpu and predicted > 0 and measured > 0:
+                out.append(predicted / measured)
     return out
 
 

@@ -11,6 +11,7 @@ from common.testing import expect_bad_input, git_status
 
 LAB = Path(plan.__file__).resolve().parent
 SWEEP = LAB.parent / "allreduce-bench" / "results" / "sweep_cpu_ws4.csv"
+RUNS = LAB.parent / "parallel-3d" / "results" / "runs_cpu.csv"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +41,8 @@ def test_plan(argv, needle, capsys):
     (b"a,b\n1,2\n", "lacks the column(s) collective, world_size"),
     (lambda: SWEEP.read_bytes()[:-50], "a half-written last row"),
     (lambda: SWEEP.read_bytes().replace(b"\nall_reduce,1024,", b"\nall_reduce,big,", 1), "'big' is not an int"),
-], ids=["empty", "binary", "foreign", "cut", "text-in-number"])
+    (lambda: RUNS.read_bytes()[:-40], "a half-written last row"),  # parallel-3d's runs calibrate the matmul rate
+], ids=["empty", "binary", "foreign", "cut", "text-in-number", "cut-runs"])
 def test_calibration_sweeps(content, needle, tmp_path, capsys):
     path = tmp_path / "sweep_x.csv"
     path.write_bytes(content() if callable(content) else content)
