@@ -68,7 +68,6 @@ positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1)
 
 # Each lab adds its targets in its own lab.mk and appends to these lists.
 REPORT_TARGETS :=
-GPU_SUITE_TARGETS :=
 include $(sort $(wildcard $(LABS_DIR)/*/lab.mk))
 
 .PHONY: help setup check-env test doctor reports setup-fp8 clean-venv

@@ -47,4 +47,3 @@ allreduce-bench-2agents: $(SETUP) ## CPU check of the multi-node path: 2 torchru
 	  print(f"ok: {len(rows)} rows with nnodes=2 in", sys.argv[1])' $(ARB)/results/sweep_cpu_ws4_n2.csv
 
 REPORT_TARGETS += allreduce-bench-report
-GPU_SUITE_TARGETS += allreduce-bench-gpu

@@ -33,4 +33,3 @@ fp8-train-gpu: $(SETUP)
 	$(MAKE) fp8-train-run fp8-train-bench fp8-train-report
 
 REPORT_TARGETS += fp8-train-report
-GPU_SUITE_TARGETS += fp8-train-gpu

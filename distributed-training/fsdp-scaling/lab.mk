@@ -52,4 +52,3 @@ fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memor
 	$(MAKE) fsdp-scaling-report
 
 REPORT_TARGETS += fsdp-scaling-report
-GPU_SUITE_TARGETS += fsdp-scaling-gpu

@@ -52,4 +52,3 @@ parallel-3d-gpu: $(SETUP) ## on GPUs: baseline on 1 GPU, activation study, TP2xP
 	$(MAKE) parallel-3d-report
 
 REPORT_TARGETS += parallel-3d-report
-GPU_SUITE_TARGETS += parallel-3d-gpu

@@ -29,4 +29,3 @@ tp-attention-gpu: $(SETUP) ## TP attention on GPUs: t = 1 vs the plain block vs 
 	$(if $(filter-out 0 1,$(NGPUS)),$(TORCHRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) --require-gpu $(ARGS))
 
 REPORT_TARGETS += tp-attention-report
-GPU_SUITE_TARGETS += tp-attention-gpu
