@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         pip_download(dest, args.python, [f"torchao=={args.torchao}"], deps=False)
     if args.te:
         pip_download(dest, args.python, list(RUNTIME_DEPS), deps=True)
-        pip_download(dest, args.python, [f"transformer-engine=={args.te}", f"transformer-engine-{args.te_cuda}=={args.te}"],
-                     deps=False)
+        te = [f"transformer-engine=={args.te}", f"transformer-engine-{args.te_cuda}=={args.te}"]
+        pip_download(dest, args.python, te, deps=False)
         url = sdist_url("transformer-engine-torch", args.te, args.index)
         target = dest / Path(urllib.parse.urlsplit(url).path).name
         urllib.request.urlretrieve(url, target)

@@ -30,9 +30,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 import backends
+import kernels
 import train
 from alerts import AlertEngine
 from common.config import changed_flags, config_dict, parse_config
@@ -51,7 +50,7 @@ from common.dist import distributed, fail, print0
 from common.failures import entrypoint
 from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig, flops_per_token
-from common.results import REPO_ROOT, ResultsWriter, provenance
+from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, run_dir_for
@@ -187,18 +186,18 @@ def write_step_rows(cfg, d, tcfg, specs, times, info, env, writer) -> None:
     base = statistics.median(times[specs[0].name])
     for s in specs:
         med = statistics.median(times[s.name])
-        backend, compiled, kernels, mem = info[s.name]
+        backend, compiled, n_kernels, mem = info[s.name]
         ratio = med / base
         target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
             and env.device.type == "cpu" else None
         writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
                           precision_backend=backend, compiled=compiled, tokens_per_step=tokens, step_time_s=med,
                           step_time_min_s=min(times[s.name]), tokens_per_s=tokens / med,
-                          model_tflops=tokens / med * fpt / 1e12, kernels_per_step=kernels, peak_mem_MiB=mem,
+                          model_tflops=tokens / med * fpt / 1e12, kernels_per_step=n_kernels, peak_mem_MiB=mem,
                           ratio_to_first=ratio, target_ratio=target,
                           meets_target=None if target is None else ratio <= target))
         print0(f"d_model {d:5d}  {s.name:18s} {med * 1e3:8.2f} ms/step  {tokens / med * fpt / 1e12:7.1f} TFLOP/s  "
-               f"x{ratio:4.2f} vs {specs[0].name}" + ("" if kernels is None else f"  {kernels} kernels")
+               f"x{ratio:4.2f} vs {specs[0].name}" + ("" if n_kernels is None else f"  {n_kernels} kernels")
                + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
 
 
@@ -290,67 +289,6 @@ def _time_op(fn, dev: torch.device) -> float:
     return min(samples)
 
 
-def _load_fp8_linear(commit: str):
-    """fp8_linear.py as it was at `commit` (and its helper modules as they are now), as a module."""
-    rel = (LAB / "fp8_linear.py").relative_to(REPO_ROOT)
-    src = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if src.returncode:
-        raise ValueError(f"--kernels-baseline {commit}: git cannot show {rel} there ({src.stderr.strip()[:120]})")
-    path = Path(tempfile.mkdtemp()) / f"fp8_linear_{commit}.py"
-    path.write_text(src.stdout)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def count_kernels(fp8mod, d: int = 128, tokens: int = 256) -> tuple[int, int]:
-    """(Inductor kernels for one compiled block's FP8 forward+backward, ops dispatched by the scale update)."""
-    from torch._inductor import metrics
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from common.model import Block
-    from scaling import DelayedScaling
-
-    class Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    block = Block(GPTConfig(d_model=d, n_heads=max(1, d // 64)))
-    for parent in (block.attn, block.mlp):
-        for name, child in list(parent.named_children()):
-            setattr(parent, name, fp8mod.Fp8Linear(child, "native", DelayedScaling()))
-    if hasattr(fp8mod, "share_scaling_state"):
-        fp8mod.share_scaling_state(block)
-    mods = [m for _, m in fp8mod.fp8_modules(block)]
-    block.compile()
-    metrics.reset()
-    block(torch.randn(2, tokens // 2, d)).sum().backward()
-    kernels = metrics.generated_kernel_count
-    with Count():
-        fp8mod.update_scales(mods)
-    torch._dynamo.reset()
-    return kernels, Count.n
-
-
-def kernel_counts(baseline, baseline_label: str, writer: ResultsWriter) -> None:
-    import fp8_linear
-    versions = [("this tree", fp8_linear)]
-    if baseline is not None:
-        versions.insert(0, (baseline_label, baseline))
-    for label, mod in versions:
-        kernels, ops = count_kernels(mod)
-        writer.write(dict(fp8_linear_version=label, fp8_linears=6, inductor_kernels=kernels, update_ops=ops))
-        print0(f"fp8_linear.py ({label}): {kernels} Inductor kernels for one block's forward+backward, "
-               f"{ops} operators in the scale update of its 6 FP8 linears")
-
-
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(BenchConfig, argv, description=__doc__, prog="fp8-train-bench")
     try:
@@ -368,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
     try:
-        baseline = _load_fp8_linear(cfg.kernels_baseline) if "kernels" in cfg.parts and cfg.kernels_baseline \
-            else None
+        baseline = None
+        if "kernels" in cfg.parts and cfg.kernels_baseline:
+            baseline = kernels.load_fp8_linear(cfg.kernels_baseline)
         # one process: the run folder is taken (and its lock checked) before anything is measured
         folder = RunFolder.open(run_dir_for(out.parent, f"{out.name}-bench"), out)
     except (ValueError, RunError) as e:
@@ -397,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                     "run", "d_model", "compiled", "steps", "step_time_off_s", "step_time_on_s", "median_off_s",
                     "median_on_s", "overhead_pct", "target_pct", "meets_target"], ["run", "d_model"]))
             if "kernels" in cfg.parts:
-                kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", [
+                kernels.kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", [
                     "fp8_linear_version", "fp8_linears", "inductor_kernels", "update_ops"], ["fp8_linear_version"]))
         except BaseException:
             folder.finish(complete=False, changed=changed)

@@ -8,9 +8,9 @@ This is the part of the lab that shows what TransformerEngine's te.Linear does, 
 
 Three GEMMs, each with FP8 operands and a higher-precision output. Two engines share all the
 scaling and casting code and differ only in the multiply:
-    native    torch._scaled_mm(a8, b8, scale_a, scale_b) (through its public form
-              torch.nn.functional.scaled_mm where it exists): the FP8 tensor-core GEMM on SM 8.9+
-              GPUs, a oneDNN kernel on the CPU. Its scales are the *dequantization* factors
+    native    torch._scaled_mm(a8, b8, scale_a, scale_b) on CUDA, the FP8 tensor-core GEMM on SM 8.9+
+              GPUs; on the CPU its public form torch.nn.functional.scaled_mm (oneDNN) where the
+              build has it (see `scaled_mm`). Its scales are the *dequantization* factors
               1/scale. On CUDA, cuBLASLt wants `a` row-major and `b` column-major, and every
               dimension a multiple of 16 (fp8-anchors.md section 3).
     emulated  the same FP8 operands upcast and multiplied in fp32, then scaled: the values an FP8
@@ -31,7 +31,8 @@ Where the time goes, and what this layer does about it (the GPU path, under torc
     - cuBLASLt's FP8 GEMM on Hopper takes `a` row-major and `b` column-major only (fp8-anchors.md
       section 3). The backward's dx = dy W needs W^T in memory and dW = dy^T x needs x^T and
       dy^T, so the forward casts x and W straight into the layouts the backward reads and saves
-      those (TE keeps the same "columnwise" copies); nothing is re-laid-out in the backward.
+      those (TE keeps the same "columnwise" copies), and the backward casts dy into both of its
+      layouts at once.
     - All FP8 linears of a model share one scaling state (`share_scaling_state`): one history of
       shape (L, 3n) for n layers, so the per-step update is one all-reduce and a handful of
       kernels for the whole model instead of a dozen per layer (TE keeps one global amax buffer

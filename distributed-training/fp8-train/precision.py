@@ -146,7 +146,7 @@ class Prepared:
     low_modules: list[str]
     probe: backends.AmaxProbe | None = None
     notes: list[str] = field(default_factory=list)
-    compiled: bool = False  # model is a torch.compile'd module (recorded in every timed row)
+    compiled: bool = False  # its blocks run under torch.compile (recorded in every timed row)
 
 
 def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device) -> Prepared:

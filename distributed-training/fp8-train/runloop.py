@@ -30,11 +30,11 @@ from trainer import StopRun, Trainer, Writers
 
 # `precision_backend` is what ran the precision (torch, te, torchao, native, emulated); the provenance
 # column `backend` is the process group's (gloo, nccl). `compiled`: the model ran under torch.compile.
-STEP_COLUMNS = ["run", "precision", "precision_backend", "compiled", "seed", "step", "loss", "val_loss", "grad_norm", "param_norm",
-                "update_ratio", "lr", "tokens_per_s", "step_time_s", "peak_mem_MiB", "alloc_MiB", "reserved_MiB",
-                "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu", "grad_snr", "nonfinite", "nan_steps",
-                "skipped_steps", "action", "injected", "batch", "grad_accum", "seq_len", "d_model", "n_layers",
-                "tokens_per_step"]
+STEP_COLUMNS = ["run", "precision", "precision_backend", "compiled", "seed", "step", "loss", "val_loss", "grad_norm",
+                "param_norm", "update_ratio", "lr", "tokens_per_s", "step_time_s", "peak_mem_MiB", "alloc_MiB",
+                "reserved_MiB", "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu", "grad_snr", "nonfinite",
+                "nan_steps", "skipped_steps", "action", "injected", "batch", "grad_accum", "seq_len", "d_model",
+                "n_layers", "tokens_per_step"]
 FP8_COLUMNS = ["run", "precision", "precision_backend", "seed", "step", "module", "role", "format", "amax", "scale",
                "scale_kind", "underflow_frac", "saturation_frac"]
 LAYER_COLUMNS = ["run", "step", "layer", "grad_norm", "param_norm", "update_ratio", "act_amax"]
