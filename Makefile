@@ -104,7 +104,7 @@ reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there checkpoints and keeps its rows), writes its
 # own CSVs and reports, and a failure in one step does not cancel the next. `make gpu-suite` runs all
-# four; `make gpu-suite PART=2` one of them. Times on one H100 80GB (first run, commit 68dffd983166):
+# four; `make gpu-suite PART=2` one of them. Times on one H100 80GB (first run, commits 4215329/68dffd9):
 #   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s; then
 #      parallel-3d (1 GPU: baseline + activations; 8+ GPUs also TP2 x PP2 x DP2)         not run yet
 #   2  fp8-train at the preset: BF16 x2 seeds vs FP8 via torchao, TE, native           404 s (TE not yet
@@ -130,12 +130,16 @@ gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduc
 	  echo "== gpu-suite part $$p: $$(( $$(date +%s) - start )) s"; done; \
 	test -z "$$failed" || { echo "gpu-suite: part(s)$$failed had failures (see above); their rows are kept" >&2; exit 1; }
 
+# Every step runs whatever the steps before it did (a failing GPU test must not cancel the
+# measurements); the part fails at the end, naming the steps that failed.
 gpu-suite-part-1:
-	$(MAKE) doctor
-	$(PYTHON) -m pytest -m gpu -rs || echo "gpu-suite: GPU-only tests FAILED; the measurements go on" >&2
-	$(MAKE) tp-attention-gpu
-	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead
-	$(MAKE) parallel-3d-gpu
+	@failed=""; \
+	$(MAKE) doctor || failed="$$failed doctor"; \
+	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
+	$(MAKE) tp-attention-gpu || failed="$$failed tp-attention"; \
+	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead || failed="$$failed allreduce-bench"; \
+	$(MAKE) parallel-3d-gpu || failed="$$failed parallel-3d"; \
+	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }
 
 gpu-suite-part-2:
 	$(MAKE) fp8-train-run fp8-train-report
