@@ -10,8 +10,9 @@ and plots are always regenerated from them).
     make results-archive ARCHIVE_DIR=$OUT        # somewhere else (what a GPU job copies back)
     make results-import ARCHIVE=results_h100_1a2b3c4d5e6f_20261122T2310Z.tar.gz
 
-What goes in: every lab's `results/` folder and its `plots/`, `REPORT.md`, `TOPOLOGY.md`, and a
-MANIFEST.json naming the commit (git, or DT_GIT_COMMIT on a node without .git), the machine and
+What goes in: every lab's `results/` folder and its `plots/`, `REPORT.md`, `TOPOLOGY.md`, its `runs/`
+(runs not published into results/, e.g. experiments with non-preset flags: `python -m common.runs`
+publishes them after import), and a MANIFEST.json naming the commit (git, or DT_GIT_COMMIT on a node without .git), the machine and
 the time, with a SHA-256 per file. Checkpoints never live under results/ and so never travel.
 The file name uses letters, digits, '.', '_' and '-' only, so any copy tool keeps it intact.
 
@@ -36,7 +37,7 @@ from .hardware import describe_hardware, detect_preset
 from .results import REPO_ROOT, git_commit
 
 LABS = REPO_ROOT / "distributed-training"
-CARRIED = ("results", "plots", "REPORT.md", "TOPOLOGY.md")
+CARRIED = ("results", "plots", "runs", "REPORT.md", "TOPOLOGY.md")
 MANIFEST = "MANIFEST.json"
 
 

@@ -14,6 +14,8 @@ def _tree(root):
     (lab / "results" / "h100").mkdir(parents=True)
     (lab / "results" / "h100" / "steps.csv").write_text("step,loss\n0,5.5\n")
     (lab / "REPORT.md").write_text("# report\n")
+    (lab / "runs" / "h100-bench").mkdir(parents=True)  # an unpublished experiment travels too
+    (lab / "runs" / "h100-bench" / "bench_step.csv").write_text("d_model\n4096\n")
     (lab / "checkpoints").mkdir()
     (lab / "checkpoints" / "run.pt").write_bytes(b"\0" * 10)  # never travels
     return lab
@@ -30,10 +32,10 @@ def test_round_trip(tmp_path, monkeypatch):
         names = set(tar.getnames())
         manifest = json.loads(tar.extractfile("MANIFEST.json").read())
     assert names == {"MANIFEST.json", "distributed-training/lab-a/results/h100/steps.csv",
-                     "distributed-training/lab-a/REPORT.md"}
+                     "distributed-training/lab-a/REPORT.md", "distributed-training/lab-a/runs/h100-bench/bench_step.csv"}
     assert manifest["commit"] in ("abc123def456",) or len(manifest["commit"]) >= 12
     info = archive.extract(path, root=dst)
-    assert info["imported"] == 2
+    assert info["imported"] == 3
     assert (dst / "distributed-training/lab-a/results/h100/steps.csv").read_text() == "step,loss\n0,5.5\n"
 
 
