@@ -31,8 +31,9 @@ def test_round_trip(tmp_path, monkeypatch):
     with tarfile.open(path) as tar:
         names = set(tar.getnames())
         manifest = json.loads(tar.extractfile("MANIFEST.json").read())
-    assert names == {"MANIFEST.json", "distributed-training/lab-a/results/h100/steps.csv",
-                     "distributed-training/lab-a/REPORT.md", "distributed-training/lab-a/runs/h100-bench/bench_step.csv"}
+    lab = "distributed-training/lab-a"
+    assert names == {"MANIFEST.json", f"{lab}/results/h100/steps.csv", f"{lab}/REPORT.md",
+                     f"{lab}/runs/h100-bench/bench_step.csv"}
     assert manifest["commit"] in ("abc123def456",) or len(manifest["commit"]) >= 12
     info = archive.extract(path, root=dst)
     assert info["imported"] == 3
