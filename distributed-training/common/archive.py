@@ -14,7 +14,8 @@ What goes in: every lab's `results/` folder and its `plots/`, `REPORT.md`, `TOPO
 (runs not published into results/, e.g. experiments with non-preset flags: `python -m common.runs`
 publishes them after import), and a MANIFEST.json naming the commit (git, or DT_GIT_COMMIT on a
 node without .git), the machine and the time, with a SHA-256 per file. Checkpoints never live under
-results/ or runs/ and so never travel. The file name uses letters, digits, '.', '_' and '-' only, so any copy tool keeps it intact.
+results/ or runs/ and so never travel. The file name uses letters, digits, '.', '_' and '-' only,
+so any copy tool keeps it intact.
 
 Import is strict: members must be regular files under `distributed-training/<lab>/` (no absolute
 paths, no '..', no links), and each must match the manifest's hash; anything else is one line and
