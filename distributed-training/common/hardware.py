@@ -62,7 +62,7 @@ class GPUPreset:
     @property
     def tag(self) -> str:
         """The preset in result file names: cpu, h100, ... or a slug of an unrecognised GPU's name."""
-        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+        return slug(self.name)
 
     def run_tag(self, world_size: int, nnodes: int = 1) -> str:
         """A run's tag in result file names: <preset>_ws<N>[_n<nodes>] (sweep_h100_ws8.csv, bench_cpu_ws4.csv)."""
@@ -107,6 +107,11 @@ CHOICES = ("auto", *PRESETS, *ALIASES)
 # Variants that share a marketing name with a preset but not its clocks, power or links: never
 # auto-matched to the SXM row (an H100 PCIe peaks near 756 TFLOP/s, not 989).
 _NOT_SXM = ("PCIE", "NVL", "H100 SXM5 64GB")
+
+
+def slug(text: str) -> str:
+    """Lower-case letters and digits joined by '-': a hardware name as it may appear in a file name."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def get_preset(name: str) -> GPUPreset:

@@ -150,3 +150,34 @@ def expect_bad_input(call: Callable[[], Any], needle: str, capsys, watch=()) -> 
     assert len(lines) == 1 and needle in lines[0] and out == "", f"stdout: {out!r}, stderr: {err!r}"
     assert [tree_state(w) for w in watch] == before, "bad input changed files"
     return lines[0]
+
+
+# ---- shared pieces of every lab's bad-input matrix (tests/test_bad_input.py) ----------------------
+
+def no_gpu_mark():
+    """Skip a case that checks a refusal only a machine without a GPU gives."""
+    import pytest
+    return pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+
+
+def keep_tracked_files(lab):
+    """A module-scoped autouse fixture: after all of a module's cases, `git status` of `lab` is as before."""
+    import pytest
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _unchanged():
+        before = git_status(lab)
+        yield
+        assert git_status(lab) == before
+    return _unchanged
+
+
+def expect_report_refuses(report_main: Callable[[list[str]], Any], lab, damage: Callable, needle: str, tmp_path,
+                          capsys) -> str:
+    """A copy of `lab`/results damaged by damage(folder): the report generator says so in one line, exit 2."""
+    import shutil
+    results = tmp_path / "results"
+    shutil.copytree(lab / "results", results)
+    damage(results)
+    return expect_bad_input(lambda: report_main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]),
+                            needle, capsys, watch=[tmp_path])

@@ -15,6 +15,7 @@ import pandas as pd
 
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
+from common.hardware import slug
 from common.markdown import frame, number
 from common.plotting import describe_runs, new_figure, save
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
@@ -204,13 +205,8 @@ def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
     for hw, g in s.groupby("hardware", sort=False):
         cpu = (g["backend"] == "gloo").all()
         out += [f"### {hw}" + (" (CPU: contention, not scaling)" if cpu else ""), ""]
-        out += measured_one(g, proj if cpu else proj.iloc[0:0], "cpu" if cpu else _tag(g))
+        out += measured_one(g, proj if cpu else proj.iloc[0:0], "cpu" if cpu else slug(str(g["hardware"].iloc[0])))
     return out
-
-
-def _tag(g: pd.DataFrame) -> str:
-    import re
-    return re.sub(r"[^a-z0-9]+", "-", str(g["hardware"].iloc[0]).lower()).strip("-")
 
 
 def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:

@@ -8,23 +8,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 import bench
 import dashboard
 import report
 import train
-from common.testing import expect_bad_input, git_status
+from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(train.__file__).resolve().parent
-NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+NO_GPU = no_gpu_mark()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tracked_files_unchanged():
-    before = git_status(LAB)
-    yield
-    assert git_status(LAB) == before
+tracked_files_unchanged = keep_tracked_files(LAB)
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -84,11 +79,7 @@ def _set_cell(path: Path, column: str, value: str) -> None:
     (lambda r: (r / "cpu" / "events.csv").write_bytes(b"\x00" * 100), "NUL bytes"),
 ], ids=["no-folder", "no-steps", "empty-steps", "quote", "text-in-number", "cut", "foreign", "binary"])
 def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
-    results = tmp_path / "results"
-    shutil.copytree(LAB / "results", results)
-    damage(results)
-    expect_bad_input(lambda: report.main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]), needle,
-                     capsys, watch=[tmp_path])
+    expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
 
 
 def test_report_arguments(capsys):

@@ -7,18 +7,14 @@ import pytest
 
 import guide
 import plan
-from common.testing import expect_bad_input, git_status
+from common.testing import expect_bad_input, keep_tracked_files
 
 LAB = Path(plan.__file__).resolve().parent
 SWEEP = LAB.parent / "allreduce-bench" / "results" / "sweep_cpu_ws4.csv"
 RUNS = LAB.parent / "parallel-3d" / "results" / "runs_cpu.csv"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tracked_files_unchanged():
-    before = git_status(LAB)
-    yield
-    assert git_status(LAB) == before
+tracked_files_unchanged = keep_tracked_files(LAB)
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -7,22 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 import bench
 import report
 import verify
-from common.testing import expect_bad_input, git_status
+from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(bench.__file__).resolve().parent
-NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+NO_GPU = no_gpu_mark()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tracked_files_unchanged():
-    before = git_status(LAB)
-    yield
-    assert git_status(LAB) == before
+tracked_files_unchanged = keep_tracked_files(LAB)
 
 
 @pytest.mark.parametrize("world, argv, needle", [
@@ -80,11 +75,7 @@ def test_verify(world, argv, needle, capsys, monkeypatch):
     (lambda r: (r / "bench_cpu_ws8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"), "lacks the column(s)"),
 ], ids=["no-folder", "no-csv", "quote", "empty", "text-in-number", "cut", "foreign"])
 def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
-    results = tmp_path / "results"
-    shutil.copytree(LAB / "results", results)
-    damage(results)
-    expect_bad_input(lambda: report.main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]), needle,
-                     capsys, watch=[tmp_path])
+    expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
 
 
 def test_report_arguments(capsys):
