@@ -3,17 +3,20 @@
     te        NVIDIA TransformerEngine: te.Linear in place of nn.Linear, forward under te.autocast
               (fp8_autocast before TE 2.9) with a recipe: DelayedScaling(HYBRID) or
               Float8CurrentScaling for FP8, MXFP8BlockScaling / NVFP4BlockScaling on Blackwell.
+    te-fused  TransformerEngine's fused modules (LayerNormLinear with fused QKV, LayerNormMLP), the
+              way TE's users run it; same recipes (te_adapter.py has both adapters).
     torchao   torchao.float8.convert_to_float8_training with the tensorwise or rowwise recipe
               (dynamic scaling; compile it for speed).
     native    the lab's Fp8Linear over torch._scaled_mm (fp8_linear.py).
     emulated  Fp8Linear's emulated engine, or the block formats of mx.py: any hardware.
 
-`auto` takes the first that works here, in that order (fp8-anchors.md section 8), and says why.
+`auto` takes the first of te, torchao, native, emulated that works here (fp8-anchors.md section 8),
+and says why; te-fused is chosen by name only (it changes the model's modules, not just its linears).
 A backend asked for by name that cannot run here is a BackendUnavailable with one line that says
 how to get it; the runner prints it and exits 2. API names follow the TE 2.x and torchao 0.18
 documentation (fp8-anchors.md sections 1-2). Neither library is installed in this repository's
-CI: the te and torchao paths are written against those documents and skipped by the tests when
-the import fails, and the report says they were not run.
+CI: their paths are checked on a GPU (tests/test_te.py, marked gpu) and their wiring on the CPU
+against a stand-in (tests/test_te_wiring.py); the report says which runs could not run and why.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from formats import E4M3, amax
 TE_HOW = ("install TransformerEngine as distributed-training/fp8-train/README.md says (core wheel "
           "transformer_engine_cu13 + transformer_engine_torch built against your torch)")
 TORCHAO_HOW = "install torchao with `make setup-fp8` (pip install torchao==0.18.0)"
+
+
+TE_BACKENDS = ("te", "te-fused")  # both TransformerEngine: same install, same recipes, same state
 
 
 class BackendUnavailable(RuntimeError):
@@ -74,13 +80,15 @@ def status(backend: str, precision: str, device: torch.device) -> tuple[bool, st
     """(can this backend run this precision here, why / why not)."""
     if backend == "emulated":
         return True, "quantize-dequantize + fp32 GEMMs, runs anywhere"
-    if backend == "te":
+    if backend in TE_BACKENDS:
         te, err = _import("transformer_engine.pytorch")
         if te is None:
             return False, f"TransformerEngine is not importable ({err}); {TE_HOW}"
         need = {"fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}.get(precision)
         if need is None:
             return False, f"TransformerEngine has no {precision} recipe; use --fp8-backend emulated"
+        if precision != "fp8" and backend == "te-fused":
+            return False, f"te-fused runs per-tensor FP8 only; use --fp8-backend te for {precision}"
         if device.type != "cuda":
             return False, "TransformerEngine needs a CUDA GPU; use --fp8-backend native or emulated on this machine"
         ok, reason = _te_check(te, need)
@@ -132,97 +140,6 @@ def resolve(precision: str, requested: str, device: torch.device) -> tuple[str, 
     raise AssertionError("emulated is always available")
 
 
-# ---- TransformerEngine -----------------------------------------------------------------------
-
-def te_recipe(precision: str, scaling_mode: str, margin: int, history_len: int, algo: str):
-    from transformer_engine.common import recipe as r
-    if precision == "mxfp8":
-        return r.MXFP8BlockScaling()
-    if precision == "nvfp4":
-        return r.NVFP4BlockScaling()
-    if scaling_mode == "current":
-        return r.Float8CurrentScaling(fp8_format=r.Format.HYBRID)
-    return r.DelayedScaling(margin=margin, fp8_format=r.Format.HYBRID, amax_history_len=history_len,
-                            amax_compute_algo=algo)
-
-
-def te_convert(model: nn.Module, names: list[str], recipe) -> Callable[[], ContextManager]:
-    """Swap the named nn.Linears for te.Linear (same weights); return the forward context factory."""
-    import transformer_engine.pytorch as te
-    try:  # one process trains several runs: clear TE's global FP8 buffers between them (TE #814)
-        from transformer_engine.pytorch.quantization import FP8GlobalStateManager
-    except ImportError:
-        from transformer_engine.pytorch.fp8 import FP8GlobalStateManager
-    FP8GlobalStateManager.reset()
-    for name in names:
-        parent, attr = _parent(model, name)
-        lin = getattr(parent, attr)
-        new = te.Linear(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                        params_dtype=lin.weight.dtype, device=lin.weight.device.type)
-        with torch.no_grad():
-            new.weight.copy_(lin.weight)
-            if lin.bias is not None:
-                new.bias.copy_(lin.bias)
-        setattr(parent, attr, new)
-    if hasattr(te, "autocast"):  # TE >= 2.9; fp8_autocast is the deprecated name (fp8-anchors.md 1.2)
-        return lambda: te.autocast(enabled=True, recipe=recipe)
-    return lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)
-
-
-def _te_recipe_states(model: nn.Module):
-    """(name, module, forward state, backward state) of every TE module with delayed-scaling state.
-
-    TE 2.x keeps it in module.fp8_meta["scaling_fwd" / "scaling_bwd"], DelayedScalingRecipeState objects
-    with `scale` (n,) and `amax_history` (L, n); columns per GEMM are (input, weight, output) forward and
-    (grad_output, grad_input) backward. Current and block scaling keep no such state.
-    """
-    for name, m in model.named_modules():
-        meta = getattr(m, "fp8_meta", None)
-        if not isinstance(meta, dict) or "scaling_fwd" not in meta or "scaling_bwd" not in meta:
-            continue
-        fwd, bwd = meta["scaling_fwd"], meta["scaling_bwd"]
-        if hasattr(fwd, "amax_history") and hasattr(fwd, "scale"):
-            yield name, m, fwd, bwd
-
-
-@torch.no_grad()
-def te_snapshot_scales(model: nn.Module) -> None:
-    """Remember the scales TE will cast with this step (call before the forward).
-
-    TE updates scales after the step (forward ones at autocast exit, backward ones after backward), so
-    what fp8_meta holds afterwards is the *next* step's scale; fp8.csv records the scale used.
-    """
-    for _, m, fwd, bwd in _te_recipe_states(model):
-        m._lab_scale_used = torch.stack([fwd.scale[0], fwd.scale[1], bwd.scale[0]]).float()
-
-
-def te_delayed_state(model: nn.Module) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
-    """(module, role, amax, scale used) per FP8 tensor from TE's DelayedScaling state, read after backward.
-
-    The amax is this step's: TE's update rolls the history so the newest amax sits in the last row.
-    The scale is the one snapshotted before the step (te_snapshot_scales); 1 on the first step,
-    TE's initial scale.
-    """
-    out = []
-    for name, m, fwd, bwd in _te_recipe_states(model):
-        used = getattr(m, "_lab_scale_used", None)
-        if used is None:
-            used = torch.ones(3, device=fwd.scale.device)
-        out += [(name, "input", fwd.amax_history[-1, 0], used[0]),
-                (name, "weight", fwd.amax_history[-1, 1], used[1]),
-                (name, "grad_output", bwd.amax_history[-1, 0], used[2])]
-    return out
-
-
-@torch.no_grad()
-def te_scrub(model: nn.Module) -> None:
-    """Zero non-finite entries of TE's amax histories in place (see scaling.scrub_history)."""
-    for _, _, fwd, bwd in _te_recipe_states(model):
-        for state in (fwd, bwd):
-            state.amax_history.copy_(torch.where(torch.isfinite(state.amax_history), state.amax_history,
-                                                 torch.zeros_like(state.amax_history)))
-
-
 # ---- torchao ---------------------------------------------------------------------------------
 
 def torchao_convert(model: nn.Module, names: list[str], recipe: str) -> None:
@@ -235,39 +152,75 @@ def torchao_convert(model: nn.Module, names: list[str], recipe: str) -> None:
 # ---- amax probes for backends whose scales are not kept as state ------------------------------
 
 class AmaxProbe:
-    """Forward/backward hooks that record each module's (amax, scale) per role every step.
+    """Record (amax, scale) per role for the backends that keep no scaling state of their own.
 
     For dynamic (current) scaling the scale a tensor gets is fmt_max / amax(tensor) (torchao
     float8_utils, TE Float8CurrentScaling), so amax is the whole story ("current"). Block formats
     have one scale per block; their per-tensor number is fmt_max / amax ("derived": for NVFP4 that is
-    the real per-tensor encode scale, 448 * 6 / amax). `last` mirrors Fp8Linear.last.
+    the real per-tensor encode scale, 448 * 6 / amax). `last` (3, 2) mirrors Fp8Linear.last.
+
+    Nothing of this belongs to the training step, so as little as possible runs inside it:
+    - weights: the weights a step multiplies are those before its optimizer step, so `weights()`
+      reads their amax before the step, outside the timed region;
+    - inputs and output gradients need hooks. On an eager model they are attached only for the steps
+      that record (`arm(True)` on the --stats-every steps) and removed after. A compiled model cannot
+      gain or lose hooks between steps (see health.ActivationProbe): there the input hook is traced
+      into the graph once and runs every step (a fused reduction per input; its cost is part of the
+      monitoring overhead bench.py measures), and gradients have no hook point (torch.compile does not
+      trace backward hooks), which the report shows as "not recorded".
     """
 
     def __init__(self, modules: list[tuple[str, nn.Module]], fwd_max: float, grad_max: float, kind: str,
-                 backward: bool = True):
-        self.modules, self.fwd_max, self.grad_max = modules, fwd_max, grad_max
-        self.handles = []
+                 compiled: bool = False):
+        self.modules, self.fwd_max, self.grad_max, self.compiled = modules, fwd_max, grad_max, compiled
+        self.handles: list = []
         for _, m in modules:
             m.register_buffer("last", torch.full((3, 2), float("nan"), device=m.weight.device), persistent=False)
             m.scale_kind = kind
-            self.handles.append(m.register_forward_pre_hook(self._fwd))
-            if backward:  # full backward hooks break torch.compile graphs: gradient amaxes are eager-only
-                self.handles.append(m.register_full_backward_pre_hook(self._bwd))
+        if compiled:
+            self._attach(grads=False)
+
+    def arm(self, on: bool) -> None:
+        """Eager models: hooks on for a recording step, off otherwise (compiled: always on, inputs only)."""
+        if self.compiled:
+            return
+        if on and not self.handles:
+            self._attach(grads=True)
+        elif not on and self.handles:
+            self.remove()
+
+    def _attach(self, grads: bool) -> None:
+        for _, m in self.modules:
+            self.handles.append(m.register_forward_pre_hook(self._input))
+            if grads:
+                self.handles.append(m.register_forward_hook(self._watch_output))
 
     @torch.no_grad()
-    def _fwd(self, m, args):
-        a_x, a_w = amax(args[0]), amax(m.weight)
-        m.last.copy_(torch.stack([torch.stack([a_x, self.fwd_max / a_x]), torch.stack([a_w, self.fwd_max / a_w]),
-                                  m.last[2]]))
+    def weights(self) -> None:
+        for _, m in self.modules:
+            a_w = amax(m.weight)
+            m.last[1].copy_(torch.stack([a_w, self.fwd_max / a_w]))
 
     @torch.no_grad()
-    def _bwd(self, m, grad_output):
-        a_g = amax(grad_output[0])
-        m.last[2] = torch.stack([a_g, self.grad_max / a_g])
+    def _input(self, m, args):
+        a_x = amax(args[0])
+        m.last[0].copy_(torch.stack([a_x, self.fwd_max / a_x]))
+
+    def _watch_output(self, m, args, out):
+        # The gradient w.r.t. the module's output is the GEMM's grad_output: a tensor hook sees it in every
+        # backward (a module's full backward hooks did not fire around TE's autograd functions).
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda g, m=m: self._grad(m, g))
+
+    @torch.no_grad()
+    def _grad(self, m, g):
+        a_g = amax(g)
+        m.last[2].copy_(torch.stack([a_g, self.grad_max / a_g]))
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+        self.handles = []
 
 
 BLOCK_MAX = {"mxfp8": E4M3.max, "mxfp4": 6.0, "nvfp4": E4M3.max * 6.0}  # element max (x per-tensor scale max)

@@ -25,6 +25,7 @@ before any conversion, so modes differ only in arithmetic.
 from __future__ import annotations
 
 import fnmatch
+import functools
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import backends
+import te_adapter
 from common.model import GPT, GPTConfig
 from formats import E4M3, E5M2
 from fp8_linear import Fp8Linear, share_scaling_state
@@ -43,7 +45,7 @@ from scaling import DelayedScaling
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4")
 LOW = ("fp8", "mxfp8", "mxfp4", "nvfp4")
-BACKENDS = ("auto", "te", "torchao", "native", "emulated")
+BACKENDS = ("auto", "te", "te-fused", "torchao", "native", "emulated")
 DEFAULT_FP8_MODULES = ("layers.*.attn.wq", "layers.*.attn.wk", "layers.*.attn.wv", "layers.*.attn.wo",
                        "layers.*.mlp.w1", "layers.*.mlp.w2")
 
@@ -133,6 +135,7 @@ class PrecisionSettings:
     torchao_recipe: str = "tensorwise"
     compile: bool = False
     compile_backend: str = "inductor"  # tests use "aot_eager": the same tracing, no code generation
+    probes: bool = True  # amax probes where the backend keeps no scaling state (off: nothing recorded)
 
 
 @dataclass
@@ -149,20 +152,40 @@ class Prepared:
     compiled: bool = False  # its blocks run under torch.compile (recorded in every timed row)
 
 
+@functools.lru_cache(maxsize=1)
+def _initial_state(cfg: GPTConfig, seed: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    return GPT(cfg).state_dict()
+
+
+def initial_gpt(cfg: GPTConfig, seed: int, device: torch.device) -> GPT:
+    """The GPT every run of this seed starts from, on `device`.
+
+    The weights are drawn on the CPU (same values on every device and in every mode) once per
+    (config, seed) and kept for the next run of the same seed: at hidden 4096 drawing 1.6B weights
+    takes longer than training a run's first steps. The model itself is built on the meta device and
+    materialised on `device`, so the weights are copied once, straight to where they train.
+    """
+    with torch.device("meta"):
+        model = GPT(cfg)
+    model.to_empty(device=device)
+    model.load_state_dict(_initial_state(cfg, seed))
+    torch.manual_seed(seed)  # the RNG state after building is the same whether the cache hit or not
+    return model
+
+
 def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device) -> Prepared:
     """Build the GPT for one run: same seed -> same initial weights, then the precision conversion."""
     if s.compile:
         # Dynamo keeps 8 compiled entries per code object (torch._dynamo.config.cache_size_limit) and
         # every run shares GPT.forward: without a reset the 9th model of a process silently runs eager.
         torch._dynamo.reset()
-    torch.manual_seed(spec.seed)
-    model = GPT(cfg)  # built on the CPU in fp32 so every mode and device starts identical
+    model = initial_gpt(cfg, spec.seed, device)
     cpu = device.type == "cpu"
     hp = None if spec.precision == "fp32" else (torch.float16 if spec.precision == "fp16" else torch.bfloat16)
     names: list[str] = []
     backend, reason, notes = "torch", "", []
     fwd_ctx: Callable[[], ContextManager] = nullcontext
-    probe = None
     if spec.precision in LOW:
         names = select_modules(model, s.fp8_modules, s.hp_modules)
         backend, reason = backends.resolve(spec.precision, spec.backend, device)
@@ -171,31 +194,22 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
             for n in names:
                 parent, attr = backends._parent(model, n)
                 setattr(parent, attr, Fp8Linear(getattr(parent, attr), backend, s.recipe, s.scaling, round_out))
+            share_scaling_state(model)  # one amax history for every layer: one update per step
         elif backend == "emulated":
             for n in names:
                 parent, attr = backends._parent(model, n)
                 setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out))
-    model = model.to(device)
-    if backend in ("native", "emulated") and spec.precision == "fp8":
-        share_scaling_state(model)  # one amax history for every layer: one update per step
-    elif backend == "te":
-        fwd_ctx = backends.te_convert(model, names, backends.te_recipe(
-            spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo))
+    te_recipe = None
+    if backend in backends.TE_BACKENDS:
+        te_recipe = te_adapter.recipe(spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo)
+    if backend == "te":
+        fwd_ctx = te_adapter.convert_linear(model, names, te_recipe)
+    elif backend == "te-fused":
+        fwd_ctx, names = te_adapter.convert_fused(model, names, te_recipe)
     elif backend == "torchao":
         backends.torchao_convert(model, names, s.torchao_recipe)
-    # Fp8Linear keeps its own per-step (amax, scale); TE's DelayedScaling keeps state we read after
-    # backward. Every other low-precision path scales dynamically: hooks record the amaxes.
-    keeps_state = spec.precision == "fp8" and (backend in ("native", "emulated") or
-                                               (backend == "te" and s.scaling == "delayed"))
-    will_compile = s.compile and backend != "te"  # TE modules run eagerly (below)
-    if spec.precision in LOW and not keeps_state:
-        mods = [(n, model.get_submodule(n)) for n in names]
-        if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
-            gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
-            probe = backends.AmaxProbe(mods, E4M3.max, gmax, "current", backward=not will_compile)
-        else:
-            fmax = backends.BLOCK_MAX[spec.precision]
-            probe = backends.AmaxProbe(mods, fmax, fmax, "derived", backward=not will_compile)
+    will_compile = s.compile and backend not in backends.TE_BACKENDS  # TE modules run eagerly (below)
+    probe = _probe(spec, backend, s, model, names, will_compile)
     hp_ctx: Callable[[], ContextManager] = nullcontext
     if hp is not None:
         if cpu:
@@ -212,7 +226,7 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
     compiled = False
     if s.compile:
-        if backend == "te":
+        if backend in backends.TE_BACKENDS:
             notes.append("not compiled: TransformerEngine modules run eagerly (its fused kernels are its own)")
         else:
             # Keep explicit low-precision round trips (the CPU emulation's .to(bf16).to(fp32)) inside
@@ -231,3 +245,25 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     runnable: nn.Module = model
     return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes, compiled=compiled)
 
+
+def _probe(spec: RunSpec, backend: str, s: PrecisionSettings, model: nn.Module, names: list[str],
+           compiled: bool) -> backends.AmaxProbe | None:
+    """Amax probes for the low-precision runs whose backend keeps no scaling state we can read.
+
+    Fp8Linear keeps its own per-step (amax, scale); TE's DelayedScaling keeps state read after
+    backward (te_adapter). torchao, TE's current scaling and the block formats scale dynamically:
+    hooks record their amaxes. te-fused with current scaling gets none: the tensors it casts (the
+    LayerNorm and GELU outputs) are made inside TE's kernels, with no hook point.
+    """
+    if spec.precision not in LOW:
+        return None
+    keeps_state = spec.precision == "fp8" and (backend in ("native", "emulated") or
+                                               (backend in backends.TE_BACKENDS and s.scaling == "delayed"))
+    if keeps_state or backend == "te-fused" or not s.probes:
+        return None
+    mods = [(n, model.get_submodule(n)) for n in names]
+    if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
+        gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
+        return backends.AmaxProbe(mods, E4M3.max, gmax, "current", compiled=compiled)
+    fmax = backends.BLOCK_MAX[spec.precision]
+    return backends.AmaxProbe(mods, fmax, fmax, "derived", compiled=compiled)

@@ -91,7 +91,7 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
 
 def settings(cfg: Config) -> PrecisionSettings:
     return PrecisionSettings(cfg.fp8_modules, cfg.hp_modules, cfg.recipe, cfg.fp8_scaling, cfg.torchao_recipe,
-                             bool(cfg.compile))
+                             bool(cfg.compile), probes=cfg.monitor and cfg.stats_every > 0)
 
 
 def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):
@@ -176,7 +176,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
     start = 0
     if cfg.resume and ckpt is not None and ckpt.exists():
-        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend == "te")
+        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend in backends.TE_BACKENDS)
         tr.restore(state)
         loop.load_health(state["health"])
         start = state["step"]

@@ -1,18 +1,25 @@
 """One training run of the common GPT in one precision: the step, NaN recovery, checkpoints.
 
-The step (every mode the same, so modes differ only in arithmetic):
-    for each micro-batch: forward under the run's context (autocast / emulation / FP8 autocast),
-        loss / grad_accum, backward (GradScaler-scaled for fp16), FP8 delayed-scaling update
-        (after each backward, when TransformerEngine would do it);
-    unscale (fp16), grad norms; if loss and grad norm are finite: clip to --clip with the norm
-    already computed, AdamW step, param and update norms; else the --on-nan policy:
+The step (every mode the same, so modes differ only in arithmetic), in named phases:
+    begin          untimed: lr, what this step records, the weights before the update (for the
+                   update ratio), the amax probes' weight reads, TE's scales for this step;
+    forward_backward   for each micro-batch: forward under the run's context (autocast / emulation /
+                   FP8 autocast), loss / grad_accum, backward (GradScaler-scaled for fp16), FP8
+                   delayed-scaling update (after each backward, when TransformerEngine would do it);
+    grad_norm      unscale (fp16) and the global gradient norm;
+    step_or_recover    if loss and grad norm are finite: clip to --clip with the norm already
+                   computed and take the AdamW step (on CUDA the clip factor is applied inside the
+                   fused AdamW kernel, one pass over the gradients fewer); else the --on-nan policy:
         skip       no optimizer step (fp16: GradScaler skips and backs off the loss scale), and the
                    non-finite amaxes are scrubbed from the FP8 histories so the scales do not freeze
         reduce-lr  the same, and the learning rate is multiplied by --nan-lr-factor from now on
         rollback   restore the last good checkpoint (weights, optimizer, GradScaler, FP8 scaling
                    state) and continue with the next batch (the bad one is not retried)
         stop       checkpoint and end the run (exit code 3)
-    Counters of NaN steps and skipped steps go into every row (Megatron logs the same two).
+    finish         untimed: param and update norms, one host sync, the CSV row.
+Only forward_backward, grad_norm and step_or_recover are timed: what a training run without this
+lab's monitoring would run (the monitoring's own cost is measured by bench.py's monitor part).
+Counters of NaN steps and skipped steps go into every row (Megatron logs the same two).
 The learning rate is a pure function of the step (linear warm-up, cosine decay to 10%), and the
 batch a pure function of (seed, step) (common.data): every mode sees the same tokens, and a run
 resumed from a checkpoint continues bit for bit on CPU.
@@ -21,16 +28,17 @@ resumed from a checkpoint continues bit for bit on CPU.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
 import backends
 import checkpoint
+import te_adapter
 from common.data import TokenData
 from common.dist import DistInfo
 from common.model import GPTConfig, flops_per_token, lm_loss
@@ -65,6 +73,27 @@ class StopRun(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step records besides training, decided before it starts."""
+    lr: float
+    fractions: bool  # FP8 underflow/saturation counts and saved-activation bytes (--fractions-every)
+    probes: bool  # amax probes of the backends without scaling state (--stats-every)
+    health: bool  # per-layer norms and activation ranges (--health-every)
+    snr: bool  # gradient SNR across micro-batches (health steps with --grad-accum > 1)
+    faults: tuple[str, ...]  # injected this step
+
+
+class Fp8Tensor(NamedTuple):
+    """One FP8 tensor's state after a step: what fp8.csv and the scale alerts read."""
+    module: str
+    role: str  # input | weight | grad_output
+    format: str
+    values: torch.Tensor  # (2,): amax, scale used
+    scale_kind: str  # delayed | current | derived
+    fractions: torch.Tensor | None  # (2,): underflow, saturation, when counted
+
+
 class Trainer:
     def __init__(self, cfg: Any, spec: RunSpec, prep: Prepared, env: DistInfo, data: TokenData,
                  model_cfg: GPTConfig, peak_tflops: float | None = None, ckpt_path: Path | None = None,
@@ -74,11 +103,17 @@ class Trainer:
         decay = [p for p in raw.parameters() if p.dim() >= 2]
         no_decay = [p for p in raw.parameters() if p.dim() < 2]
         # fused=True on CUDA: one kernel pass over all parameters instead of a dozen foreach passes.
+        fused = env.device.type == "cuda"
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}],
-                                     lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=env.device.type == "cuda")
+                                     lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
         self.monitor = getattr(cfg, "monitor", True)
         self.norms = NormTracker(raw)
+        # Clipping folded into the fused AdamW kernel, as DeepSpeed folds its clip factor into the
+        # optimizer's unscale: the kernel divides each gradient by grad_scale while it reads it anyway.
+        # Not with a GradScaler (it owns grad_scale) nor with sharded parameters (a plain tensor factor
+        # beside DTensor gradients).
+        self.fused_clip = fused and prep.scaler is None and not self.norms.sharded
         self.acts = ActivationProbe(raw, always=prep.compiled and self.monitor and cfg.health_every > 0)
         self.snr = GradSNR(self.norms.params, cfg.grad_accum, self.norms.sharded) if cfg.grad_accum > 1 else None
         self.fp8 = [m for _, m in fp8_modules(raw)]
@@ -121,58 +156,102 @@ class Trainer:
         return total
 
     def train_step(self, step: int) -> dict[str, Any]:
-        cfg, p, dev = self.cfg, self.p, self.env.device
+        """One optimizer step: untimed set-up, the timed phases, then one host sync for the row."""
+        plan = self.begin(step)
+        with StepTimer(self.env.device) as timer:
+            self.opt.zero_grad(set_to_none=True)
+            with self.recording(plan):
+                loss = self.forward_backward(step, plan.snr)
+            grad_norm, g_sq = self.grad_norm()
+            stepped, action = self.step_or_recover(step, loss, grad_norm)
+        return self.finish(step, plan, timer.elapsed_s, loss, grad_norm, g_sq, stepped, action)
+
+    def begin(self, step: int) -> StepPlan:
+        """Everything decided or read before the step: nothing here is timed."""
+        cfg, p = self.cfg, self.p
         lr = self.lr(step) * self.lr_factor
         for g in self.opt.param_groups:
             g["lr"] = lr
         # Underflow/saturation counts and saved-activation bytes cost a few passes over every FP8 operand:
-        # taken every --fractions-every steps (amax and scale are free: every step).
-        stats = self.fractions_due(step)
+        # taken every --fractions-every steps (amax and scale of stateful backends are free: every step).
         health = self.monitor and cfg.health_every > 0 and step % cfg.health_every == 0
-        snr = health and self.snr is not None
+        faults = tuple(self.injector.arm(step)) if self.injector else ()
+        plan = StepPlan(lr=lr, fractions=self.fractions_due(step), probes=self.monitor and self.stats_due(step),
+                        health=health, snr=health and self.snr is not None, faults=faults)
         for m in self.fp8:
-            m.collect_stats = stats
-        faults = self.injector.arm(step) if self.injector else []
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
-        if p.backend == "te":
-            backends.te_snapshot_scales(p.raw)  # TE's scales after the step are the next step's
-        with StepTimer(dev) as timer:
-            self.opt.zero_grad(set_to_none=True)
-            with (self.acts if health else nullcontext()), (self.saved.hooks() if stats else nullcontext()):
-                loss = self.forward_backward(step, snr)
-            if p.scaler:
-                p.scaler.unscale_(self.opt)
-            g_sq = self.norms.grad_sq()
-            grad_norm = g_sq.sum().sqrt()
-            ok = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
-            if self.env.world_size > 1:  # every rank must take the same branch (a rollback has collectives)
-                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            loss_ok, grad_ok = (v > 0 for v in ok.tolist())
-            action = ""
-            if loss_ok and grad_ok:
-                torch.nn.utils.clip_grads_with_norm_(self.norms.params, cfg.clip, grad_norm)
-                if self.monitor:
-                    self.norms.snapshot()
-                if p.scaler:
-                    p.scaler.step(self.opt)
-                    p.scaler.update()
-                else:
-                    self.opt.step()
-            elif loss_ok and p.scaler is not None:
-                # fp16 overflow in the gradients only: routine for GradScaler (it skips and halves the scale)
-                p.scaler.step(self.opt)
-                p.scaler.update()
-                self.skipped_steps += 1
-                action = "loss-scale backoff"
-            else:
-                action = self.recover(step)
+            m.collect_stats = plan.fractions
+        if self.env.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.env.device)
+        if self.monitor:
+            self.norms.snapshot()  # the weights this step's update starts from (the update ratio)
+        if p.probe is not None:
+            p.probe.arm(plan.probes)
+            if plan.probes:
+                p.probe.weights()  # the weights this step multiplies: read before its update
+        if p.backend in backends.TE_BACKENDS:
+            te_adapter.snapshot_scales(p.raw)  # TE's scales after the step are the next step's
+        return plan
+
+    def recording(self, plan: StepPlan) -> ExitStack:
+        """The hooks a recording step runs during forward/backward (activation ranges, saved bytes)."""
+        stack = ExitStack()
+        if plan.health:
+            stack.enter_context(self.acts)
+        if plan.fractions:
+            stack.enter_context(self.saved.hooks())
+        return stack
+
+    def grad_norm(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(global gradient norm, squared norms per layer group), after unscaling fp16 gradients."""
+        if self.p.scaler:
+            self.p.scaler.unscale_(self.opt)
+        g_sq = self.norms.grad_sq()
+        return g_sq.sum().sqrt(), g_sq
+
+    def step_or_recover(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> tuple[bool, str]:
+        """The finite check, then the optimizer step or the --on-nan policy: (stepped, action taken)."""
+        p = self.p
+        ok = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
+        if self.env.world_size > 1:  # every rank must take the same branch (a rollback has collectives)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        loss_ok, grad_ok = (v > 0 for v in ok.tolist())
+        if loss_ok and grad_ok:
+            self.clip_and_step(grad_norm)
+            return True, ""
+        if loss_ok and p.scaler is not None:
+            # fp16 overflow in the gradients only: routine for GradScaler (it skips and halves the scale)
+            p.scaler.step(self.opt)
+            p.scaler.update()
+            self.skipped_steps += 1
+            return False, "loss-scale backoff"
+        return False, self.recover(step)
+
+    def clip_and_step(self, grad_norm: torch.Tensor) -> None:
+        """Clip to --clip with the norm already computed (torch's rule: x min(1, clip / (norm + 1e-6))), step."""
+        p, clip = self.p, self.cfg.clip
+        if self.fused_clip:
+            self.opt.grad_scale = torch.clamp((grad_norm + 1e-6) / clip, min=1.0)  # gradients / this, in-kernel
+            self.opt.step()
+            del self.opt.grad_scale
+            return
+        torch.nn.utils.clip_grads_with_norm_(self.norms.params, clip, grad_norm)
+        if p.scaler:
+            p.scaler.step(self.opt)
+            p.scaler.update()
+        else:
+            self.opt.step()
+
+    def finish(self, step: int, plan: StepPlan, elapsed_s: float, loss: torch.Tensor, grad_norm: torch.Tensor,
+               g_sq: torch.Tensor, stepped: bool, action: str) -> dict[str, Any]:
+        """After the timed region: norms of the update, one host sync, the step's row."""
+        p, dev = self.p, self.env.device
         if self.injector:
             self.injector.disarm()
+        if p.probe is not None:
+            p.probe.arm(False)  # an evaluation forward must not overwrite what this step recorded
         if self.env.world_size > 1:
             dist.all_reduce(loss)
             loss /= self.env.world_size
-        stepped = loss_ok and grad_ok
         vec = [loss.float(), grad_norm]
         if self.monitor:
             if stepped:
@@ -181,18 +260,19 @@ class Trainer:
                 now_sq = prev_sq = self.norms.param_sq()
                 upd_sq = torch.zeros_like(now_sq)
             vec += [now_sq.sum().sqrt(), upd_sq.sum().sqrt() / prev_sq.sum().sqrt()]
-            if snr:
+            if plan.snr:
                 vec.append(self.snr.result(g_sq.sum()))
         vals = torch.stack(vec).tolist()  # the one host sync of the step
-        row = dict(loss=vals[0], grad_norm=vals[1], lr=lr, step_time_s=timer.elapsed_s,
-                   tokens_per_s=self.tokens_per_step / timer.elapsed_s, nonfinite=not stepped and not action.startswith(
-                       "loss-scale"), loss_scale=p.scaler.get_scale() if p.scaler else None,
-                   saved_act_MiB=self.saved.bytes / 2**20 if stats else None, nan_steps=self.nan_steps,
+        row = dict(loss=vals[0], grad_norm=vals[1], lr=plan.lr, step_time_s=elapsed_s,
+                   tokens_per_s=self.tokens_per_step / elapsed_s,
+                   nonfinite=not stepped and not action.startswith("loss-scale"),
+                   loss_scale=p.scaler.get_scale() if p.scaler else None,
+                   saved_act_MiB=self.saved.bytes / 2**20 if plan.fractions else None, nan_steps=self.nan_steps,
                    skipped_steps=self.skipped_steps, action=action,
-                   injected="+".join(f"{k}@{step}" for k in faults) or None)
+                   injected="+".join(f"{k}@{step}" for k in plan.faults) or None)
         if self.monitor:
-            row.update(param_norm=vals[2], update_ratio=vals[3], grad_snr=vals[4] if snr else None)
-            if health:
+            row.update(param_norm=vals[2], update_ratio=vals[3], grad_snr=vals[4] if plan.snr else None)
+            if plan.health:
                 self.layer_stats = self._layer_stats(g_sq, prev_sq, now_sq, upd_sq)
         if self.peak_tflops:
             row["mfu"] = row["tokens_per_s"] / self.env.world_size * self.flops_per_token / (self.peak_tflops * 1e12)
@@ -202,6 +282,9 @@ class Trainer:
     def fractions_due(self, step: int) -> bool:
         every = getattr(self.cfg, "fractions_every", self.cfg.stats_every)
         return every > 0 and step % every == 0
+
+    def stats_due(self, step: int) -> bool:
+        return self.cfg.stats_every > 0 and step % self.cfg.stats_every == 0
 
     def _layer_stats(self, g_sq, prev_sq, now_sq, upd_sq) -> dict[str, dict[str, float]]:
         n = len(self.norms.groups)
@@ -232,7 +315,7 @@ class Trainer:
         if policy == "rollback":
             if self.ckpt_path is None:
                 raise RuntimeError("--on-nan rollback needs checkpoints (--ckpt-every > 0)")
-            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=self.p.backend == "te")
+            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=self.p.backend in backends.TE_BACKENDS)
             self.restore(state, full=False)
             return f"rolled back to the checkpoint taken after step {state['step'] - 1}; continuing with the next batch"
         self.stop_requested = True  # the loop logs this step, checkpoints and ends the run
@@ -240,8 +323,8 @@ class Trainer:
 
     def scrub_fp8(self) -> None:
         scrub_histories(self.fp8)
-        if self.p.backend == "te":
-            backends.te_scrub(self.p.raw)
+        if self.p.backend in backends.TE_BACKENDS:
+            te_adapter.scrub(self.p.raw)
 
     def lr(self, step: int) -> float:
         return lr_at(step, self.cfg.steps, self.cfg.lr, self.cfg.warmup)
@@ -264,16 +347,17 @@ class Trainer:
         return total.item() / cfg.val_batches
 
     # ---- FP8 state ---------------------------------------------------------------------------
-    def fp8_state(self) -> list[tuple[str, str, str, torch.Tensor, str, torch.Tensor | None]]:
-        """(module, role, format, [amax, scale used], scale_kind, [underflow, saturation] or None) per tensor."""
-        if self.p.backend != "te":  # the modules and their state buffers are fixed: look them up once
+    def fp8_state(self) -> list[Fp8Tensor]:
+        """Every FP8 tensor's (amax, scale used) after the last step, as device tensors."""
+        if self.p.backend not in backends.TE_BACKENDS:  # fixed modules and buffers: look them up once
             if self._fp8_state is None:
                 self._fp8_state = self._find_fp8_state()
             return self._fp8_state
         return self._find_fp8_state()
 
-    def _find_fp8_state(self) -> list[tuple[str, str, str, torch.Tensor, str, torch.Tensor | None]]:
+    def _find_fp8_state(self) -> list[Fp8Tensor]:
         out = []
+        fmts = ("e4m3", "e4m3", "e5m2") if self.spec.precision == "fp8" else (self.spec.precision,) * 3
         for name in self.p.low_modules:
             m = self.p.raw.get_submodule(name)
             last = getattr(m, "last", None)
@@ -281,26 +365,26 @@ class Trainer:
                 continue
             kind = getattr(m, "scale_kind", "delayed" if isinstance(m, Fp8Linear) and not m.current else "current")
             frac = m.fractions if isinstance(m, Fp8Linear) else None
-            fmts = ("e4m3", "e4m3", "e5m2") if self.spec.precision == "fp8" else (self.spec.precision,) * 3
             for r, role in enumerate(("input", "weight", "grad_output")):
-                out.append((name, role, fmts[r], last[r], kind, None if frac is None else frac[r]))
-        if self.p.backend == "te" and not out:
-            for name, role, a, s in backends.te_delayed_state(self.p.raw):
-                fmt = "e5m2" if role == "grad_output" else "e4m3"
-                out.append((name, role, fmt, torch.stack([a.float(), s.float()]), "delayed", None))
+                out.append(Fp8Tensor(name, role, fmts[r], last[r], kind, None if frac is None else frac[r]))
+        if self.p.backend in backends.TE_BACKENDS and not out:
+            for t in te_adapter.delayed_state(self.p.raw):
+                fmt = "e5m2" if t.role == "grad_output" else "e4m3"
+                out.append(Fp8Tensor(t.module, t.role, fmt, torch.stack([t.amax.float(), t.scale.float()]),
+                                     "delayed", None))
         return out
 
     def fp8_rows(self, step: int, with_fractions: bool) -> list[dict[str, Any]]:
         state = self.fp8_state()
         if not state:
             return []
-        nan2 = torch.full((2,), float("nan"), device=state[0][3].device)
-        vals = torch.stack([torch.cat([s[3].float(), s[5] if s[5] is not None and with_fractions else nan2])
-                            for s in state]).tolist()
-        return [dict(step=step, module=name, role=role, format=fmt, amax=v[0], scale=v[1], scale_kind=kind,
-                     underflow_frac=None if math.isnan(v[2]) else v[2],
+        nan2 = torch.full((2,), float("nan"), device=state[0].values.device)
+        vals = torch.stack([torch.cat([t.values.float(), t.fractions if t.fractions is not None and with_fractions
+                                       else nan2]) for t in state]).tolist()
+        return [dict(step=step, module=t.module, role=t.role, format=t.format, amax=v[0], scale=v[1],
+                     scale_kind=t.scale_kind, underflow_frac=None if math.isnan(v[2]) else v[2],
                      saturation_frac=None if math.isnan(v[3]) else v[3])
-                for (name, role, fmt, _, kind, _), v in zip(state, vals)]
+                for t, v in zip(state, vals)]
 
     # ---- checkpoints -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:

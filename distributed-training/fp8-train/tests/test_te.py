@@ -15,6 +15,7 @@ import torch.nn as nn
 
 import backends
 import scaling
+import te_adapter
 from formats import E4M3, E5M2
 
 pytestmark = pytest.mark.gpu
@@ -31,16 +32,16 @@ def _te_linear(k=64, n=64):
 def test_recorded_scales_and_amaxes_are_tes_own():
     lin = _te_linear()
     history = 4
-    recipe = backends.te_recipe("fp8", "delayed", 0, history, "max")
+    recipe = te_adapter.recipe("fp8", "delayed", 0, history, "max")
     rows, truth = [], []
     for step, scale_x in enumerate([3.0, 6.0, 1.5, 0.5, 2.0]):
         x = (torch.randn(32, 64, device="cuda") * scale_x).requires_grad_(True)
         dy = torch.randn(32, 64, device="cuda") * 1e-3 * (step + 1)
-        backends.te_snapshot_scales(lin)
+        te_adapter.snapshot_scales(lin)
         with te.autocast(enabled=True, recipe=recipe):
             y = lin(x)
         y.backward(dy)
-        rows.append({role: (a.item(), s.item()) for _, role, a, s in backends.te_delayed_state(lin)})
+        rows.append({role: (a.item(), s.item()) for _, role, a, s in te_adapter.delayed_state(lin)})
         truth.append({"input": x.abs().max().item(), "weight": lin.weight.abs().max().item(),
                       "grad_output": dy.abs().max().item()})
     for step, (row, want) in enumerate(zip(rows, truth)):
@@ -64,7 +65,7 @@ def test_te_linear_matches_the_native_layer_on_the_same_inputs():
         ref.weight.copy_(lin.weight)
     native = Fp8Linear(ref, "native", scaling_mode="current")
     x = torch.randn(512, 256, device="cuda") * 2
-    with te.autocast(enabled=True, recipe=backends.te_recipe("fp8", "current", 0, 16, "max")):
+    with te.autocast(enabled=True, recipe=te_adapter.recipe("fp8", "current", 0, 16, "max")):
         y_te = lin(x)
     y_native = native(x)
     exact = x @ lin.weight.t()
