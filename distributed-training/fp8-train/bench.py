@@ -1,7 +1,8 @@
 """fp8-train benchmarks (CSVs, not timed tests): what a step costs in each precision, and why.
 
-    step cost   one full training step (forward, backward, AdamW, the per-step metrics) per mode
-                and hidden size; median of the timed steps. On a GPU: hidden 1024-8192, 8K
+    step cost   one full training step (forward, backward, AdamW) per mode and hidden size; median of
+                the timed steps; on a GPU also the FP8 bound at each size (bound.py, bench_bound.csv:
+                the BF16 step with its FP8-able GEMMs at measured FP8 speed). On a GPU: hidden 1024-8192, 8K
                 tokens per step, every mode's blocks compiled alike (TransformerEngine runs eager
                 and says so in the `compiled` column), modes one after another (each owns the
                 GPU, and the biggest sizes do not fit twice), steps timed with CUDA events, and
@@ -36,11 +37,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 import backends
+import bound
 import kernels
 import train
 from alerts import AlertEngine
@@ -65,7 +68,7 @@ TARGET_MONITOR_PCT = 5.0  # issue 7
 PARTS = ("step", "gemm", "monitor", "kernels")
 # Defaults per device: (runs, hidden sizes, tokens per sequence, monitor hidden size).
 CPU_DEFAULTS = (("fp32", "bf16", "fp8:emulated", "fp8:native"), (128, 256, 512), 128, 128)
-GPU_DEFAULTS = (("bf16", "fp8:torchao", "fp8:native", "fp8:te"), (1024, 2048, 4096, 8192), 1024, 4096)
+GPU_DEFAULTS = (("bf16", "fp8:torchao", "fp8:native", "fp8:te", "fp8:te-fused"), (1024, 2048, 4096, 8192), 1024, 4096)
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ class BenchConfig:
     warmup: int = field(default=3, metadata={"help": "untimed steps per mode (compilation happens here)"})
     iters: int = field(default=15, metadata={"help": "timed steps per mode"})
     compile: bool | None = field(default=None, metadata={"help": "compile each block (default: on GPU only)"})
-    monitor_run: str = field(default="", metadata={"help": "run whose monitoring cost is measured "
-                                                           "(empty: cpu fp8:emulated, gpu fp8:native)"})
+    monitor_run: str = field(default="", metadata={"help": "run whose monitoring cost is measured (empty: cpu "
+                                                           "fp8:emulated, gpu fp8:torchao: compiled, its amax "
+                                                           "probes ride in the graph)"})
     monitor_hidden: int = field(default=0, metadata={"help": "hidden size for the monitoring benchmark "
                                                              "(0: cpu 128, gpu 4096)"})
     monitor_iters: int = field(default=100, metadata={"help": "timed steps with monitoring on and off"})
@@ -110,7 +114,7 @@ class BenchConfig:
         return dataclasses.replace(
             self, runs=self.runs or runs, hidden=self.hidden or hidden, seq_len=self.seq_len or seq,
             monitor_hidden=self.monitor_hidden or mon, compile=on_gpu if self.compile is None else self.compile,
-            monitor_run=self.monitor_run or ("fp8:native" if on_gpu else "fp8:emulated"))
+            monitor_run=self.monitor_run or ("fp8:torchao" if on_gpu else "fp8:emulated"))
 
 
 def _train_cfg(b: BenchConfig, d_model: int, steps: int, **kw) -> Config:
@@ -149,7 +153,14 @@ def kernels_per_step(tr: Trainer, step: int) -> int | None:
     return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
 
 
-def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
+class ModeInfo(NamedTuple):
+    backend: str
+    compiled: bool
+    kernels_per_step: int | None
+    peak_mem_MiB: float | None
+
+
+def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: ResultsWriter | None = None) -> None:
     specs, skipped = runnable_specs(cfg.runs, env.device)
     for note in skipped:
         print0(f"step cost: skipped {note}")
@@ -161,7 +172,7 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
                           health_every=0)
         groups = [specs] if interleave else [[s] for s in specs]
         times: dict[str, list[float]] = {}
-        info: dict[str, tuple[str, bool, int | None, float | None]] = {}
+        info: dict[str, ModeInfo] = {}
         for group in groups:
             trainers = {s.name: _trainer(tcfg, s, env, data) for s in group}
             for name in trainers:
@@ -173,20 +184,32 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
                         times[name].append(t)
             for name, tr in trainers.items():
                 mem = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.device.type == "cuda" else None
-                info[name] = (tr.p.backend, tr.p.compiled, kernels_per_step(tr, cfg.warmup + cfg.iters), mem)
+                info[name] = ModeInfo(tr.p.backend, tr.p.compiled, kernels_per_step(tr, cfg.warmup + cfg.iters), mem)
+                if bound_writer is not None and tr.spec.precision == "bf16" and env.device.type == "cuda":
+                    write_bound(tcfg, tr, cfg.warmup + cfg.iters + 1, bound_writer)
             del trainers, tr
             free_memory(env.device)
         write_step_rows(cfg, d, tcfg, specs, times, info, env, writer)
 
 
-def write_step_rows(cfg, d, tcfg, specs, times, info, env, writer) -> None:
+def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWriter) -> None:
+    """The FP8 bound at this hidden size, from the BF16 mode's own trainer (bound.py)."""
+    b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, tcfg.fp8_modules, tcfg.hp_modules), first_step)
+    writer.write(dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads,
+                      seq_len=tcfg.seq_len, batch=tcfg.batch, tokens_per_step=tr.tokens_per_step,
+                      compiled=tr.p.compiled, **b.row()))
+    print0(f"d_model {tr.mcfg.d_model:5d}  FP8 bound {b.speedup:.2f}x (GEMMs {b.bf16_gemm_ms / b.bf16_step_ms:.0%} "
+           f"of the BF16 step, {b.bf16_gemm_ms:.1f} -> {b.fp8_gemm_ms:.1f} ms in FP8)")
+
+
+def write_step_rows(cfg, d, tcfg, specs, times, info: dict[str, ModeInfo], env, writer) -> None:
     mcfg = GPTConfig(vocab_size=256, seq_len=tcfg.seq_len, d_model=d, n_layers=tcfg.n_layers, n_heads=tcfg.n_heads)
     fpt = flops_per_token(mcfg, tcfg.seq_len)
     tokens = cfg.batch * tcfg.seq_len
     base = statistics.median(times[specs[0].name])
     for s in specs:
         med = statistics.median(times[s.name])
-        backend, compiled, n_kernels, mem = info[s.name]
+        backend, compiled, n_kernels, mem = info[s.name]  # ModeInfo
         ratio = med / base
         target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
             and env.device.type == "cpu" else None
@@ -221,7 +244,7 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
         on_cfg = _train_cfg(cfg, cfg.monitor_hidden, n + 1)  # the runner's defaults for every health setting
         off_cfg = dataclasses.replace(on_cfg, monitor=False, stats_every=0, fractions_every=0, health_every=0,
                                       dashboard_every=0)
-        writers = train.writers_for(Path(tmp), env, provenance(env, "1"), {}, resume=False)
+        writers = train.writers_for(Path(tmp), env, provenance(env, "1"), {})
         loops = {"on": RunLoop(_trainer(on_cfg, spec, env, data), writers, AlertEngine(on_cfg.thresholds),
                                Path(tmp) / "dash.html"),
                  "off": RunLoop(_trainer(off_cfg, spec, env, data), None, AlertEngine(off_cfg.thresholds), None)}
@@ -322,11 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         saved = {k: v for k, v in config_dict(cfg).items() if k != "out"}  # no machine paths in results/
         try:  # only the parts asked for get a file: a partial benchmark never blanks the others in results/
             if "step" in cfg.parts:
+                bounds = w("bench_bound.csv", bound.COLUMNS, bound.KEY) if on_gpu else None
                 step_cost(cfg, env, data, w("bench_step.csv", [
                     "d_model", "n_layers", "run", "precision", "precision_backend", "compiled", "tokens_per_step",
                     "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step",
                     "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
-                    config=saved))
+                    config=saved), bounds)
             if "gemm" in cfg.parts:
                 shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
                 gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"],

@@ -19,18 +19,20 @@ from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from scaling import DelayedScaling
 
 # GPU presets compare where FP8 can win (fp8-anchors.md section 5): hidden 4096, 8 blocks, 8K tokens per
-# step, every block compiled; BF16 x2 seeds for the noise band, FP8 through torchao, TransformerEngine
-# and the lab's own layer. No fp32 run on GPUs (it says nothing about FP8 and costs more than the rest).
+# step, every block compiled; BF16 x3 distinct seeds for the noise band, FP8 through torchao, the lab's
+# own layer, TransformerEngine's te.Linear swap and TE's fused modules, and the measured FP8 bound
+# (bound.py). No fp32 run on GPUs (it says nothing about FP8 and costs more than the rest).
 # Checkpoints are off by default there: one is ~19 GB at this size (--ckpt-every N turns them on).
 PRESETS: dict[str, dict] = {
     "cpu": dict(runs=("fp32", "bf16", "fp8:native", "fp8:emulated", "mxfp8:emulated", "nvfp4:emulated"),
                 noise_seeds=3, steps=200, batch=8, seq_len=128, d_model=128, n_layers=2, n_heads=4, lr=3e-3,
-                warmup=20, compile=False, sweep_hidden=(), ckpt_every=50),
-    "h100": dict(runs=("bf16", "fp8:torchao", "fp8:native", "fp8:te"), noise_seeds=2, steps=200, batch=8,
-                 seq_len=1024, d_model=4096, n_layers=8, n_heads=32, lr=3e-4, warmup=20, compile=True,
-                 sweep_hidden=(), ckpt_every=0),
+                warmup=20, compile=False, sweep_hidden=(), ckpt_every=50, bound=False),
+    "h100": dict(runs=("bf16", "fp8:torchao", "fp8:native", "fp8:te", "fp8:te-fused"), noise_seeds=3, steps=200,
+                 batch=8, seq_len=1024, d_model=4096, n_layers=8, n_heads=32, lr=3e-4, warmup=20, compile=True,
+                 sweep_hidden=(), ckpt_every=0, bound=True),
     "a100": dict(runs=("fp32", "bf16", "fp16"), noise_seeds=2, steps=400, batch=8, seq_len=1024, d_model=1024,
-                 n_layers=8, n_heads=8, lr=3e-4, warmup=40, compile=True, sweep_hidden=(), ckpt_every=200),
+                 n_layers=8, n_heads=8, lr=3e-4, warmup=40, compile=True, sweep_hidden=(), ckpt_every=200,
+                 bound=False),
 }
 PRESETS["h200"] = PRESETS["h100"]
 PRESETS["b200"] = dict(PRESETS["h100"], runs=PRESETS["h100"]["runs"] + ("mxfp8:te", "nvfp4:te"))
@@ -42,6 +44,9 @@ PRESETS["a100-40gb"] = PRESETS["a100"]
 class Config:
     gpu: str = field(default="auto", metadata={"help": "preset", "choices": CHOICES})
     runs: tuple[str, ...] = field(default=(), metadata={"help": "precision[:backend] list (empty = preset)"})
+    only: tuple[str, ...] = field(default=(), metadata={"help": "train only these of the planned runs now "
+                                                                "(precision[:backend]); the others later with "
+                                                                "--resume, which publishes once all are done"})
     fp8_backend: str = field(default="auto", metadata={"help": "backend for fp8 runs", "choices": BACKENDS})
     seed: int = field(default=0, metadata={"help": "seed of every run (weights and batch order)"})
     noise_seeds: int = field(default=0, metadata={"help": "bf16 seeds for the noise band (0 = preset)"})
@@ -72,6 +77,8 @@ class Config:
     torchao_recipe: str = field(default="tensorwise", metadata={"help": "torchao recipe",
                                                                 "choices": ["tensorwise", "rowwise"]})
     compile: bool | None = field(default=None, metadata={"help": "torch.compile each block (default: preset)"})
+    bound: bool | None = field(default=None, metadata={"help": "measure the FP8 bound after the first BF16 run "
+                                                              "(bound.csv; default: on GPU presets)"})
     sweep_hidden: tuple[int, ...] | None = field(default=None, metadata={"help": "hidden sizes for the FP8 "
                                                                          "crossover sweep (default: preset)"})
     sweep_steps: int = field(default=30, metadata={"help": "steps per sweep point (half warm-up)"})
@@ -152,6 +159,7 @@ def with_preset(cfg: Config, preset_name: str, explicit_runs: bool) -> Config:
     upd = {k: p[k] for k in ("steps", "batch", "seq_len", "d_model", "n_layers", "n_heads", "lr", "noise_seeds")
            if not getattr(cfg, k)}
     upd.update({k: p[k] for k, unset in (("warmup", cfg.warmup < 0), ("compile", cfg.compile is None),
+                                         ("bound", cfg.bound is None),
                                          ("sweep_hidden", cfg.sweep_hidden is None), ("ckpt_every", cfg.ckpt_every < 0))
                 if unset})
     if not explicit_runs:

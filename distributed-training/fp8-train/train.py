@@ -13,7 +13,8 @@ policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard
 Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
 backend auto|te|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
     cpu        tiny GPT, fp32 / bf16 (emulated) x3 seeds / fp8 native + emulated / mxfp8, nvfp4 emulated
-    h100 h200  hidden 4096, 8 layers, 8K tokens/step, blocks compiled; bf16 x2 seeds, fp8 torchao, te, native
+    h100 h200  hidden 4096, 8 layers, 8K tokens/step, blocks compiled; bf16 x3 seeds, fp8 torchao, native,
+               te (te.Linear swap), te-fused (TE's fused modules); the FP8 bound after the first bf16 run
     a100       no FP8 hardware: fp32 vs bf16 vs fp16 + GradScaler
     b200       the h100 set plus mxfp8 and nvfp4 through TransformerEngine
 Preset runs whose backend is missing are skipped with the reason; a backend you name yourself
@@ -25,6 +26,8 @@ Commands:
     make fp8-train-run GPU=h100 NPROC=8                       # 8 GPUs, FSDP2 (torchrun)
     make fp8-train-demo                                       # injected faults + recovery (CPU)
     make fp8-train-run GPU=cpu ARGS="--resume"                # continue after a crash or SIGTERM
+    make fp8-train-run GPU=h100 ARGS="--only bf16,fp8:torchao"   # part of the preset now (a short job) ...
+    make fp8-train-run GPU=h100 ARGS="--resume"               # ... the rest later; published when all are done
     sbatch --nodes=2 slurm/lab.sbatch fp8-train GPU=h100      # N nodes
     PYTHONPATH=distributed-training python distributed-training/fp8-train/train.py --gpu cpu \\
         --runs bf16,fp8:emulated --steps 50                   # by hand; --help lists every flag
@@ -40,6 +43,7 @@ from pathlib import Path
 import torch
 
 import backends
+import bound
 import checkpoint
 from alerts import AlertEngine
 from common.config import changed_flags, config_dict, parse_config, parse_size
@@ -58,6 +62,7 @@ from trainer import StopRun, Trainer, Writers
 
 LAB = Path(__file__).resolve().parent
 BENCH_VERSION = "1"
+INCOMPLETE = -1  # _train_all: every run it was asked for ended well, but --only left some of the plan
 
 
 def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> tuple[list, list[str]]:
@@ -75,6 +80,9 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
         if hp:
             raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
                              "(use --runs with FP8 runs only)")
+    if any(s.backend == "te-fused" for s in specs) and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
+        raise ValueError("--inject overflow@STEP scales an FP8 linear's input, which te-fused's LayerNorm "
+                         "renormalises; inject it into another backend's run")
     keep, skipped = [], []
     for s in specs:
         if s.precision in LOW:
@@ -86,7 +94,24 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
                 skipped.append(f"{s.name}: {e}")
                 continue
         keep.append(s)
+    selected(keep, cfg.only)  # an --only item that names no planned run fails here
+    # The base seed's runs first: they share one set of initial weights (precision.initial_gpt caches it).
+    keep.sort(key=lambda s: s.seed != cfg.seed)
     return keep, skipped
+
+
+def selected(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
+    """The planned runs that --only names (all of them without --only); `bf16` means every bf16 seed."""
+    if not only:
+        return specs
+    chosen = []
+    for item in only:
+        prec, _, backend = item.partition(":")
+        hits = [s for s in specs if s.precision == prec and (not backend or s.backend == backend)]
+        if not hits:
+            raise ValueError(f"--only {item}: not one of this plan's runs ({', '.join(s.name for s in specs)})")
+        chosen += [s for s in hits if s not in chosen]
+    return chosen
 
 
 def settings(cfg: Config) -> PrecisionSettings:
@@ -149,20 +174,23 @@ def _load_data(path: str | None, nbytes: int):
 # Flags that do not change what is measured: a run differing from its preset only in them is the
 # preset's run (published to results/); CONFIG_IGNORE: what a resumed run may change.
 OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
-               "threads", "log_every", "promote")
-CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir")
+               "threads", "log_every", "promote", "only")
+CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only")
 
 
-def writers_for(folder: RunFolder | None, env: DistInfo, prov: dict, cfg_json: dict) -> Writers:
-    """The run's CSV writers: in the run folder on rank 0, disabled elsewhere."""
+def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_json: dict) -> Writers:
+    """The run's CSV writers: in the run folder (or a scratch directory) on rank 0, disabled elsewhere."""
     def w(name, cols, key, config=None):
         if folder is None:
             return ResultsWriter(Path(name), cols, key=key, provenance=prov, enabled=False)
+        if isinstance(folder, Path):
+            return ResultsWriter(folder / name, cols, key=key, provenance=prov, enabled=env.is_main)
         return folder.writer(name, cols, key, prov, config=config, config_ignore=CONFIG_IGNORE)
     return Writers(w("steps.csv", STEP_COLUMNS, ["run", "step"], cfg_json),
                    w("fp8.csv", FP8_COLUMNS, ["run", "step", "module", "role"]),
                    w("layers.csv", LAYER_COLUMNS, ["run", "step", "layer"]),
-                   w("events.csv", EVENT_COLUMNS, ["run", "step", "kind", "metric"]))
+                   w("events.csv", EVENT_COLUMNS, ["run", "step", "kind", "metric"]),
+                   extra={"bound": w("bound.csv", bound.COLUMNS, bound.KEY)})
 
 
 def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
@@ -195,7 +223,25 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         if cfg.on_nan == "rollback":
             tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
     loop.run(start, stop)
+    if cfg.bound and spec.precision == "bf16" and spec.seed == cfg.seed:
+        measure_bound(cfg, tr, writers.extra["bound"])
     return ckpt
+
+
+def measure_bound(cfg: Config, tr: Trainer, writer) -> None:
+    """The FP8 bound of this model (bound.py), from its BF16 run; one GPU, once per run folder."""
+    if tr.env.device.type != "cuda" or tr.env.world_size > 1:
+        print0("   FP8 bound: measured on one GPU only (bound.py); skipped here")
+        return
+    shape = dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads, seq_len=cfg.seq_len,
+                 batch=cfg.batch)
+    if writer.done(shape):
+        return
+    b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, cfg.fp8_modules, cfg.hp_modules), cfg.steps)
+    writer.write(dict(shape, tokens_per_step=tr.tokens_per_step, compiled=tr.p.compiled, **b.row()))
+    print0(f"   FP8 bound: BF16 step {b.bf16_step_ms:.1f} ms, FP8-able GEMMs {b.bf16_gemm_ms:.1f} ms "
+           f"({b.bf16_gemm_ms / b.bf16_step_ms:.0%}) -> {b.fp8_gemm_ms:.1f} ms in FP8: at most "
+           f"{b.speedup:.2f}x with free casts")
 
 
 def prune_checkpoints(done: list[Path], keep: int) -> None:
@@ -279,14 +325,18 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         if folder is not None:
             for line in folder.finish(complete=code == 0, changed=changed, promote=cfg.promote):
                 print(line, flush=True)
-    return code
+    return 0 if code == INCOMPLETE else code
 
 
 def _train_all(cfg: Config, specs, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, run_path: Path,
                ckpt_dir: Path, preset) -> int:
     completed: list[Path] = []
+    if not cfg.resume and env.is_main:  # a fresh plan: no run of it may later resume from an older checkpoint
+        for s in specs:
+            (ckpt_dir / f"{s.name}.pt").unlink(missing_ok=True)
+    now = selected(specs, cfg.only)
     with checkpoint.GracefulStop() as stop:
-        for spec in specs:
+        for spec in now:
             try:
                 ckpt = run_one(cfg, spec, mcfg, env, data, writers, run_path, ckpt_dir, preset.peak_tflops("bf16"),
                                stop)
@@ -302,12 +352,18 @@ def _train_all(cfg: Config, specs, mcfg: GPTConfig, env: DistInfo, data, writers
                 completed.append(ckpt)
                 prune_checkpoints(completed, cfg.keep_ckpts)
             free_memory(env.device)
-    if env.is_main and len(specs) > 1:
+    have = [s for s in specs if writers.steps.done({"run": s.name, "step": 0})]
+    if env.is_main and len(have) > 1:
         import dashboard
-        dashboard.write([(run_path, s.name, None) for s in specs], run_path / "dashboard.html",
+        dashboard.write([(run_path, s.name, None) for s in have], run_path / "dashboard.html",
                         f"fp8-train {run_path.name}: all runs")
     if cfg.sweep_hidden:
         sweep(cfg, specs, env, data, run_path, provenance(env, BENCH_VERSION))
+    left = [s.name for s in specs if not writers.steps.done({"run": s.name, "step": cfg.steps - 1})]
+    if env.is_main and left:
+        print0(f"not run yet: {', '.join(left)}; the run folder stays unpublished until they are "
+               "(run again with --resume)")
+        return INCOMPLETE
     return 0
 
 

@@ -188,3 +188,22 @@ def test_report_on_the_committed_gpu_results(tmp_path):
     assert "| TE FP8 / BF16 tokens/s >= 1.3 at hidden 4096 | 1.20x | **not met** |" in te
     assert "including bf16-s0 (h100), bf16-s1 (h100) from a sibling folder" in te  # one band for one model
     assert "| BF16 MFU >= 50% |" in text.split("## Preset `h100`")[1]
+
+
+def test_only_trains_part_of_the_plan_and_resume_publishes_the_whole(tmp_path, tiny, capsys):
+    """A short job runs part of a preset (--only); --resume runs the rest; results/ changes once, complete."""
+    out = tmp_path / "results" / "parts"
+    args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "3", "--val-every", "0",
+                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "fp8-emulated-s0.pt").write_bytes(b"an older plan's")  # never resumed from
+    assert train.main(args + ["--only", "bf16"]) == 0
+    assert "not run yet: fp8-emulated-s0" in capsys.readouterr().out
+    assert not out.exists()  # nothing published from an incomplete plan
+    assert train.main(args + ["--resume"]) == 0
+    steps = pd.read_csv(out / "steps.csv")
+    assert sorted(steps["run"].unique()) == ["bf16-s0", "bf16-s1", "fp8-emulated-s0"]
+    assert len(steps) == 9  # each run once: the resumed launch did not repeat the bf16 runs
+    with pytest.raises(SystemExit) as e:
+        train.main(args + ["--only", "fp8:native"])
+    assert e.value.code == 2 and "--only fp8:native: not one of this plan's runs" in capsys.readouterr().err
