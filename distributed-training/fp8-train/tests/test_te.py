@@ -4,7 +4,11 @@
       |x| of the tensor TE cast, and each recorded scale is what TE's DelayedScaling rule gives from
       the amaxes recorded before it (scaling.py reimplements that rule; here it must agree with TE);
     - TE's FP8 linear and the lab's native one agree on the same inputs to FP8 accumulation error;
-    - a NaN step under --on-nan skip leaves TE's amax histories finite (scrubbed), so the scales move on.
+    - a NaN step under --on-nan skip leaves TE's amax histories finite (scrubbed), so the scales move on;
+    - te-fused (LayerNormLinear QKV, Linear, LayerNormMLP) computes the GPT's function with FP8 error only,
+      and the state read per GEMM is TE's: each weight amax is the true max |W| of that GEMM's weight
+      (the concatenated q/k/v for the fused QKV, fc1 and fc2 inside the LayerNormMLP), the output
+      projection's input amax the true one.
 """
 
 import math
@@ -13,7 +17,6 @@ import pytest
 import torch
 import torch.nn as nn
 
-import backends
 import scaling
 import te_adapter
 from formats import E4M3, E5M2
@@ -88,3 +91,39 @@ def test_nan_step_under_skip_keeps_te_histories_finite(tmp_path):
     fp8 = pd.read_csv(out / "fp8.csv")
     later = fp8[fp8["step"] > 2]
     assert len(later) and later["scale"].map(math.isfinite).all() and later["amax"].map(math.isfinite).all()
+
+
+def _gpt_pair(d=256, layers=2):
+    """The same GPT twice on the GPU: BF16 autocast, and rebuilt from TE's fused modules (delayed scaling)."""
+    from common.model import GPTConfig
+    from precision import PrecisionSettings, RunSpec, prepare
+    cfg = GPTConfig(vocab_size=256, seq_len=128, d_model=d, n_layers=layers, n_heads=d // 64)
+    dev = torch.device("cuda")
+    ref = prepare(RunSpec("bf16", "torch", 0), cfg, PrecisionSettings(), dev)
+    fused = prepare(RunSpec("fp8", "te-fused", 0), cfg, PrecisionSettings(), dev)
+    return cfg, ref, fused
+
+
+def test_te_fused_runs_the_gpt_and_its_state_is_read_per_gemm():
+    cfg, ref, fused = _gpt_pair()
+    assert fused.backend == "te-fused" and fused.low_modules[:3] == ["layers.0.attn.wqkv", "layers.0.attn.wo",
+                                                                      "layers.0.mlp"]
+    idx = torch.randint(0, 256, (4, 128), device="cuda")
+    seen = {}
+    fused.raw.layers[0].attn.wo.register_forward_pre_hook(lambda m, a: seen.__setitem__("wo", a[0].abs().max()))
+    te_adapter.snapshot_scales(fused.raw)
+    with fused.context():
+        logits = fused.model(idx)
+    logits.float().square().mean().backward()
+    with ref.context():
+        want = ref.model(idx)
+    err = (logits.float() - want.float()).norm() / want.float().norm()
+    assert err < 0.05, err  # FP8 GEMMs, the same function
+    got = {(r.module, r.role): r.amax.item() for r in te_adapter.delayed_state(fused.raw)}
+    b0, r0 = fused.raw.layers[0], ref.raw.layers[0]
+    qkv = torch.cat([r0.attn.wq.weight, r0.attn.wk.weight, r0.attn.wv.weight])
+    assert got[("layers.0.attn.wqkv", "weight")] == pytest.approx(qkv.abs().max().item(), rel=1e-6)
+    assert got[("layers.0.mlp.w1", "weight")] == pytest.approx(b0.mlp.fc1_weight.abs().max().item(), rel=1e-6)
+    assert got[("layers.0.mlp.w2", "weight")] == pytest.approx(b0.mlp.fc2_weight.abs().max().item(), rel=1e-6)
+    assert got[("layers.0.attn.wo", "input")] == pytest.approx(seen["wo"].item(), rel=1e-3)
+    assert all(v > 0 and math.isfinite(v) for v in got.values())  # every GEMM's grad_output was cast too
