@@ -202,6 +202,29 @@ class ResultsWriter:
         self._done.update(self._key_of(row) for row in rows)
 
 
+    def discard(self, column: str, value: Any) -> int:
+        """Remove every row whose `column` equals `value` (a run restarted from its first step).
+
+        The file is rewritten beside itself and renamed over it: a crash leaves the old file or the
+        new one. Returns the number of rows removed.
+        """
+        if not self.enabled or not self.path.exists():
+            return 0
+        with open(self.path, newline="") as f:
+            rows = list(csv.reader(f))
+        i, want = self.columns.index(column), format_value(value)
+        keep = [r for r in rows[1:] if r[i] != want]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows([rows[0]] + keep)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        idx = [self.columns.index(k) for k in self.key]
+        self._done = {tuple(r[j] for j in idx) for r in keep}
+        return len(rows) - 1 - len(keep)
+
+
 class NoWriter:
     """What ranks other than 0 hold instead of a writer: nothing is written; rank 0 decides what is done."""
 

@@ -203,19 +203,28 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     tr = Trainer(cfg, spec, prep, env, data, mcfg, peak, ckpt, parse_faults(cfg.inject))
     loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
     start = 0
+    # Rank 0 holds the CSVs: it says how far this run got, every rank acts on its answer.
+    rows = from_rank0(rows_state(writers, spec.name, cfg.steps) if env.is_main else None)
     if cfg.resume and ckpt is not None and ckpt.exists():
         state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend in backends.TE_BACKENDS)
         tr.restore(state)
         loop.load_health(state["health"])
         start = state["step"]
         print0(f"   resumed from its checkpoint at step {start}")
-    elif cfg.resume and writers.steps.done({"run": spec.name, "step": 0}):
-        if writers.steps.done({"run": spec.name, "step": cfg.steps - 1}):
-            print0("   complete, nothing to resume")
-            return None
-        raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
-                                         f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
-                                         "rerun without --resume")
+    elif cfg.resume and rows == "complete":
+        print0("   complete, nothing to resume")
+        return None
+    elif cfg.resume and rows == "partial":
+        if cfg.ckpt_every:
+            raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
+                                             f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
+                                             "rerun without --resume")
+        # Checkpoints off (--ckpt-every 0, the GPU presets' default: one is ~19 GB): an interrupted run
+        # cannot continue, so it starts again from its first step and its partial rows go.
+        gone = sum(w.discard("run", spec.name) for w in (writers.steps, writers.fp8, writers.layers, writers.events)
+                   if w is not None)
+        print0(f"   interrupted without a checkpoint (--ckpt-every 0): starting {spec.name} again "
+               f"({gone} partial rows removed)")
     elif ckpt is not None:
         if cfg.resume:
             print0(f"   no checkpoint and no rows for {spec.name}: it had not started; starting it now")
@@ -226,6 +235,13 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     if cfg.bound and spec.precision == "bf16" and spec.seed == cfg.seed:
         measure_bound(cfg, tr, writers.extra["bound"])
     return ckpt
+
+
+def rows_state(writers: Writers, run: str, steps: int) -> str:
+    """How far a run's rows go: none, partial or complete."""
+    if writers.steps.done({"run": run, "step": steps - 1}):
+        return "complete"
+    return "partial" if writers.steps.done({"run": run, "step": 0}) else "none"
 
 
 def measure_bound(cfg: Config, tr: Trainer, writer) -> None:
@@ -352,14 +368,14 @@ def _train_all(cfg: Config, specs, mcfg: GPTConfig, env: DistInfo, data, writers
                 completed.append(ckpt)
                 prune_checkpoints(completed, cfg.keep_ckpts)
             free_memory(env.device)
-    have = [s for s in specs if writers.steps.done({"run": s.name, "step": 0})]
+    have = [s for s in specs if rows_state(writers, s.name, cfg.steps) != "none"]
     if env.is_main and len(have) > 1:
         import dashboard
         dashboard.write([(run_path, s.name, None) for s in have], run_path / "dashboard.html",
                         f"fp8-train {run_path.name}: all runs")
     if cfg.sweep_hidden:
         sweep(cfg, specs, env, data, run_path, provenance(env, BENCH_VERSION))
-    left = [s.name for s in specs if not writers.steps.done({"run": s.name, "step": cfg.steps - 1})]
+    left = [s.name for s in specs if rows_state(writers, s.name, cfg.steps) != "complete"]
     if env.is_main and left:
         print0(f"not run yet: {', '.join(left)}; the run folder stays unpublished until they are "
                "(run again with --resume)")

@@ -207,3 +207,28 @@ def test_only_trains_part_of_the_plan_and_resume_publishes_the_whole(tmp_path, t
     with pytest.raises(SystemExit) as e:
         train.main(args + ["--only", "fp8:native"])
     assert e.value.code == 2 and "--only fp8:native: not one of this plan's runs" in capsys.readouterr().err
+
+
+def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, capsys, monkeypatch):
+    """--ckpt-every 0 (the GPU presets): a run killed mid-way starts again; its partial rows are replaced."""
+    import runloop
+    out = tmp_path / "results" / "killed"
+    args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "1", "--steps", "4", "--val-every", "0",
+                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    real = runloop.RunLoop.one_step
+
+    def dies_at_step_2_of_fp8(self, step):
+        if self.ids["run"] == "fp8-emulated-s0" and step == 2:
+            raise KeyboardInterrupt
+        return real(self, step)
+
+    monkeypatch.setattr(runloop.RunLoop, "one_step", dies_at_step_2_of_fp8)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train.main(args)
+    monkeypatch.setattr(runloop.RunLoop, "one_step", real)
+    capsys.readouterr()
+    assert train.main(args + ["--resume"]) == 0
+    assert "starting fp8-emulated-s0 again (" in capsys.readouterr().out  # its steps, fp8 and layer rows
+    steps = pd.read_csv(out / "steps.csv")
+    assert steps.groupby("run")["step"].apply(list).to_dict() == {"bf16-s0": [0, 1, 2, 3],
+                                                                  "fp8-emulated-s0": [0, 1, 2, 3]}
