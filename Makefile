@@ -102,26 +102,29 @@ doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
 
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
-# part runs under a SIGTERM time limit (a run stopped there checkpoints and keeps its rows), writes its
-# own CSVs and reports, and a failure in one step does not cancel the next. `make gpu-suite` runs all
-# four; `make gpu-suite PART=2` one of them. Times on one H100 80GB (first run, commits 4215329/68dffd9):
-#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s; then
+# part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
+# interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
+# next. `make gpu-suite` runs all five; `make gpu-suite PART=2` one of them. Times on one H100 80GB:
+#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); then
 #      parallel-3d (1 GPU: baseline + activations; 8+ GPUs also TP2 x PP2 x DP2)         not run yet
-#   2  fp8-train at the preset: BF16 x2 seeds vs FP8 via torchao, TE, native           404 s (TE not yet
-#                                                                                      installed then)
-#   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s
-#   4  fp8-train-bench: step cost at hidden 1024-8192, GEMM rates, monitoring cost     not run whole yet:
-#                                                                                      236 s for 3 sizes
+#   2  fp8-train preset, first half: BF16 x3 seeds, torchao, the native layer, and     not run yet (the two
+#      the FP8 bound; its run folder stays unpublished until part 5                    halves: 404 s for 4
+#   5  fp8-train preset, second half (--resume): TE's te.Linear swap and its fused     runs at 68dffd9)
+#      modules; publishes results/<preset> and writes the report
+#   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s (68dffd9)
+#   4  fp8-train-bench: step cost and FP8 bound at hidden 1024-8192, GEMM rates,      not run whole yet:
+#      monitoring cost                                                                 236 s for 3 sizes
 # DT_GIT_COMMIT names the commit where the tree has no .git (a copied checkout); results-archive
 # then packs everything for the trip home.
 PART ?= all
 GPU_PART_LIMIT_S ?= 540
-GPU_PARTS := $(if $(filter all,$(PART)),1 2 3 4,$(PART))
-.PHONY: gpu-suite gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 results-archive \
-        results-import wheelhouse
+GPU_PARTS := $(if $(filter all,$(PART)),1 2 5 3 4,$(PART))
+FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
+.PHONY: gpu-suite gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 \
+        results-archive results-import wheelhouse
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench
-	@case "$(PART)" in all|1|2|3|4) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, all" >&2; exit 2;; esac
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..5 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench | fp8 TE
+	@case "$(PART)" in all|1|2|3|4|5) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, all" >&2; exit 2;; esac
 	@test "$(NGPUS)" != "0" || { echo "error: gpu-suite needs NVIDIA GPUs and nvidia-smi lists none" \
 	  "(CPU presets: make allreduce-bench, make fsdp-scaling, ...)" >&2; exit 2; }
 	@failed=""; for p in $(GPU_PARTS); do \
@@ -141,8 +144,14 @@ gpu-suite-part-1:
 	$(MAKE) parallel-3d-gpu || failed="$$failed parallel-3d"; \
 	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }
 
+# The fp8-train preset is more than one short job on one GPU: part 2 trains FP8_FIRST_HALF of its runs
+# (--only), part 5 the rest (--resume), which publishes the whole set once every run is done.
 gpu-suite-part-2:
-	$(MAKE) fp8-train-run fp8-train-report
+	$(MAKE) fp8-train-run ARGS="--only $(FP8_FIRST_HALF)"
+
+gpu-suite-part-5:
+	$(MAKE) fp8-train-run ARGS="--resume"
+	$(MAKE) fp8-train-report
 
 gpu-suite-part-3:
 	$(MAKE) fsdp-scaling-gpu
