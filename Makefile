@@ -11,7 +11,13 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 # ---- environment ----------------------------------------------------------------------------
+# The managed .venv gets the pinned torch built for this machine's NVIDIA driver (+cu126/+cu128/+cu130,
+# or +cpu without one) from PyTorch's wheel index, or, where that index does not answer within
+# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): common/torch_install.py.
 BOOTSTRAP_PYTHON ?= python3
+TORCH_BACKEND ?= auto
+TORCH_INDEX ?= https://download.pytorch.org/whl
+TORCH_INDEX_TIMEOUT_S ?= 5
 ifneq ($(origin PYTHON),undefined)
   SETUP := check-env
 else ifneq ($(origin VENV),undefined)
@@ -63,6 +69,10 @@ endif
 # A plain-process run of a runner that checks its arguments and stops where its process group would
 # start (common/dist.py): for checks a target needs before it starts anything else.
 CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
+# $(call require_cuda,<the CPU preset's command>): the first step of every GPU target. One line and exit 2
+# unless torch can use CUDA here (no NVIDIA GPU, or a torch build the driver cannot run: the line names
+# both and the fix), before anything is written: a GPU target never falls back to the CPU (common/cuda_env.py).
+require_cuda = @$(PYRUN) -m common.cuda_env require $@ $(if $(1),--cpu "$(strip $(1))")
 # $(call positive,NPROC): make stops with one line (exit 2) unless the variable is a positive integer.
 positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1) must be a positive integer, got '$($(1))'))
 
@@ -76,12 +86,18 @@ help: ## this list
 	@echo "Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' PYTHON=... VENV=...):"
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
+# A venv left without pip (an earlier failed `python3 -m venv`) is made again.
 $(VENV)/.installed: requirements.txt
+	@command -v $(BOOTSTRAP_PYTHON) >/dev/null || { echo "error: no $(BOOTSTRAP_PYTHON) on PATH;" \
+	  "install Python >= 3.10 or pass BOOTSTRAP_PYTHON=/path/to/python3" >&2; exit 2; }
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else \
 	  "error: Python >= 3.10 is needed, $(BOOTSTRAP_PYTHON) is " + sys.version.split()[0] + \
 	  "; pass BOOTSTRAP_PYTHON=python3.11 or similar")'
-	@test -x $(VENV)/bin/python || $(BOOTSTRAP_PYTHON) -m venv $(VENV)
+	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m common.torch_install preflight --python $(BOOTSTRAP_PYTHON)
+	@$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(BOOTSTRAP_PYTHON) -m venv $(VENV); }
 	@echo "installing requirements.txt into $(VENV) (once; again only when it changes)"
+	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m common.torch_install install --requirements requirements.txt \
+	  --backend $(TORCH_BACKEND) --index $(TORCH_INDEX) --timeout-s $(TORCH_INDEX_TIMEOUT_S)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $@
 
@@ -121,9 +137,8 @@ GPU_PARTS := $(if $(filter all,$(PART)),1 2 3 4,$(PART))
         results-import wheelhouse
 
 gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench
+	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
 	@case "$(PART)" in all|1|2|3|4) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, all" >&2; exit 2;; esac
-	@test "$(NGPUS)" != "0" || { echo "error: gpu-suite needs NVIDIA GPUs and nvidia-smi lists none" \
-	  "(CPU presets: make allreduce-bench, make fsdp-scaling, ...)" >&2; exit 2; }
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
 	  timeout -s TERM -k 60 $(GPU_PART_LIMIT_S) $(MAKE) -k gpu-suite-part-$$p || failed="$$failed $$p"; \
@@ -133,6 +148,7 @@ gpu-suite: $(SETUP) ## on a GPU node, PART=1..4 or all: doctor+tests+tp+allreduc
 # Every step runs whatever the steps before it did (a failing GPU test must not cancel the
 # measurements); the part fails at the end, naming the steps that failed.
 gpu-suite-part-1:
+	$(call require_cuda)
 	@failed=""; \
 	$(MAKE) doctor || failed="$$failed doctor"; \
 	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
@@ -142,12 +158,15 @@ gpu-suite-part-1:
 	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }
 
 gpu-suite-part-2:
+	$(call require_cuda)
 	$(MAKE) fp8-train-run fp8-train-report
 
 gpu-suite-part-3:
+	$(call require_cuda)
 	$(MAKE) fsdp-scaling-gpu
 
 gpu-suite-part-4:
+	$(call require_cuda)
 	$(MAKE) fp8-train-bench fp8-train-report
 
 ARCHIVE_DIR ?= .
