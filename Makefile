@@ -178,36 +178,34 @@ results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then re
 	@$(PYRUN) -m common.archive extract $(ARCHIVE)
 	$(MAKE) reports
 
-# Offline GPU nodes: fill a folder with the FP8 backends' wheels where there is internet, install
-# from it on the node. TORCHAO pairs with the node's torch (0.17: torch 2.11; 0.18: torch 2.13).
+# The optional FP8 backends of fp8-train. torchao: the version requirements-fp8.txt pins (0.18 pairs with
+# torch 2.13). TransformerEngine TE: the core wheel for this torch's CUDA major, and its PyTorch extension
+# compiled here against this torch; its prerequisites (a CUDA torch, nvcc of the same major, cuDNN headers,
+# g++) are checked first, each missing one told in one line (common/te_install.py). Compiling takes a few
+# minutes on 8+ cores (an estimate). TE= skips it. WHEELHOUSE=dir installs all of it with no network, from
+# a folder `make wheelhouse` filled where there is internet (for this Python and the pinned torchao, unless
+# WHEEL_PY/TORCHAO/TE_CUDA say otherwise).
 WHEELHOUSE ?=
-WHEEL_PY ?= 3.12
-TORCHAO ?= 0.17.0
+WHEEL_PY ?=
+TORCHAO ?= $(shell sed -n 's/^torchao==//p' requirements-fp8.txt)
 TE ?= 2.20.2
-TE_CUDA ?= cu13
-TE_CUDA_ARCHS ?= 90
+TE_CUDA ?=
+TE_CUDA_ARCHS ?=
+TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(TE_CUDA_ARCHS),--cuda-archs "$(TE_CUDA_ARCHS)")
 wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (core + torch sdist) and their deps
 	@test -n "$(WHEELHOUSE)" || { echo "error: wheelhouse needs WHEELHOUSE=dir" >&2; exit 2; }
-	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --python $(WHEEL_PY) --torchao "$(TORCHAO)" \
-	  --te "$(TE)" --te-cuda $(TE_CUDA)
+	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
+	  $(if $(WHEEL_PY),--python $(WHEEL_PY)) $(if $(TE_CUDA),--te-cuda $(TE_CUDA))
 
-# Without WHEELHOUSE: torchao from PyPI. With it: everything from that folder, no network, and
-# TransformerEngine's torch extension compiled here against this torch (NVTE_CUDA_ARCHS=TE_CUDA_ARCHS:
-# 90 Hopper, 100 Blackwell; a few minutes with MAX_JOBS=8). FORCE_BUILD skips TE's attempt to download
-# a prebuilt extension; CPATH adds the headers of the CUDA/cuDNN pip packages that came with torch.
-setup-fp8: $(SETUP) ## optional FP8 backends: torchao; with WHEELHOUSE=dir also TransformerEngine, offline
+setup-fp8: $(SETUP) ## optional FP8 backends: torchao + TransformerEngine (TE= torchao alone; WHEELHOUSE=dir offline)
+	$(if $(TE),@$(PYRUN) -m common.te_install check $(TE_FLAGS))
 ifeq ($(WHEELHOUSE),)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
 	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
-	@sdist=$$(ls $(WHEELHOUSE)/transformer_engine_torch-*.tar.gz 2>/dev/null | head -1 || true); \
-	if [ -n "$$sdist" ]; then echo "building $$sdist against torch $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
-	  CPATH=$$($(PYTHON) -c "import glob, nvidia; print(':'.join(glob.glob(nvidia.__path__[0] + '/*/include')))" \
-	    2>/dev/null) NVTE_PYTORCH_FORCE_BUILD=TRUE \
-	  NVTE_FRAMEWORK=pytorch NVTE_CUDA_ARCHS=$(TE_CUDA_ARCHS) MAX_JOBS=$${MAX_JOBS:-8} \
-	  $(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps --no-build-isolation "$$sdist"; fi
-	$(PYRUN) -m common.doctor
 endif
+	$(if $(TE),$(PYRUN) -m common.te_install install $(TE_FLAGS))
+	$(PYRUN) -m common.doctor
 
 clean-venv: ## remove the managed .venv
 	rm -rf .venv
