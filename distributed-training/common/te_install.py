@@ -177,7 +177,8 @@ def steps(f: Facts, te: str, wheelhouse: Path | None = None, archs: str | None =
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
     major = cuda_major(f)
     cpath = [f.cudnn_include, *f.header_dirs, *filter(None, [os.environ.get("CPATH")])]
-    env = {"NVTE_FRAMEWORK": "pytorch", "NVTE_PYTORCH_FORCE_BUILD": "TRUE", "MAX_JOBS": str(jobs or default_jobs()),
+    jobs = jobs or int(os.environ.get("MAX_JOBS") or 0) or default_jobs()  # a MAX_JOBS the user set wins
+    env = {"NVTE_FRAMEWORK": "pytorch", "NVTE_PYTORCH_FORCE_BUILD": "TRUE", "MAX_JOBS": str(jobs),
            "CPATH": ":".join(dict.fromkeys(cpath))}
     if archs or f.archs:
         env["NVTE_CUDA_ARCHS"] = archs or f.archs
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--te", default="2.20.2", help="TransformerEngine version")
     ap.add_argument("--wheelhouse", default=None, help="install offline from this folder (make wheelhouse)")
     ap.add_argument("--cuda-archs", default=None, help="NVTE_CUDA_ARCHS; default: this node's GPUs")
-    ap.add_argument("--max-jobs", type=int, default=None, help="parallel compile jobs; default: cores and memory")
+    ap.add_argument("--max-jobs", type=int, default=None,
+                    help="parallel compile jobs; default: $MAX_JOBS, else from the cores and memory")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
     wheelhouse = Path(args.wheelhouse) if args.wheelhouse else None

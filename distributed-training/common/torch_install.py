@@ -110,7 +110,7 @@ def has_wheel(page: str, pattern: re.Pattern) -> bool:
 
 def registry_plan(pin: str, why: str) -> Plan:
     return Plan(None, None, f"note: {why}; torch=={pin} comes from the package registry as pip is configured "
-                            "instead (PyPI's Linux build is CUDA 13.0: GPUs need driver >= 580; `make doctor` tells)")
+                            "instead (PyPI's Linux build: CUDA 13.0, for drivers >= 580; `make doctor` checks it)")
 
 
 def plan(pin: str, driver: Driver | None, backend: str = "auto", index: str = TORCH_INDEX, timeout_s: float = 5.0,
