@@ -11,7 +11,13 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 # ---- environment ----------------------------------------------------------------------------
+# The managed .venv gets the pinned torch built for this machine's NVIDIA driver (+cu126/+cu128/+cu130,
+# or +cpu without one) from PyTorch's wheel index, or, where that index does not answer within
+# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): common/torch_install.py.
 BOOTSTRAP_PYTHON ?= python3
+TORCH_BACKEND ?= auto
+TORCH_INDEX ?= https://download.pytorch.org/whl
+TORCH_INDEX_TIMEOUT_S ?= 5
 ifneq ($(origin PYTHON),undefined)
   SETUP := check-env
 else ifneq ($(origin VENV),undefined)
@@ -63,6 +69,10 @@ endif
 # A plain-process run of a runner that checks its arguments and stops where its process group would
 # start (common/dist.py): for checks a target needs before it starts anything else.
 CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
+# $(call require_cuda,<the CPU preset's command>): the first step of every GPU target. One line and exit 2
+# unless torch can use CUDA here (no NVIDIA GPU, or a torch build the driver cannot run: the line names
+# both and the fix), before anything is written: a GPU target never falls back to the CPU (common/cuda_env.py).
+require_cuda = @$(PYRUN) -m common.cuda_env require $@ $(if $(1),--cpu "$(strip $(1))")
 # $(call positive,NPROC): make stops with one line (exit 2) unless the variable is a positive integer.
 positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1) must be a positive integer, got '$($(1))'))
 
@@ -76,12 +86,18 @@ help: ## this list
 	@echo "Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' PYTHON=... VENV=...):"
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
+# A venv left without pip (an earlier failed `python3 -m venv`) is made again.
 $(VENV)/.installed: requirements.txt
+	@command -v $(BOOTSTRAP_PYTHON) >/dev/null || { echo "error: no $(BOOTSTRAP_PYTHON) on PATH;" \
+	  "install Python >= 3.10 or pass BOOTSTRAP_PYTHON=/path/to/python3" >&2; exit 2; }
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else \
 	  "error: Python >= 3.10 is needed, $(BOOTSTRAP_PYTHON) is " + sys.version.split()[0] + \
 	  "; pass BOOTSTRAP_PYTHON=python3.11 or similar")'
-	@test -x $(VENV)/bin/python || $(BOOTSTRAP_PYTHON) -m venv $(VENV)
+	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m common.torch_install preflight --python $(BOOTSTRAP_PYTHON)
+	@$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(BOOTSTRAP_PYTHON) -m venv $(VENV); }
 	@echo "installing requirements.txt into $(VENV) (once; again only when it changes)"
+	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m common.torch_install install --requirements requirements.txt \
+	  --backend $(TORCH_BACKEND) --index $(TORCH_INDEX) --timeout-s $(TORCH_INDEX_TIMEOUT_S)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $@
 
@@ -124,9 +140,8 @@ FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
         results-archive results-import wheelhouse
 
 gpu-suite: $(SETUP) ## on a GPU node, PART=1..5 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench | fp8 TE
+	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
 	@case "$(PART)" in all|1|2|3|4|5) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, all" >&2; exit 2;; esac
-	@test "$(NGPUS)" != "0" || { echo "error: gpu-suite needs NVIDIA GPUs and nvidia-smi lists none" \
-	  "(CPU presets: make allreduce-bench, make fsdp-scaling, ...)" >&2; exit 2; }
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
 	  timeout -s TERM -k 60 $(GPU_PART_LIMIT_S) $(MAKE) -k gpu-suite-part-$$p || failed="$$failed $$p"; \
@@ -136,6 +151,7 @@ gpu-suite: $(SETUP) ## on a GPU node, PART=1..5 or all: doctor+tests+tp+allreduc
 # Every step runs whatever the steps before it did (a failing GPU test must not cancel the
 # measurements); the part fails at the end, naming the steps that failed.
 gpu-suite-part-1:
+	$(call require_cuda)
 	@failed=""; \
 	$(MAKE) doctor || failed="$$failed doctor"; \
 	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
@@ -147,16 +163,20 @@ gpu-suite-part-1:
 # The fp8-train preset is more than one short job on one GPU: part 2 trains FP8_FIRST_HALF of its runs
 # (--only), part 5 the rest (--resume), which publishes the whole set once every run is done.
 gpu-suite-part-2:
+	$(call require_cuda)
 	$(MAKE) fp8-train-run ARGS="--only $(FP8_FIRST_HALF)"
 
 gpu-suite-part-5:
+	$(call require_cuda)
 	$(MAKE) fp8-train-run ARGS="--resume"
 	$(MAKE) fp8-train-report
 
 gpu-suite-part-3:
+	$(call require_cuda)
 	$(MAKE) fsdp-scaling-gpu
 
 gpu-suite-part-4:
+	$(call require_cuda)
 	$(MAKE) fp8-train-bench fp8-train-report
 
 ARCHIVE_DIR ?= .
@@ -168,36 +188,34 @@ results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then re
 	@$(PYRUN) -m common.archive extract $(ARCHIVE)
 	$(MAKE) reports
 
-# Offline GPU nodes: fill a folder with the FP8 backends' wheels where there is internet, install
-# from it on the node. TORCHAO pairs with the node's torch (0.17: torch 2.11; 0.18: torch 2.13).
+# The optional FP8 backends of fp8-train. torchao: the version requirements-fp8.txt pins (0.18 pairs with
+# torch 2.13). TransformerEngine TE: the core wheel for this torch's CUDA major, and its PyTorch extension
+# compiled here against this torch; its prerequisites (a CUDA torch, nvcc of the same major, cuDNN headers,
+# g++) are checked first, each missing one told in one line (common/te_install.py). Compiling takes a few
+# minutes on 8+ cores (an estimate). TE= skips it. WHEELHOUSE=dir installs all of it with no network, from
+# a folder `make wheelhouse` filled where there is internet (for this Python and the pinned torchao, unless
+# WHEEL_PY/TORCHAO/TE_CUDA say otherwise).
 WHEELHOUSE ?=
-WHEEL_PY ?= 3.12
-TORCHAO ?= 0.17.0
+WHEEL_PY ?=
+TORCHAO ?= $(shell sed -n 's/^torchao==//p' requirements-fp8.txt)
 TE ?= 2.20.2
-TE_CUDA ?= cu13
-TE_CUDA_ARCHS ?= 90
+TE_CUDA ?=
+TE_CUDA_ARCHS ?=
+TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(TE_CUDA_ARCHS),--cuda-archs "$(TE_CUDA_ARCHS)")
 wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (core + torch sdist) and their deps
 	@test -n "$(WHEELHOUSE)" || { echo "error: wheelhouse needs WHEELHOUSE=dir" >&2; exit 2; }
-	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --python $(WHEEL_PY) --torchao "$(TORCHAO)" \
-	  --te "$(TE)" --te-cuda $(TE_CUDA)
+	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
+	  $(if $(WHEEL_PY),--python $(WHEEL_PY)) $(if $(TE_CUDA),--te-cuda $(TE_CUDA))
 
-# Without WHEELHOUSE: torchao from PyPI. With it: everything from that folder, no network, and
-# TransformerEngine's torch extension compiled here against this torch (NVTE_CUDA_ARCHS=TE_CUDA_ARCHS:
-# 90 Hopper, 100 Blackwell; a few minutes with MAX_JOBS=8). FORCE_BUILD skips TE's attempt to download
-# a prebuilt extension; CPATH adds the headers of the CUDA/cuDNN pip packages that came with torch.
-setup-fp8: $(SETUP) ## optional FP8 backends: torchao; with WHEELHOUSE=dir also TransformerEngine, offline
+setup-fp8: $(SETUP) ## optional FP8 backends: torchao + TransformerEngine (TE= torchao alone; WHEELHOUSE=dir offline)
+	$(if $(TE),@$(PYRUN) -m common.te_install check $(TE_FLAGS))
 ifeq ($(WHEELHOUSE),)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
 	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
-	@sdist=$$(ls $(WHEELHOUSE)/transformer_engine_torch-*.tar.gz 2>/dev/null | head -1 || true); \
-	if [ -n "$$sdist" ]; then echo "building $$sdist against torch $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
-	  CPATH=$$($(PYTHON) -c "import glob, nvidia; print(':'.join(glob.glob(nvidia.__path__[0] + '/*/include')))" \
-	    2>/dev/null) NVTE_PYTORCH_FORCE_BUILD=TRUE \
-	  NVTE_FRAMEWORK=pytorch NVTE_CUDA_ARCHS=$(TE_CUDA_ARCHS) MAX_JOBS=$${MAX_JOBS:-8} \
-	  $(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps --no-build-isolation "$$sdist"; fi
-	$(PYRUN) -m common.doctor
 endif
+	$(if $(TE),$(PYRUN) -m common.te_install install $(TE_FLAGS))
+	$(PYRUN) -m common.doctor
 
 clean-venv: ## remove the managed .venv
 	rm -rf .venv

@@ -20,8 +20,7 @@ allreduce-bench-report: $(SETUP) ## REPORT.md, plots and TOPOLOGY.md from allred
 	$(PYRUN) $(ARB)/report.py
 
 allreduce-bench-gpu: $(SETUP) ## the GPU sweep on every GPU of this node (1 GPU: algbw only), then the report
-	@test "$(NGPUS)" != "0" || { echo "error: allreduce-bench-gpu needs NVIDIA GPUs and nvidia-smi lists none;" \
-	  "use make allreduce-bench for the CPU sweep" >&2; exit 2; }
+	$(call require_cuda,make allreduce-bench)
 	$(TORCHRUN) $(ARB)/bench.py --gpu $(GPU) $(ARGS)
 	$(MAKE) allreduce-bench-report
 

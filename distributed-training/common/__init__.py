@@ -21,6 +21,9 @@ One concept per module:
     data       the byte-level stdlib corpus and nanoGPT .bin files, deterministic batches
     testing    run a function on N forked gloo ranks (tests only)
     doctor     `make doctor`
+    cuda_env   nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
+    torch_install  `make setup`'s torch: that build from PyTorch's index, or the registry's (said in one line)
+    te_install `make setup-fp8`'s TransformerEngine: its prerequisites checked, core wheel, torch extension built
 
 Import the submodule you need (`from common.dist import distributed`); this file imports
 nothing so that `import common` stays cheap.

@@ -3,11 +3,13 @@
     make doctor                       # or: PYTHONPATH=distributed-training python -m common.doctor
     make doctor GPU=h100              # also show the figures a named preset would use
 
-Prints Python, torch, CUDA, NCCL, the GPUs and their NVLink/P2P links (through NVML), which FP8
-backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
+Prints Python, torch and the CUDA version it was built for beside the NVIDIA driver and the newest
+CUDA that driver runs (nvidia-smi), NCCL, the GPUs and their NVLink/P2P links (through NVML), which
+FP8 backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
 GPU=auto picks. A missing GPU or library is not a failure (it says what is missing and how to get
-it), except that naming a GPU preset (GPU=h100, ...) on a machine without a CUDA GPU exits 2 with
-one line saying so. Otherwise exit code 0 unless Python/torch themselves are unusable.
+it). Two things are: GPUs that nvidia-smi lists and this torch cannot use (one line naming both and
+the command that installs the build that fits, exit 1; common/cuda_env.py), and a GPU preset named
+(GPU=h100, ...) on a machine without a CUDA GPU (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from .config import parse_config
+from .cuda_env import build_text, describe, mismatch, read_driver
 from .hardware import CHOICES, NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml
 
 
@@ -29,7 +32,8 @@ class DoctorConfig:
     gpu: str = field(default="auto", metadata={"help": f"preset to describe: {', '.join(CHOICES)}"})
 
     def __post_init__(self):
-        get_preset(self.gpu)  # an unknown name is a ValueError listing the valid ones -> exit 2
+        if self.gpu.lower() != "auto":  # auto is what the doctor examines, never refused here
+            get_preset(self.gpu)  # an unknown name is a ValueError listing the valid ones -> exit 2
 
 
 def _try_import(name: str) -> str:
@@ -83,9 +87,10 @@ def _links(pynvml, n: int) -> list[str]:
     return out
 
 
-def report(gpu: str = "auto") -> list[str]:
+def report(gpu: str = "auto", driver=None) -> list[str]:
     lines = [f"python      {platform.python_version()} ({sys.executable})",
-             f"torch       {torch.__version__}",
+             f"torch       {torch.__version__}, {build_text(torch.version.cuda)}",
+             f"driver      {describe(driver)}",
              f"cpu         {cpu_model()}, {cpu_count()} cores usable",
              f"backends    gloo={'yes' if dist.is_gloo_available() else 'no'}  "
              f"nccl={'yes' if dist.is_nccl_available() else 'no'}"]
@@ -96,8 +101,10 @@ def report(gpu: str = "auto") -> list[str]:
             p = torch.cuda.get_device_properties(i)
             lines.append(f"gpu {i}       {p.name}, {p.total_memory / 2**30:.1f} GiB, sm_{p.major}{p.minor}, "
                          f"{p.multi_processor_count} SMs")
-    else:
+    elif driver is None or not driver.gpus:
         lines.append("cuda        not available (CPU presets and gloo will be used)")
+    else:
+        lines.append("cuda        not available to this torch (see the problem below)")
     try:
         with nvml() as pynvml:
             lines.append(f"nvml        driver {pynvml.nvmlSystemGetDriverVersion()}")
@@ -111,7 +118,7 @@ def report(gpu: str = "auto") -> list[str]:
         f"fp8 torchao torchao.float8: {_try_import('torchao.float8')}",
         f"fp8 torch   torch._scaled_mm: {'present' if hasattr(torch, '_scaled_mm') else 'missing'}",
     ]
-    preset = detect_preset() if gpu == "auto" else get_preset(gpu)
+    preset = detect_preset() if gpu.lower() == "auto" else get_preset(gpu)
     lines.append(f"preset      GPU={gpu} -> {preset.name} ({preset.label}; peak bf16 "
                  f"{fmt(preset.bf16_tflops, '.0f', ' TFLOP/s')}, fp8 {fmt(preset.fp8_tflops, '.0f', ' TFLOP/s')})")
     return lines
@@ -119,11 +126,16 @@ def report(gpu: str = "auto") -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(DoctorConfig, argv, description=__doc__.split("\n\n")[0], prog="doctor")
-    for line in report(cfg.gpu):
+    driver = read_driver()
+    for line in report(cfg.gpu, driver):
         print(line)
-    print("hint        TransformerEngine/torchao are optional: `make setup-fp8` (torchao) and "
-          "distributed-training/fp8-train/README.md (TransformerEngine)")
-    if get_preset(cfg.gpu).name != "cpu" and not torch.cuda.is_available():
+    print("hint        TransformerEngine and torchao are optional: `make setup-fp8` installs both "
+          "(TE= for torchao alone)")
+    problem = mismatch(torch.__version__, torch.version.cuda, torch.cuda.is_available(), driver)
+    if problem:
+        print(f"doctor: error: {problem}", file=sys.stderr)
+        return 1
+    if cfg.gpu.lower() != "auto" and get_preset(cfg.gpu).name != "cpu" and not torch.cuda.is_available():
         # Asked to validate a GPU preset on a machine without one: say it plainly, and fail.
         print(f"doctor: error: GPU={cfg.gpu} is a GPU preset and torch sees no CUDA GPU here: every GPU target "
               "will refuse to run; use GPU=cpu (or auto) on this machine", file=sys.stderr)

@@ -115,9 +115,14 @@ def slug(text: str) -> str:
 
 
 def get_preset(name: str) -> GPUPreset:
-    """A preset by GPU= name, or ValueError listing the valid names (callers turn it into exit 2)."""
+    """A preset by GPU= name, or ValueError listing the valid names (callers turn it into exit 2). GPU=auto on
+    a machine whose GPUs torch cannot use (a torch build the driver does not run) is a ValueError too: it
+    would otherwise quietly become the CPU preset on a GPU node."""
     key = ALIASES.get(name.lower(), name.lower())
     if key == "auto":
+        problem = _unusable_gpus()
+        if problem:
+            raise ValueError(f"GPU=auto: {problem}; or GPU=cpu for the CPU preset")
         return detect_preset()
     if key not in PRESETS:
         raise ValueError(f"unknown GPU preset {name!r}; valid: {', '.join(CHOICES)}")
@@ -130,8 +135,19 @@ def device_kind(preset: GPUPreset) -> str:
     if preset.name == "cpu":
         return "cpu"
     if not torch.cuda.is_available():
+        problem = _unusable_gpus()
+        if problem:  # GPUs are there and torch cannot use them: "use --gpu cpu" would be the wrong advice
+            raise ValueError(f"--gpu {preset.name} needs a CUDA GPU and torch sees none: {problem}")
         raise ValueError(f"--gpu {preset.name} needs a CUDA GPU and torch sees none; use --gpu cpu (CPU + gloo)")
     return "cuda"
+
+
+def _unusable_gpus() -> str | None:
+    """One line when nvidia-smi lists GPUs that this torch cannot use (common/cuda_env.py), else None."""
+    if torch.cuda.is_available():
+        return None
+    from .cuda_env import mismatch, read_driver
+    return mismatch(torch.__version__, torch.version.cuda, False, read_driver())
 
 
 def detect_preset() -> GPUPreset:

@@ -181,3 +181,34 @@ def expect_report_refuses(report_main: Callable[[list[str]], Any], lab, damage: 
     damage(results)
     return expect_bad_input(lambda: report_main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]),
                             needle, capsys, watch=[tmp_path])
+
+
+# ---- a fake NVIDIA driver: nvidia-smi as drivers 535/550/570/580 print it, or failing as without a driver
+
+# (driver version, the CUDA version its nvidia-smi header names): CUDA toolkit release notes, table 3.
+DRIVERS = {535: ("535.183.01", "12.2"), 550: ("550.54.15", "12.4"), 570: ("570.133.20", "12.8"),
+           580: ("580.82.07", "13.0")}
+
+
+def fake_nvidia_smi(folder, driver: int | None, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3",
+                    compute_cap: str = "9.0"):
+    """Write an executable `nvidia-smi` into `folder` (put it first on PATH) answering `nvidia-smi`, `-L` and
+    `--query-gpu=name,compute_cap` like the named driver with `gpus` GPUs; driver=None fails like a machine
+    whose driver is missing. Returns the script's path."""
+    from pathlib import Path
+    path = Path(folder) / "nvidia-smi"
+    if driver is None:
+        body = ('echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver. '
+                'Make sure that the latest NVIDIA driver is installed and running."; exit 9')
+    else:
+        version, cuda = DRIVERS[driver]
+        header = (f"+{'-' * 89}+\\n| NVIDIA-SMI {version:<22} Driver Version: {version:<14} "
+                  f"CUDA Version: {cuda:<9}|\\n+{'-' * 89}+")
+        body = (f'case "$1" in\n'
+                f'  -L) i=0; while [ $i -lt {gpus} ]; do echo "GPU $i: {name} (UUID: GPU-$i)"; i=$((i+1)); done ;;\n'
+                f'  --query-gpu=*) i=0; while [ $i -lt {gpus} ]; do echo "{name}, {compute_cap}"; i=$((i+1)); done ;;\n'
+                f'  *) printf "{header}\\n" ;;\n'
+                f'esac')
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path

@@ -3,18 +3,23 @@
 Run it on any machine that reaches PyPI, for the node's Python and platform, then copy the folder
 to the node and install from it there with no network (`make setup-fp8 WHEELHOUSE=dir`):
 
-    make wheelhouse WHEELHOUSE=wheels                      # Python 3.12, manylinux x86_64, CUDA 13
-    make wheelhouse WHEELHOUSE=wheels WHEEL_PY=3.11 TORCHAO=0.18.0 TE=2.20.2 TE_CUDA=cu13
+    make wheelhouse WHEELHOUSE=wheels                      # this Python, manylinux x86_64, this torch's CUDA
+    make wheelhouse WHEELHOUSE=wheels WHEEL_PY=3.12 TORCHAO=0.18.0 TE=2.20.2 TE_CUDA=cu12
     make setup-fp8 WHEELHOUSE=wheels                      # on the node; builds TE's torch extension there
 
+The defaults follow this checkout: the running Python's version, the torchao that requirements-fp8.txt pins
+(it pairs with the pinned torch: 0.17 was built for torch 2.11, 0.18 for 2.13), and the CUDA major of the
+torch installed here (a CPU build: cu13, the build the package registry serves for the pinned torch). Name
+the node's own where they differ (WHEEL_PY, TE_CUDA=cu12 for a node whose driver predates 580).
+
 What it fetches:
-    torchao==TORCHAO                    3 MB binary wheel, no dependencies (pair it with the node's torch:
-                                        0.17 was built for torch 2.11, 0.18 for 2.13)
+    torchao==TORCHAO                    3 MB binary wheel, no dependencies
     transformer_engine==TE              the package TE's import checks for (its Python code), 1 MB
-    transformer_engine_<TE_CUDA>==TE    TransformerEngine's core library, ~280 MB
+    transformer_engine_<TE_CUDA>==TE    TransformerEngine's core library, ~280-730 MB
     transformer_engine_torch==TE        the PyTorch extension, a source distribution only: it must be
                                         compiled against the node's own torch (setup-fp8 does it)
     pydantic and its dependencies, importlib-metadata   what TE imports at run time
+    wheel, packaging, setuptools, ninja                 what the extension's build imports and runs
 
 pip cannot download the TE torch sdist without running its setup.py (which needs torch and CUDA), so
 that one file is taken straight from the package index's simple page (PEP 503), the index pip uses.
@@ -33,7 +38,24 @@ from pathlib import Path
 
 PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64")
-RUNTIME_DEPS = ("pydantic", "importlib-metadata")
+RUNTIME_DEPS = ("pydantic", "importlib-metadata", "wheel", "packaging", "setuptools", "ninja")
+FP8_REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-fp8.txt"
+
+
+def pinned_torchao(requirements: Path = FP8_REQUIREMENTS) -> str:
+    """The torchao version requirements-fp8.txt pins ('' when it pins none)."""
+    m = re.search(r"^torchao==([\w.]+)", requirements.read_text(), re.M) if requirements.is_file() else None
+    return m.group(1) if m else ""
+
+
+def local_te_cuda() -> str:
+    """cu12/cu13 for the torch installed here; cu13 (the registry's build of the pinned torch) for a CPU build."""
+    try:
+        import torch
+        cuda = torch.version.cuda
+    except ImportError:
+        cuda = None
+    return f"cu{cuda.split('.')[0]}" if cuda else "cu13"
 
 
 def pip_download(dest: Path, py: str, packages: list[str], deps: bool) -> None:
@@ -62,10 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="wheelhouse", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--dest", required=True, help="folder to fill")
-    ap.add_argument("--python", default="3.12", help="the node's Python version")
-    ap.add_argument("--torchao", default="0.17.0", help="torchao version ('' = skip)")
+    ap.add_argument("--python", default=f"{sys.version_info[0]}.{sys.version_info[1]}",
+                    help="the node's Python version")
+    ap.add_argument("--torchao", default=pinned_torchao(), help="torchao version ('' = skip)")
     ap.add_argument("--te", default="2.20.2", help="TransformerEngine version ('' = skip)")
-    ap.add_argument("--te-cuda", default="cu13", choices=("cu12", "cu13"), help="the node's CUDA major")
+    ap.add_argument("--te-cuda", default=local_te_cuda(), choices=("cu12", "cu13"),
+                    help="the CUDA major of the node's torch")
     ap.add_argument("--index", default=os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple"),
                     help="PEP 503 index for the TE sdist")
     args = ap.parse_args(argv)
@@ -86,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted(p.name for p in dest.iterdir())
     size = sum(p.stat().st_size for p in dest.iterdir()) / 2**20
     print(f"wheelhouse: {len(files)} files, {size:.0f} MiB in {dest}:\n  " + "\n  ".join(files))
+    print(f"wheelhouse: for a node with Python {args.python} and a CUDA {args.te_cuda[2:]} build of torch "
+          f"(torchao {args.torchao or 'skipped'}, TransformerEngine {args.te or 'skipped'}); "
+          "WHEEL_PY=/TE_CUDA= name another")
     return 0
 
 

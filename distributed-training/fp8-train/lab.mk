@@ -30,6 +30,7 @@ fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery ->
 	  --title "fp8-emulated: clean run vs injected faults"
 
 fp8-train-gpu: $(SETUP)
+	$(call require_cuda,make fp8-train GPU=cpu)
 	$(MAKE) fp8-train-run fp8-train-bench fp8-train-report
 
 REPORT_TARGETS += fp8-train-report

@@ -47,6 +47,7 @@ fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs alone
 # These settings are this target's preset: a complete run replaces results/ (--promote replace).
 FSDP_GPU_ARGS ?= --warmup 5 --steps 20 --global-batch 32 --micro-batch 8
 fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memory by strategy, overlap
+	$(call require_cuda,make fsdp-scaling)
 	NNODES=1 NPROC=1 $(PYRUN) $(FSDP_DIR)/bench.py --gpu $(GPU) --worlds 1 --preflight $(FSDP_GPU_ARGS) $(ARGS)
 	$(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) --promote replace $(ARGS)"
 	$(MAKE) fsdp-scaling-report

@@ -45,8 +45,7 @@ parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alo
 
 # On a GPU node: the 1-GPU baseline (and its planner prediction), activations, and with 8+ GPUs the 3D run.
 parallel-3d-gpu: $(SETUP) ## on GPUs: baseline on 1 GPU, activation study, TP2xPP2xDP2 with 8+ GPUs, report
-	@test "$(NGPUS)" != "0" || { echo "error: parallel-3d-gpu needs NVIDIA GPUs and nvidia-smi lists none;" \
-	  "use make parallel-3d for the CPU preset" >&2; exit 2; }
+	$(call require_cuda,make parallel-3d)
 	$(MAKE) parallel-3d-baseline parallel-3d-activations
 	$(if $(shell test $(NGPUS) -ge 8 && echo yes),$(MAKE) parallel-3d-run TP=2 PP=2 DP=2)
 	$(MAKE) parallel-3d-report

@@ -25,6 +25,7 @@ tp-verify: $(SETUP) ## TP vs single-device: one JSON line of errors and collecti
 
 # One GPU: t = 1, the wrappers' overhead. On a node with more GPUs, then the sweep over t on all of them.
 tp-attention-gpu: $(SETUP) ## TP attention on GPUs: t = 1 vs the plain block vs DTensor, then t up to the node's GPUs
+	$(call require_cuda,make tp-attention)
 	$(PYRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) --require-gpu $(ARGS)
 	$(if $(filter-out 0 1,$(NGPUS)),$(TORCHRUN) $(TP_ATTENTION)/bench.py --gpu $(GPU) --require-gpu $(ARGS))
 
