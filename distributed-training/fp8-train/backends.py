@@ -30,8 +30,8 @@ import torch.nn as nn
 
 from formats import E4M3, amax
 
-TE_HOW = ("install TransformerEngine as distributed-training/fp8-train/README.md says (core wheel "
-          "transformer_engine_cu13 + transformer_engine_torch built against your torch)")
+TE_HOW = ("install TransformerEngine with `make setup-fp8` (its core wheel for this torch's CUDA and its torch "
+          "extension compiled against this torch; offline: WHEELHOUSE=dir, see the README)")
 TORCHAO_HOW = "install torchao with `make setup-fp8` (pip install torchao==0.18.0)"
 
 
