@@ -6,10 +6,11 @@
     engine.step(batch) -> mean loss of the step (every rank gets it)
 
 Construction, per rank: the full GPT is built from the seed (or on the meta device when it is too big
-for one rank's memory, then materialised shard by shard with the same values: init_weights.py), cut into this pipeline rank's stages
-(pipeline_stages.py), and each stage gets TP, recompute and FSDP2 (parallelize.py). With pp > 1 each stage
-becomes a torch.distributed.pipelining PipelineStage with static input/output shapes (no
-shape-inference pass), driven by Schedule1F1B (one stage per rank) or ScheduleInterleaved1F1B (v > 1).
+for one rank's memory, then materialised shard by shard with the same values: init_weights.py), cut into
+this pipeline rank's stages (pipeline_stages.py), and each stage gets TP, recompute and FSDP2
+(parallelize.py). With pp > 1 each stage becomes a torch.distributed.pipelining PipelineStage with
+static input/output shapes (no shape-inference pass), driven by Schedule1F1B (one stage per rank) or
+ScheduleInterleaved1F1B (v > 1).
 With pp = 1 there is no pipeline: the micro-batches run one after the other (gradient accumulation), as
 torchtitan does without PP.
 

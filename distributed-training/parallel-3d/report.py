@@ -91,6 +91,9 @@ def comms_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("comms_*.csv")):
         rows = ap.read(path)
+        if not rows:
+            out += [f"**{path.stem}**: no collective in any launch's step (one rank), as the design predicts.", ""]
+            continue
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
             groups.setdefault((r["tp"], r["pp"], r["dp"], r["variant"], r["pp_rank"]), []).append(r)
