@@ -182,7 +182,8 @@ def assumed_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Targe
     per_seq = flops_per_token(gcfg) * gcfg.seq_len / (p.bf16_tflops * 1e12 * ASSUMED_MFU)
     return Target(p.name, name, gcfg, seqs, STRONG_GLOBAL, {(s, m): per_seq for s in STRATEGIES
                                                            for m in ("strong", "weak")},
-                  f"ASSUMED MFU {ASSUMED_MFU:.2f} of {p.bf16_tflops:.0f} TFLOP/s (no GPU measured yet)")
+                  f"ASSUMED MFU {ASSUMED_MFU:.2f} of {p.bf16_tflops:.0f} TFLOP/s "
+                  f"(this model was not measured on {p.name})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,33 +13,35 @@ Beside each measurement, two predictions per block for one micro-batch:
 
     make parallel-3d-activations                  # CPU: 2 gloo ranks, t = 1 and 2, fp32
     make parallel-3d-activations GPU=h100 NPROC=2 # 2 GPUs, bf16, the GPU preset's shape
+    (make parallel-3d-gpu on one GPU runs t = 1 alone; rows are merged into results/ by t, recompute, dtype, shape)
     PYTHONPATH=distributed-training torchrun --nproc-per-node 2 distributed-training/parallel-3d/activations.py
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, print0
+from common.config import changed_flags, parse_config
+from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
-from common.hardware import get_preset
+from common.hardware import GPUPreset, get_preset
 from common.model import GPT, GPTConfig
-from common.results import ResultsWriter, provenance
+from common.results import NoWriter, provenance
+from common.runs import PROMOTE_CHOICES, RunError, run_dir_for
 from footprint import PeakTracker
 from parallelize import apply_recompute, apply_tp
 from settings import RECOMPUTE
 from pipeline_stages import StageModule, StageSpec
+from run_folders import PROMOTE_HELP, check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
+OPERATIONAL = ("gpu", "tp", "recompute", "resume", "promote", "results")  # what, not how: never an experiment
 COLUMNS = ["tp", "recompute", "dtype", "microbatch", "seq", "hidden", "heads", "kv_heads", "ffn",
            "measured_bytes", "torch_terms_bytes", "planner_bytes", "measured_over_planner",
            "measured_coef_bf16", "planner_coef_bf16"]
@@ -58,8 +60,12 @@ class ActConfig:
     heads: int = field(default=0, metadata={"help": "attention heads (0 = preset)"})
     kv_heads: int = field(default=0, metadata={"help": "key/value heads (0 = preset)"})
     ffn: int = field(default=0, metadata={"help": "MLP width (0 = preset)"})
-    gpu: str = field(default="auto", metadata={"help": "hardware preset; cpu = gloo, fp32"})
-    resume: bool = field(default=False, metadata={"help": "keep rows already measured"})
+    gpu: str = field(default="auto", metadata={"help": "hardware preset; cpu = gloo"})
+    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU), fp32 or bf16",
+                                                     "choices": ("auto", "fp32", "bf16")})
+    resume: bool = field(default=False, metadata={"help": "continue this study's interrupted run folder (runs/)"})
+    promote: str = field(default="auto", metadata={"help": PROMOTE_HELP, "choices": PROMOTE_CHOICES})
+    results: str = field(default="", metadata={"help": "results folder to publish into; empty = results/ here"})
 
     def __post_init__(self):
         bad = [r for r in self.recompute if r not in RECOMPUTE]
@@ -80,10 +86,12 @@ class Shape(NamedTuple):
                          n_kv_heads=self.kv_heads, d_ff=self.ffn)
 
 
-def torch_terms(sh: Shape, t: int, recompute: str, e: int) -> int:
+def torch_terms(sh: Shape, t: int, recompute: str, e: int, stat_bytes: int = 4) -> int:
     """Bytes PyTorch keeps for one block's backward, tensor by tensor (fused attention whose output is already
-    in (b, s, heads, d) layout, so wo's input is a view of it; LayerNorm statistics and the attention's
-    log-sum-exp in fp32). With t > 1 every tensor is split t ways except where noted."""
+    in (b, s, heads, d) layout, so wo's input is a view of it; the attention's log-sum-exp in fp32; LayerNorm's
+    mean and 1/std per token in stat_bytes: fp32 on CUDA, but on the CPU a LayerNorm whose input and weights
+    are both bf16 keeps them in bf16, ln_stat_bytes). With t > 1 every tensor is split t ways except where
+    noted."""
     b, s, h, f = sh.microbatch, sh.seq, sh.hidden, sh.ffn
     kv = sh.kv_heads * (h // sh.heads)
     sbh = b * s * h
@@ -101,16 +109,24 @@ def torch_terms(sh: Shape, t: int, recompute: str, e: int) -> int:
         scattered = 2 * e * sbh // t if t > 1 else 0  # their reduce-scattered outputs (sequence parallelism)
         gathered = proj_inputs if t > 1 else 0
         return block_input + qkv + out_proj + scattered + gathered + mlp
-    norms = 2 * e * sbh // t + 2 * 2 * 4 * b * s // t  # both LayerNorms' inputs (one is the block input) + stats
+    # both LayerNorms' inputs (one is the block input) and their two statistics per token
+    norms = 2 * e * sbh // t + 2 * 2 * stat_bytes * b * s // t
     attn_out = e * sbh // t + 4 * b * (sh.heads // t) * s  # output (wo's input) + log-sum-exp
     return norms + proj_inputs + qkv + attn_out + 2 * mlp
+
+
+def ln_stat_bytes(device: torch.device, dtype: torch.dtype) -> int:
+    """Bytes per LayerNorm statistic: CUDA keeps them in the accumulation type (fp32); the CPU kernel in the
+    parameters' dtype when input and weights share it (aten layer_norm_cpu), so bf16 on a CPU."""
+    return 4 if device.type == "cuda" else torch.finfo(dtype).bits // 8
 
 
 def saved_bytes(sh: Shape, n_blocks: int, t: int, recompute: str, mesh, device, dtype) -> int:
     """Bytes alive after the forward of n blocks (a middle pipeline stage), minus its output."""
     torch.manual_seed(0)
-    gpt = GPT(sh.gpt())
-    stage = StageModule(gpt, StageSpec(1, 3, tuple(range(n_blocks)))).to(device=device, dtype=dtype)
+    with torch.device(device):  # built where it runs (the values do not matter here, only the bytes)
+        gpt = GPT(sh.gpt())
+    stage = StageModule(gpt, StageSpec(1, 3, tuple(range(n_blocks)))).to(dtype=dtype)
     if t > 1:
         apply_tp(stage, mesh)
     apply_recompute(stage, recompute)
@@ -129,41 +145,73 @@ def measure(sh: Shape, t: int, recompute: str, mesh, device, dtype) -> dict:
     planner = pb.activation_bytes_per_layer(sh.gpt(), t, recompute, sh.microbatch, e)
     sbh = sh.microbatch * sh.seq * sh.hidden
     return {"tp": t, "recompute": recompute, "dtype": str(dtype).removeprefix("torch."), **sh._asdict(),
-            "measured_bytes": per_block, "torch_terms_bytes": torch_terms(sh, t, recompute, e),
+            "measured_bytes": per_block,
+            "torch_terms_bytes": torch_terms(sh, t, recompute, e, ln_stat_bytes(device, dtype)),
             "planner_bytes": planner, "measured_over_planner": per_block / planner,
             "measured_coef_bf16": per_block / sbh * 2 / e, "planner_coef_bf16": planner / sbh * 2 / e}
+
+
+def resolve(cfg: ActConfig) -> tuple[ActConfig, GPUPreset]:
+    preset = get_preset(cfg.gpu)
+    if preset.name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
+    return replace(cfg, gpu=preset.name, precision=precision), preset
+
+
+def shape_of(cfg: ActConfig, preset: GPUPreset) -> Shape:
+    base = SHAPES["cpu" if preset.name == "cpu" else "gpu"]
+    sh = Shape(**{k: getattr(cfg, k) or v for k, v in base.items()})
+    for t in cfg.tp:
+        if sh.heads % t or sh.kv_heads % t or sh.seq % t or sh.ffn % t:
+            raise ValueError(f"--tp {t} must divide heads, kv-heads, seq and ffn of {sh}")
+    sh.gpt()
+    return sh
+
+
+def run_tag(preset: GPUPreset, world: int, nnodes: int) -> str:
+    return f"activations_{preset.run_tag(world, nnodes)}"
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ActConfig, argv, description=__doc__.split("\n\n")[0], prog="activations.py")
     try:
-        preset = get_preset(cfg.gpu)
-        if preset.name != "cpu" and not torch.cuda.is_available():
-            raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
-        base = SHAPES["cpu" if preset.name == "cpu" else "gpu"]
-        sh = Shape(**{k: getattr(cfg, k) or v for k, v in base.items()})
-        for t in cfg.tp:
-            if sh.heads % t or sh.kv_heads % t or sh.seq % t or sh.ffn % t:
-                raise ValueError(f"--tp {t} must divide heads, kv-heads, seq and ffn of {sh}")
-        sh.gpt()
-    except ValueError as e:
+        cfg, preset = resolve(cfg)
+        sh = shape_of(cfg, preset)
+        changed = changed_flags(cfg, resolve(ActConfig(gpu=cfg.gpu))[0], OPERATIONAL)
+        results, files = results_dir(cfg.results), [(f"activations_{preset.tag}.csv", COLUMNS)]
+        if not launched_by_torchrun():
+            world, _, nnodes = planned_world()
+            check_before_launch(run_dir_for(results, run_tag(preset, world, nnodes)), cfg.resume, files,
+                                saved_config(cfg), ("resume", "promote", "tp"))
+    except (ValueError, RunError) as e:
         fail(str(e), code=2)
-    dtype = torch.float32 if preset.name == "cpu" else torch.bfloat16
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
     with distributed(device="cpu" if preset.name == "cpu" else "auto") as env:
-        writer = ResultsWriter(RESULTS / f"activations_{preset.tag}.csv", COLUMNS, KEY, provenance(env, BENCH_VERSION),
-                               config=config_dict(cfg), resume=cfg.resume, enabled=env.is_main)
-        for t in cfg.tp:
-            if env.world_size % t:
-                print0(f"skipping tp={t}: it does not divide the {env.world_size} ranks")
-                continue
-            mesh = init_device_mesh(env.device.type, (env.world_size // t, t), mesh_dim_names=("rep", "tp"))["tp"]
-            for rec in cfg.recompute:
-                row = measure(sh, t, rec, mesh, env.device, dtype)
-                if not writer.done(row):
-                    writer.write(row)
-                print0(f"tp={t} {rec:9s} {row['measured_bytes'] / 2**20:8.3f} MiB per block (torch terms "
-                       f"{row['torch_terms_bytes'] / 2**20:8.3f}, planner {row['planner_bytes'] / 2**20:8.3f}; "
-                       f"coefficient {row['measured_coef_bf16']:.2f} vs {row['planner_coef_bf16']:.2f} bf16 bytes/sbh)")
+        prov = provenance(env, BENCH_VERSION)
+        folder, writer = open_on_rank0(
+            run_dir_for(results, run_tag(preset, env.world_size, env.nnodes)), results, cfg.resume, env.is_main,
+            lambda f: f.writer(files[0][0], COLUMNS, KEY, prov, config=saved_config(cfg),
+                               config_ignore=("resume", "promote", "tp")))
+        writer = writer or NoWriter()
+        try:
+            for t in cfg.tp:
+                if env.world_size % t:
+                    print0(f"skipping tp={t}: it does not divide the {env.world_size} ranks")
+                    continue
+                mesh = init_device_mesh(env.device.type, (env.world_size // t, t), mesh_dim_names=("rep", "tp"))["tp"]
+                for rec in cfg.recompute:
+                    row = measure(sh, t, rec, mesh, env.device, dtype)
+                    if not writer.done(row):
+                        writer.write(row)
+                    print0(f"tp={t} {rec:9s} {row['measured_bytes'] / 2**20:8.3f} MiB per block (torch terms "
+                           f"{row['torch_terms_bytes'] / 2**20:8.3f}, planner {row['planner_bytes'] / 2**20:8.3f}; "
+                           f"coefficient {row['measured_coef_bf16']:.2f} vs {row['planner_coef_bf16']:.2f} "
+                           "bf16 bytes/sbh)")
+        except BaseException:
+            finish(folder, complete=False, changed=changed, promote=cfg.promote)
+            raise
+        finish(folder, complete=True, changed=changed, promote=cfg.promote)
     return 0
 
 

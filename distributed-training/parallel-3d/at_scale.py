@@ -29,6 +29,8 @@ The sends and receives themselves run through the fake group like every collecti
 
     make parallel-3d-at-scale
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/at_scale.py --studies 8B@64,70B@512
+
+Rows go to runs/at_scale/ first and are merged into results/ by study when the run completes (run_folders.py).
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -49,20 +50,21 @@ from torch.testing._internal.distributed.fake_pg import FakeStore  # registers t
 import explain as ex
 import planner_bridge as pb
 from comms import CollectiveLog, bus_factor, mesh_groups
-from common.config import config_dict, parse_config
-from common.dist import DistInfo
+from common.config import changed_flags, parse_config
+from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
-from common.results import ResultsWriter, provenance
+from common.results import provenance
+from common.runs import PROMOTE_CHOICES, RunError, run_dir_for
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
 from settings import Layout, Variant
 from pipeline_stages import stage_specs
+from run_folders import PROMOTE_HELP, check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
 MEM_KEYS = ("params", "grads", "optimizer", "activations", "buffers", "total")
 COLUMNS = ["study", "role", "rank", "world", "layers", "hidden", "heads", "vocab", "seq", "n_params",
            "tp", "pp", "dp", "microbatch", "num_microbatches", "interleave", "recompute", "planner_zero", "run_zero",
@@ -82,7 +84,9 @@ class AtScaleConfig:
     studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
                                      metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
     gpu: str = field(default="h100", metadata={"help": "the GPU the planner plans for"})
-    resume: bool = field(default=False, metadata={"help": "keep rows already measured and skip them"})
+    resume: bool = field(default=False, metadata={"help": "continue the study's interrupted run folder (runs/)"})
+    promote: str = field(default="auto", metadata={"help": PROMOTE_HELP, "choices": PROMOTE_CHOICES})
+    results: str = field(default="", metadata={"help": "results folder to publish into; empty = results/ here"})
 
     def __post_init__(self):
         for s in self.studies:
@@ -230,25 +234,44 @@ def study_rows(study: str, gpu: str) -> tuple[list[dict], list[dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(AtScaleConfig, argv, description=__doc__.split("\n\n")[0], prog="at_scale.py")
+    results = results_dir(cfg.results)
+    run_dir = run_dir_for(results, "at_scale")
+    ignore = ("resume", "promote", "studies")  # which studies is what, not how: rows merge by study
+    try:
+        check_before_launch(run_dir, cfg.resume, [("at_scale.csv", COLUMNS), ("at_scale_terms.csv", TERM_COLUMNS)],
+                            saved_config(cfg), ignore)
+    except (ValueError, RunError) as e:
+        fail(str(e), code=2)
     torch.set_num_threads(1)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as one rank of a fake group",
             "backend": "fake"}
-    writer = ResultsWriter(RESULTS / "at_scale.csv", COLUMNS, KEY, prov, config=config_dict(cfg), resume=cfg.resume)
-    term_writer = ResultsWriter(RESULTS / "at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov, resume=cfg.resume)
-    for study in cfg.studies:
-        if writer.done({"study": study, "role": "first"}):
-            continue
-        rows, terms = study_rows(study, cfg.gpu)
-        term_writer.write_many(terms)
-        writer.write_many(rows)
-        for r in rows:
-            state = r["param_bytes"] + r["grad_bytes"] + r["opt_bytes"]
-            print(f"{study:10s} {r['role']:5s} TP{r['tp']} PP{r['pp']} DP{r['dp']} Z{r['run_zero']}: state "
-                  f"{state / 1e9:7.3f} GB (planner {r['planner_state_bytes'] / 1e9:7.3f}, explained "
-                  f"{r['explained_state_bytes'] / 1e9:7.3f}), peak +{r['peak_bytes'] / 1e9:6.2f} GB, collectives "
-                  f"{'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s", flush=True)
+    folder, (writer, term_writer) = open_on_rank0(
+        run_dir, results, cfg.resume, True,
+        lambda f: (f.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg), config_ignore=ignore),
+                   f.writer("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov)))
+    changed = changed_flags(cfg, AtScaleConfig(), ignore + ("results",))
+    try:
+        for study in cfg.studies:
+            if not writer.done({"study": study, "role": "first"}):
+                measure_study(study, cfg.gpu, writer, term_writer)
+    except BaseException:
+        finish(folder, complete=False, changed=changed, promote=cfg.promote)
+        raise
+    finish(folder, complete=True, changed=changed, promote=cfg.promote)
     return 0
+
+
+def measure_study(study: str, gpu: str, writer, term_writer) -> None:
+    rows, terms = study_rows(study, gpu)
+    term_writer.write_many(terms)
+    writer.write_many(rows)
+    for r in rows:
+        state = r["param_bytes"] + r["grad_bytes"] + r["opt_bytes"]
+        print(f"{study:10s} {r['role']:5s} TP{r['tp']} PP{r['pp']} DP{r['dp']} Z{r['run_zero']}: state "
+              f"{state / 1e9:7.3f} GB (planner {r['planner_state_bytes'] / 1e9:7.3f}, explained "
+              f"{r['explained_state_bytes'] / 1e9:7.3f}), peak +{r['peak_bytes'] / 1e9:6.2f} GB, collectives "
+              f"{'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,12 @@ DP (d > 1), FSDP2 units: each block, and the stage's root where it has parameter
   the root never reshards after forward. Under 1F1B (warm-up forwards w, then backward/forward pairs,
   then the last backwards) a zero-3 block is gathered w + 1 + (m - w) = m + 1 times, a zero-2 block and
   the root once.
+DP = 1 with bf16: the stages are fully_shard-ed on a 1-rank group (parallelize.fsdp_policy), and FSDP2
+  issues no collective there: it copies its shards instead of gathering them and its gradients instead of
+  reduce-scattering them (pytorch/pytorch#160135 and #162021, 2025; torch 2.13 here). Nothing is predicted
+  on dp, and comms.py logs 1-rank calls like any other, so a torch that still issued them would show as a
+  mismatch. What FSDP2 does keep at dp = 1 is its reduction schedule, which sets how often the TP-Partial
+  LayerNorm gradients are all-reduced (_reductions: every micro-batch without PP).
 """
 
 from __future__ import annotations
@@ -87,8 +93,8 @@ def _reductions(layout: Layout, fsdp: bool) -> int:
 def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], fsdp: bool | None = None,
                      orders: dict[int, str] | None = None) -> Counter:
     """{(dimension, kind): count} for one optimizer step on a rank holding `specs`. fsdp: whether the stages are
-    fully_shard-ed (default dp > 1; engine.Engine.fsdp says, as bf16 shards at dp = 1 too). orders: each
-    stage's actions (schedule_orders; default 1F1B's)."""
+    fully_shard-ed (default dp > 1; engine.Engine.fsdp says, as bf16 shards at dp = 1 too, where FSDP2 issues no
+    collective). orders: each stage's actions (schedule_orders; default 1F1B's)."""
     m, out = layout.num_microbatches, Counter()
     full, zero3, piped = variant.recompute == "full", variant.zero == 3, layout.pp > 1
     reductions = _reductions(layout, layout.dp > 1 if fsdp is None else fsdp)

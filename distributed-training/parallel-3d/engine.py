@@ -6,10 +6,11 @@
     engine.step(batch) -> mean loss of the step (every rank gets it)
 
 Construction, per rank: the full GPT is built from the seed (or on the meta device when it is too big
-for one rank's memory, then materialised shard by shard), cut into this pipeline rank's stages
-(pipeline_stages.py), and each stage gets TP, recompute and FSDP2 (parallelize.py). With pp > 1 each stage
-becomes a torch.distributed.pipelining PipelineStage with static input/output shapes (no
-shape-inference pass), driven by Schedule1F1B (one stage per rank) or ScheduleInterleaved1F1B (v > 1).
+for one rank's memory, then materialised shard by shard with the same values: init_weights.py), cut into
+this pipeline rank's stages (pipeline_stages.py), and each stage gets TP, recompute and FSDP2
+(parallelize.py). With pp > 1 each stage becomes a torch.distributed.pipelining PipelineStage with
+static input/output shapes (no shape-inference pass), driven by Schedule1F1B (one stage per rank) or
+ScheduleInterleaved1F1B (v > 1).
 With pp = 1 there is no pipeline: the micro-batches run one after the other (gradient accumulation), as
 torchtitan does without PP.
 
@@ -24,9 +25,10 @@ once after the last (PipelineStage.backward_maybe_with_nosync, perform_reduce_gr
 per unit per step, but the stage's gradients are held unsharded, in fp32, for the whole step.
 
 bf16: FSDP2's MixedPrecisionPolicy casts (bf16 compute, fp32 reduce), so with bf16 every stage is
-fully_shard-ed, at dp = 1 too (a 1-rank group moves nothing). In fp32 at dp = 1 there is no FSDP, and
-the TP-replicated LayerNorm weights' Partial gradients are all-reduced here, once per step, as FSDP2
-does when it is there.
+fully_shard-ed, at dp = 1 too (parallelize.fsdp_policy; on a 1-rank group FSDP2 issues no collective).
+The pipeline's send and receive buffers take the policy's output dtype (parallelize.boundary_dtype). In
+fp32 at dp = 1 there is no FSDP, and the TP-replicated LayerNorm weights' Partial gradients are
+all-reduced here, once per step, as FSDP2 does when it is there.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from torch.distributed.tensor import DTensor, Partial, Replicate
 from common.model import GPT, GPTConfig, count_params, lm_loss
 from design import schedule_orders
 from footprint import state_bytes
-from parallelize import local_params, parallelize, plain_name
+from init_weights import init_like_one_process
+from parallelize import boundary_dtype, fsdp_policy, local_params, parallelize, plain_name
 from settings import Layout, Variant
 from pipeline_stages import StageModule, boundary_shapes, build_stages, stage_specs
 
@@ -64,18 +67,19 @@ class Engine:
         self.specs = stage_specs(gcfg.n_layers, layout.pp, variant.interleave, self.pp_rank, stage_layers)
         if init == "auto":
             init = "full" if 4 * count_params(gcfg) <= FULL_INIT_LIMIT_BYTES else "meta"
-        self.init = init
+        self.init = init  # full: built whole on the CPU from the seed; meta: see _materialise; fake: no values
         torch.manual_seed(seed)  # every rank builds the same model, so every shard is a slice of one GPT
         with torch.device("meta" if init in ("meta", "fake") else "cpu"):
             gpt = GPT(gcfg)
+        self.policy = fsdp_policy(layout.dp, param_dtype)  # None: no FSDP (fp32 at dp = 1)
+        self.fsdp = self.policy is not None
+        self.act_dtype = boundary_dtype(self.policy)  # what the pipeline stages send and receive
         self.stages: list[StageModule] = []
         for stage in build_stages(gpt, self.specs):
             if init == "full":
                 stage.to(device)
             self.stages.append(parallelize(stage, mesh, zero=variant.zero, recompute=variant.recompute,
-                                           param_dtype=param_dtype))
-        self.fsdp = mesh["dp"].size() > 1 or param_dtype is not None
-        self.act_dtype = param_dtype or torch.float32
+                                           policy=self.policy))
         if init == "meta":
             self._materialise(seed)
         elif init == "fake":  # the at-scale study: shards allocated as FakeTensors, no values
@@ -96,12 +100,12 @@ class Engine:
         self.last_state: dict[str, int] = {}
 
     def _materialise(self, seed: int) -> None:
-        """Meta-built stages: allocate this rank's shards on the device, then the GPT's init on each shard."""
-        torch.manual_seed(seed)
+        """Meta-built stages: allocate this rank's shards on the device, then give them the one-process GPT's values
+        (the CPU generator's draws from `seed`, replayed parameter by parameter: init_weights.py)."""
         for stage in self.stages:
             stage.to_empty(device=self.device)
-            stage.cfg = self.gcfg  # GPT.reset_parameters reads cfg.init_std and cfg.n_layers
-            GPT.reset_parameters(stage)  # by name: LayerNorm gains 1, wo/w2 scaled, the rest N(0, 0.02)
+        params = {plain_name(n): p for stage in self.stages for n, p in stage.named_parameters()}
+        init_like_one_process(self.gcfg, seed, params)
 
     def _pipeline_stage(self, stage: StageModule, spec) -> PipelineStage:
         # Static shapes: pipelining then skips its shape-inference pass (a real forward/backward on the first

@@ -24,14 +24,15 @@ parallel-3d: $(SETUP) ## TP x PP x DP training (make parallel-3d TP=2 PP=2 DP=2)
 	$(MAKE) parallel-3d-report
 
 # The one-process reference of the same model, data and seed (its losses are what every 3D run must reproduce).
-# It starts this preset's CSVs afresh; the runs after it add their rows (--resume).
+# Every launch writes into its own run folder (runs/<preset>_ws<N>_tp<t>pp<p>dp<d>/) and, complete, merges its
+# rows into results/ (other degrees' rows stay); ARGS="--resume" continues an interrupted one.
 parallel-3d-baseline: $(SETUP) ## the same model on one rank (the reference the 3D runs must equal)
 	$(PYRUN) $(P3D_DIR)/train.py --gpu $(GPU) --tp 1 --pp 1 --dp 1 --interleave 1 $(ARGS)
 
 # What slurm/lab.sbatch runs under srun on every node.
 # common.launch (TORCHRUN) runs train.py once as a plain process first: bad input is one line, exit 2.
-parallel-3d-run: $(SETUP) ## the TP x PP x DP launch alone (torchrun; rows added to results/runs_<preset>.csv)
-	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) --resume $(ARGS)
+parallel-3d-run: $(SETUP) ## the TP x PP x DP launch alone (torchrun; rows merged into results/runs_<preset>.csv)
+	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) $(ARGS)
 
 parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selective/full recompute at t = 1, 2 vs the planner
 	$(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(P3D_ACT_NPROC) \
@@ -43,7 +44,9 @@ parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/
 parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alone
 	$(PYRUN) $(P3D_DIR)/report.py
 
-# On a GPU node: the 1-GPU baseline (and its planner prediction), activations, and with 8+ GPUs the 3D run.
+# On a GPU node (bf16, NCCL): the 1-GPU baseline (medium GPT, ~300M parameters, FSDP2's bf16 policy on a 1-rank
+# group; z3 x recompute none and full, 3 + 10 steps each, and its planner prediction), the activation study (t = 1
+# on one GPU; t = 1, 2 on two or more), with 8+ GPUs the TP2 x PP2 x DP2 run, and the report.
 parallel-3d-gpu: $(SETUP) ## on GPUs: baseline on 1 GPU, activation study, TP2xPP2xDP2 with 8+ GPUs, report
 	$(call require_cuda,make parallel-3d)
 	$(MAKE) parallel-3d-baseline parallel-3d-activations

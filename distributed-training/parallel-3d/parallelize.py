@@ -24,7 +24,11 @@ norm weight per step), and without FSDP (dp = 1) the engine does the same (engin
 FSDP2 over dp: each block is a unit, then the stage module (embeddings or head) is the root unit, as
 common/fsdp.py does for the whole GPT. zero 3 = reshard_after_forward=True (gather again for backward),
 zero 2 = False (keep the gathered block until backward). The root is never resharded after forward.
-With bf16, MixedPrecisionPolicy(bf16 params, fp32 reduce), torchtitan's default.
+With bf16, MixedPrecisionPolicy(bf16 params, fp32 reduce), torchtitan's default. FSDP2 is applied when
+dp > 1, and at dp = 1 with bf16 too (fsdp_policy): its policy is what keeps fp32 master weights and
+gradients around bf16 compute, so one GPU trains with the numerics of many. On a 1-rank group FSDP2 issues
+no collective (it copies instead: pytorch/pytorch#160135, #162021), so design.py predicts no dp traffic at
+dp = 1 and the tests count none (comms.py logs 1-rank calls too).
 
 Recompute per block (torch.utils.checkpoint through checkpoint_wrapper, non-reentrant):
     none        nothing
@@ -43,7 +47,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
                                                parallelize_module)
@@ -109,23 +113,37 @@ def apply_recompute(stage: StageModule, mode: str) -> None:
         stage.layers[key] = checkpoint_wrapper(block, **kw)
 
 
-def apply_fsdp(stage: StageModule, dp_mesh: DeviceMesh, zero: int, param_dtype: torch.dtype | None) -> None:
-    mp = mixed_precision(param_dtype)
+def fsdp_policy(dp: int, param_dtype: torch.dtype | None) -> MixedPrecisionPolicy | None:
+    """FSDP2's mixed-precision policy for the stages, or None where they are not fully_shard-ed (fp32 at dp = 1)."""
+    if dp == 1 and param_dtype is None:
+        return None
+    return mixed_precision(param_dtype)
+
+
+def boundary_dtype(policy: MixedPrecisionPolicy | None) -> torch.dtype:
+    """The dtype of the hidden states a stage sends and of the logits it returns: FSDP2 casts a unit's outputs to
+    the policy's output_dtype, else leaves them in its compute dtype (param_dtype); no policy, fp32."""
+    if policy is None:
+        return torch.float32
+    return policy.output_dtype or policy.param_dtype or torch.float32
+
+
+def apply_fsdp(stage: StageModule, dp_mesh: DeviceMesh, zero: int, policy: MixedPrecisionPolicy) -> None:
     for block in stage.layers.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=zero == 3, mp_policy=mp)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=zero == 3, mp_policy=policy)
     # The root holds the embeddings or the head (or nothing, on a middle stage); used at both ends of the step.
-    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=False, mp_policy=mp)
+    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=False, mp_policy=policy)
 
 
 def parallelize(stage: StageModule, mesh: DeviceMesh, *, zero: int, recompute: str,
-                param_dtype: torch.dtype | None) -> StageModule:
-    """TP (tp > 1), recompute, FSDP2 (dp > 1, or any dp with bf16: FSDP2's policy is what casts) on one
-    stage, in torchtitan's order; returns the stage."""
+                policy: MixedPrecisionPolicy | None) -> StageModule:
+    """TP (tp > 1), recompute, FSDP2 (where `policy` is given: fsdp_policy) on one stage, in torchtitan's order;
+    returns the stage."""
     if mesh["tp"].size() > 1:
         apply_tp(stage, mesh["tp"])
     apply_recompute(stage, recompute)
-    if mesh["dp"].size() > 1 or param_dtype is not None:
-        apply_fsdp(stage, mesh["dp"], zero, param_dtype)
+    if policy is not None:
+        apply_fsdp(stage, mesh["dp"], zero, policy)
     return stage
 
 

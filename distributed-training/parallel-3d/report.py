@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import against_planner as ap
+from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, guard_report
 from common.plotting import new_figure, save
@@ -45,10 +46,15 @@ def _num(x: float | None, spec: str) -> str:
 
 
 def provenance(rows: list[dict]) -> str:
-    r = rows[0]
+    """The machine and versions of a file's rows; a file merged from several launches lists each commit."""
+    def distinct(key: str, n: int = 12) -> str:
+        return ", ".join(dict.fromkeys(x[key][:n] for x in rows))
+
     worlds = sorted({int(x["world_size"]) for x in rows})
-    return (f"{r['hardware']}; {', '.join(map(str, worlds))} ranks; {r['backend']}; torch {r['torch_version']}, "
-            f"CUDA {r['cuda_version']}, NCCL {r['nccl_version']}; commit {r['git_commit']}, {r['timestamp_utc'][:10]}")
+    days = sorted(x["timestamp_utc"][:10] for x in rows)
+    return (f"{distinct('hardware', 200)}; {', '.join(map(str, worlds))} ranks; {distinct('backend')}; torch "
+            f"{distinct('torch_version', 40)}, CUDA {distinct('cuda_version')}, NCCL {distinct('nccl_version')}; "
+            f"commit {distinct('git_commit')}, {' to '.join(dict.fromkeys((days[0], days[-1])))}")
 
 
 def _loss_gap(row: dict, base: dict | None) -> str:
@@ -91,6 +97,9 @@ def comms_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("comms_*.csv")):
         rows = ap.read(path)
+        if not rows:
+            out += [f"**{path.stem}**: no collective in any launch's step (one rank), as the design predicts.", ""]
+            continue
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
             groups.setdefault((r["tp"], r["pp"], r["dp"], r["variant"], r["pp_rank"]), []).append(r)
@@ -205,7 +214,11 @@ def conclusions(results: Path) -> list[str]:
 
 
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
-    sections = {"runs": runs_section(results), "comms": comms_section(results),
+    sections = {"measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
+                                                                "at_scale.csv"],
+                                                      "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
+                                                      "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
+                "runs": runs_section(results), "comms": comms_section(results),
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
                 "conclusions": conclusions(results)}

@@ -20,7 +20,9 @@ from typing import NamedTuple
 
 from common.hardware import CHOICES
 from common.model import GPTConfig
+from common.runs import PROMOTE_CHOICES
 from pipeline_stages import split_layers
+from run_folders import PROMOTE_HELP
 
 ZEROS = (2, 3)  # FSDP2 reshard_after_forward False (ZeRO-2 traffic) / True (ZeRO-3); see parallelize.py
 RECOMPUTE = ("none", "selective", "full")
@@ -81,7 +83,11 @@ class Config:
     gpu: str = field(default="auto", metadata=_h(f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"))
     data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
     seed: int = field(default=0, metadata=_h("model init and batch order"))
-    resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
+    resume: bool = field(default=False, metadata=_h("continue this launch's interrupted run folder (runs/): keep "
+                                                    "the rows it measured, measure the rest"))
+    promote: str = field(default="auto", metadata=_h(PROMOTE_HELP, choices=PROMOTE_CHOICES))
+    results: str = field(default="", metadata=_h("the results folder complete runs are published into (run folders "
+                                                 "beside it, in runs/); empty = results/ in this lab"))
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
 
     def __post_init__(self):

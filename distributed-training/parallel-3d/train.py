@@ -10,18 +10,22 @@ step's tracked peak, footprint.py; the largest rank), the first and last losses,
 of a step matched the design (design.py) on every rank, and beside them the planner's prediction for
 the same configuration (planner_bridge.py): memory per GPU, and on a GPU preset step time, bubble and
 exposed communication. results/comms_<preset>.csv holds the collectives of one step per pipeline rank,
-per mesh dimension and kind, with the design's count.
+per mesh dimension and kind, with the design's count. A launch writes both into its run folder,
+runs/<preset>_ws<N>_tp<t>pp<p>dp<d>/, under a lock, and when complete merges its rows into results/
+(run_folders.py: other degrees' rows stay; an experiment, e.g. --steps 50, stays in runs/).
 
     make parallel-3d                              # CPU: 1-rank baseline + TP2 x PP2 x DP2 on 8 gloo ranks + studies
     make parallel-3d TP=2 PP=2 DP=2 GPU=h100      # one node of 8 GPUs
+    make parallel-3d-gpu                          # 1 GPU: the bf16 baseline + the activation study + report
     make parallel-3d-run TP=8 PP=2 DP=1 NNODES=2 MASTER_ADDR=node0 GPU=h100     # every node
     sbatch --nodes=2 slurm/lab.sbatch parallel-3d TP=8 PP=2 DP=1 GPU=h100
     OMP_NUM_THREADS=1 PYTHONPATH=distributed-training python -m torch.distributed.run --standalone \\
         --nproc-per-node 8 distributed-training/parallel-3d/train.py --gpu cpu --tp 2 --pp 2 --dp 2
 
-The command `make plan` prints for its chosen configuration runs here unchanged (real shapes: build on
-the meta device, initialise per shard). On 2 CPU cores 8 ranks share 2 cores and gloo runs over
-loopback: the step times are core contention, not scaling; correctness, memory and bytes hold anywhere.
+The command `make plan` prints for its chosen configuration runs here unchanged (real shapes: built on
+the meta device, each shard given the one-process model's values: init_weights.py). On 2 CPU cores 8
+ranks share 2 cores and gloo runs over loopback: the step times are core contention, not scaling;
+correctness, memory and bytes hold anywhere.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from __future__ import annotations
 import gc
 import os
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -37,13 +40,14 @@ from tqdm import tqdm
 
 import planner_bridge as pb
 from comms import CollectiveLog, mesh_groups
-from common.config import config_dict, parse_config
+from common.config import changed_flags, parse_config
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import GPUPreset, get_preset
 from common.model import count_params, mfu
-from common.results import ResultsWriter, SchemaMismatch, provenance
+from common.results import NoWriter, provenance
+from common.runs import RunError, RunFolder, run_dir_for
 from common.timing import time_iterations
 from design import predicted_counts
 from engine import Batch, Engine
@@ -51,9 +55,9 @@ from footprint import PeakTracker
 from parallelize import build_mesh
 from settings import Config, Layout, Variant, check, gpt_config, torchrun_world, variants
 from pipeline_stages import split_layers
+from run_folders import check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
 COLUMNS = ["preset", "variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers",
            "microbatch", "num_microbatches", "global_batch", "model", "n_params", "precision", "optimizer", "step_time_ms",
            "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
@@ -64,8 +68,25 @@ KEY = ["variant", "tp", "pp", "dp", "world_size", "nnodes"]
 COMM_COLUMNS = ["preset", "variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
                 "design_count"]
 COMM_KEY = ["variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "world_size", "nnodes"]
-# Launches with other degrees or variants add rows to the same files (--resume).
-CONFIG_IGNORE = ("resume", "tp", "pp", "dp", "world", "zero", "recompute", "interleave", "stage_layers")
+# What a launch measures, not how: launches that differ only here are merged into the same files (run_folders.py).
+OPERATIONAL = ("gpu", "tp", "pp", "dp", "world", "zero", "recompute", "interleave", "resume", "promote", "results",
+               "timeout_s")
+CONFIG_IGNORE = ("resume", "promote", "timeout_s", "tp", "pp", "dp", "world", "zero", "recompute", "interleave",
+                 "stage_layers")
+
+
+def run_tag(preset: GPUPreset, layout: Layout, nnodes: int) -> str:
+    """The launch's run folder, e.g. cpu_ws8_tp2pp2dp2, h100_ws1_tp1pp1dp1 (files inside keep results/' names)."""
+    return f"{preset.run_tag(layout.world, nnodes)}_tp{layout.tp}pp{layout.pp}dp{layout.dp}"
+
+
+def result_files(preset: GPUPreset) -> list[tuple[str, list[str]]]:
+    return [(f"runs_{preset.tag}.csv", COLUMNS), (f"comms_{preset.tag}.csv", COMM_COLUMNS)]
+
+
+def changed(cfg: Config) -> list[str]:
+    """Measurement flags that differ from the preset's (then the launch is an experiment: it stays in runs/)."""
+    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
 
 
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
@@ -83,16 +104,15 @@ class Run:
         self.cfg, self.preset, self.env, self.layout, self.data, self.gcfg = cfg, preset, env, layout, data, gcfg
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.mesh = build_mesh(env.device.type, layout.pp, layout.dp, layout.tp)
-        kw = dict(provenance=provenance(env, BENCH_VERSION), config=config_dict(cfg), resume=cfg.resume,
-                  enabled=env.is_main, config_ignore=CONFIG_IGNORE)
-        error = None
-        try:  # only rank 0 opens the files; it tells every rank whether that worked
-            self.rows = ResultsWriter(RESULTS / f"runs_{preset.tag}.csv", COLUMNS, KEY, **kw)
-            self.comms = ResultsWriter(RESULTS / f"comms_{preset.tag}.csv", COMM_COLUMNS, COMM_KEY, **kw)
-        except SchemaMismatch as e:
-            error = str(e)
-        if (error := from_rank0(error)) is not None:
-            fail(error, code=2)
+        prov, saved = provenance(env, BENCH_VERSION), saved_config(cfg)
+        self.run_dir = run_dir_for(results_dir(cfg.results), run_tag(preset, layout, env.nnodes))
+
+        def writers(folder: RunFolder):
+            return [folder.writer(name, columns, key, prov, config=saved, config_ignore=CONFIG_IGNORE)
+                    for (name, columns), key in zip(result_files(preset), (KEY, COMM_KEY))]
+
+        self.folder, made = open_on_rank0(self.run_dir, results_dir(cfg.results), cfg.resume, env.is_main, writers)
+        self.rows, self.comms = made or (NoWriter(), NoWriter())
 
     def batch(self, step: int) -> Batch:
         lay, g = self.layout, self.gcfg
@@ -185,6 +205,15 @@ class Run:
         return [r for rows in (gathered or []) for r in rows]
 
     def run(self) -> None:
+        try:
+            self.measure_all()
+        except BaseException:
+            finish(self.folder, complete=False, changed=changed(self.cfg), promote=self.cfg.promote)
+            raise
+        complete = all(self.rows.done(self.key(v)) for v in variants(self.cfg))
+        finish(self.folder, complete=complete, changed=changed(self.cfg), promote=self.cfg.promote)
+
+    def measure_all(self) -> None:
         env = self.env
         todo = [v for v in variants(self.cfg) if not self.rows.done(self.key(v))]
         for v in tqdm(from_rank0(todo), disable=not env.is_main, desc=f"TP{self.layout.tp} PP{self.layout.pp} "
@@ -216,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         if layout.world > 1 and not launched_by_torchrun() and os.environ.get("DT_CHECK_ARGS") != "1":
             raise ValueError(f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp} needs {layout.world} ranks: launch it "
                              f"with torchrun (make parallel-3d TP={layout.tp} PP={layout.pp} DP={layout.dp})")
-    except ValueError as e:  # before any process group: one line, exit 2, nothing written
+        if not launched_by_torchrun():  # make's check pass, or this plain process before it opens the folder
+            results = results_dir(cfg.results)
+            check_before_launch(run_dir_for(results, run_tag(preset, layout, planned_world()[2])), cfg.resume,
+                                result_files(preset), saved_config(cfg), CONFIG_IGNORE)
+    except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
     with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
         print0(f"parallel-3d: TP{layout.tp} x PP{layout.pp} x DP{layout.dp} = {env.world_size} ranks "

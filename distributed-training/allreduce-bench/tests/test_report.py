@@ -42,7 +42,7 @@ def test_report_from_fixture_csvs(tmp_path):
     (res / "topology_cpu.md").write_text("## Some CPU\n\n- fixture topology\n")
     cfg = report.Config(results=str(res), out=str(tmp_path / "REPORT.md"))
     text = report.report(cfg)
-    assert "**No GPU run exists yet.**" in text and "**CPU caveat.**" in text
+    assert "- GPU: no result is committed yet; `make allreduce-bench-gpu`" in text and "**CPU caveat.**" in text
     assert "| cpu 4 ranks, gloo, fp32 | all_reduce | " in text and "None: published busbw figures" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| cpu 4 ranks, gloo, fp32 | all_gather |"))
     cells = [c.strip() for c in line.split("|")[1:-1]]
@@ -62,7 +62,9 @@ def test_report_from_fixture_csvs(tmp_path):
     text = report.report(cfg)
     # its in-place busbw beside ours with its statistic (the fixture's loop time is 0.9 x the median of max)
     assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 81.2 | 50 | 1.62 | 73.1 |" in text
-    assert "No GPU run exists yet" not in text and "One-rank runs: no byte crosses a link" in text
+    assert "no result is committed yet" not in text and "One-rank runs: no byte crosses a link" in text
+    assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank;" in text and "- GPU: 8x NVIDIA H100" in text
+    assert "Multi-GPU: no result yet" not in text  # the 8-GPU sweep is one
     # In place on one rank (all_reduce, broadcast) no data moves: left out; out-of-place shown as algbw.
     assert not any(ln.startswith(("| h100 1 rank, nccl, fp32 | broadcast |", "| h100 1 rank, nccl, fp32 | all_reduce |"))
                    for ln in text.splitlines())

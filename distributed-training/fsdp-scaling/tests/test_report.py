@@ -17,7 +17,7 @@ def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "### 1x NVIDIA H100 80GB HBM3" in text and "(CPU: contention, not scaling)" in text
-    assert "GPU runs are included below." in text
+    assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank;" in text and "no result is committed yet" not in text
     h100 = text.split("### 1x NVIDIA H100 80GB HBM3")[1]
     assert "d1024-L24" in h100 and "41" in h100  # its own model and MFU, not the CPU rows'
     assert (res / "scaling_measured_1x-nvidia-h100-80gb-hbm3.png").exists()

@@ -27,6 +27,8 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--interleave", "2"], "--interleave 2 needs --pp > 1"),
     (["--lr", "nan"], "expected a finite number"),
     (["--data", "/nonexistent"], "--data /nonexistent: missing train.bin, val.bin"),
+    (["--resume"], "--resume: nothing to resume in"),
+    (["--promote", "sometimes"], "--promote"),
     pytest.param(["--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_runner(argv, needle, capsys):

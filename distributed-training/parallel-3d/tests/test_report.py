@@ -3,10 +3,12 @@
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import against_planner
 import report
+from common.testing import as_gpu_rows
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 
@@ -32,3 +34,20 @@ def test_report_refuses_a_missing_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "no results folder" in err
     assert against_planner.render(tmp_path).startswith("_Not measured yet")
+
+
+def test_the_report_says_which_gpu_results_exist(tmp_path):
+    """Generated from the files' provenance: none, then (a GPU-labelled copy of the CPU rows) the GPU's."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    out = tmp_path / "REPORT.md"
+    assert report.main(["--results", str(results), "--out", str(out)]) == 0
+    assert "- GPU: no result is committed yet; `make parallel-3d-gpu`" in out.read_text()
+    runs = pd.read_csv(results / "runs_cpu.csv")
+    as_gpu_rows(runs[runs["world_size"] == 1], precision="bf16", preset="h100").to_csv(results / "runs_h100.csv",
+                                                                                      index=False)
+    assert report.main(["--results", str(results), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank; torch 2.11.0+cu130;" in text and "`runs_h100.csv`" in text
+    assert "no result is committed yet" not in text and "Multi-GPU: no result yet" in text
+    assert "**runs_h100** (1x NVIDIA H100 80GB HBM3; 1 ranks; nccl;" in text
