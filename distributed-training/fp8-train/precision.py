@@ -133,6 +133,7 @@ class PrecisionSettings:
     torchao_recipe: str = "tensorwise"
     compile: bool = False
     compile_backend: str = "inductor"  # tests use "aot_eager": the same tracing, no code generation
+    mx_scale_rule: str = "te"  # emulated MX formats' E8M0 block-scale rule (mx.py)
 
 
 @dataclass
@@ -174,7 +175,8 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
         elif backend == "emulated":
             for n in names:
                 parent, attr = backends._parent(model, n)
-                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out))
+                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out,
+                                                        s.mx_scale_rule))
     model = model.to(device)
     if backend in ("native", "emulated") and spec.precision == "fp8":
         share_scaling_state(model)  # one amax history for every layer: one update per step

@@ -22,21 +22,23 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+import backends
 from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
 from precision import LOW
 from trainer import StopRun, Trainer, Writers
 
-# `precision_backend` is what ran the precision (torch, te, torchao, native, emulated); the provenance
+# `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
+# `precision_backend_version` its package and version (backends.backend_version); the provenance
 # column `backend` is the process group's (gloo, nccl). `compiled`: the model ran under torch.compile.
-STEP_COLUMNS = ["run", "precision", "precision_backend", "compiled", "seed", "step", "loss", "val_loss", "grad_norm",
-                "param_norm", "update_ratio", "lr", "tokens_per_s", "step_time_s", "peak_mem_MiB", "alloc_MiB",
-                "reserved_MiB", "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu", "grad_snr", "nonfinite",
-                "nan_steps", "skipped_steps", "action", "injected", "batch", "grad_accum", "seq_len", "d_model",
-                "n_layers", "tokens_per_step"]
-FP8_COLUMNS = ["run", "precision", "precision_backend", "seed", "step", "module", "role", "format", "amax", "scale",
-               "scale_kind", "underflow_frac", "saturation_frac"]
+STEP_COLUMNS = ["run", "precision", "precision_backend", "precision_backend_version", "compiled", "seed", "step",
+                "loss", "val_loss", "grad_norm", "param_norm", "update_ratio", "lr", "tokens_per_s", "step_time_s",
+                "peak_mem_MiB", "alloc_MiB", "reserved_MiB", "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu",
+                "grad_snr", "nonfinite", "nan_steps", "skipped_steps", "action", "injected", "batch", "grad_accum",
+                "seq_len", "d_model", "n_layers", "tokens_per_step"]
+FP8_COLUMNS = ["run", "precision", "precision_backend", "precision_backend_version", "seed", "step", "module", "role",
+               "format", "amax", "scale", "scale_kind", "underflow_frac", "saturation_frac"]
 LAYER_COLUMNS = ["run", "step", "layer", "grad_norm", "param_norm", "update_ratio", "act_amax"]
 EVENT_COLUMNS = ["run", "step", "kind", "severity", "metric", "value", "threshold", "message", "action"]
 
@@ -50,7 +52,8 @@ class RunLoop:
         self.tr, self.w, self.alerts, self.dash_path = tr, writers, alerts, dash_path
         self.cfg = tr.cfg
         s = tr.spec
-        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend, seed=s.seed)
+        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend,
+                        precision_backend_version=backends.backend_version(tr.p.backend), seed=s.seed)
         self.shape = dict(compiled=tr.p.compiled, batch=self.cfg.batch, grad_accum=self.cfg.grad_accum,
                           seq_len=self.cfg.seq_len,
                           d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, tokens_per_step=tr.tokens_per_step)

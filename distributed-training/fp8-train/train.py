@@ -91,7 +91,7 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
 
 def settings(cfg: Config) -> PrecisionSettings:
     return PrecisionSettings(cfg.fp8_modules, cfg.hp_modules, cfg.recipe, cfg.fp8_scaling, cfg.torchao_recipe,
-                             bool(cfg.compile))
+                             bool(cfg.compile), mx_scale_rule=cfg.mx_scale_rule)
 
 
 def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):

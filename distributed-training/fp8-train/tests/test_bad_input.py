@@ -37,6 +37,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--steps", "-1"], "--steps must be >= 0"),
     (["--data-size", "lots"], "cannot read size 'lots'"),
     (["--promote", "later"], "invalid choice: 'later'"),
+    (["--mx-scale-rule", "floor"], "invalid choice: 'floor'"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_runner(argv, needle, capsys):
     expect_bad_input(lambda: train.main(["--gpu", "cpu", *argv] if "--gpu" not in argv else argv), needle, capsys,

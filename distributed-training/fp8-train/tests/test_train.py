@@ -1,5 +1,6 @@
 """The runner: every precision mode trains, the precision map, unavailable backends, the report."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,9 @@ def test_every_mode_trains(tmp_path, capsys):
     assert len(nat) == 4 * 6 * 3 and nat["underflow_frac"].notna().all()
     assert (nat[nat.step == 0]["scale"] == 1.0).all() and (nat[nat.step == 6]["scale"] != 1.0).all()
     assert set(fp8[fp8.run == "nvfp4-emulated-s0"]["scale_kind"]) == {"derived"}
+    assert set(steps["precision_backend_version"]) == {f"torch {torch.__version__}"}  # what ran it, with its version
+    saved = json.loads((tmp_path / "results" / "cpu" / "steps.config.json").read_text())
+    assert saved["mx_scale_rule"] == "te"  # the MX block-scale rule is part of the recorded config
     assert "bf16 emulated on CPU" in capsys.readouterr().out
     # The report reads only these CSVs.
     assert report.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "REPORT.md")]) == 0
