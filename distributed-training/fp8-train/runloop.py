@@ -5,9 +5,11 @@ Per step: one row to steps.csv; alerts (alerts.py) to events.csv and the termina
 every --fractions-every); every --health-every steps the per-layer norms, update ratios and
 activation ranges to layers.csv; every --ckpt-every steps (healthy steps only: the last
 checkpoint is always a good one) an atomic checkpoint; every --dashboard-every steps, but not
-more often than the page reloads (--dashboard-refresh seconds), the run's HTML dashboard.
-SIGTERM is honoured after the step in flight: checkpoint, dashboard, clean exit. Rows already
-in the CSVs (a resumed run replays the steps after its last checkpoint) are not written twice.
+more often than the page reloads (--dashboard-refresh seconds), the run's HTML dashboard. The
+same scalars and alerts go to TensorBoard events as they are written (tblog.py; `tensorboard
+--logdir fp8-train/runs`). SIGTERM is honoured after the step in flight: checkpoint, dashboard,
+clean exit. Rows already in the CSVs (a resumed run replays the steps after its last checkpoint)
+are not written twice; TensorBoard drops its own events from the resumed step on (purge_step).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
 from precision import LOW
+from tblog import TensorBoardLog
 from trainer import StopRun, Trainer, Writers
 
 # `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
@@ -58,6 +61,7 @@ class RunLoop:
                           seq_len=self.cfg.seq_len,
                           d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, tokens_per_step=tr.tokens_per_step)
         self.last_alert = ""
+        self.tb: TensorBoardLog | None = None  # opened at the first step this process writes (its purge step)
         self.bar: tqdm | None = None
         self.dash_time, self.dash_cost = time.monotonic(), 0.0
         if dash_path is not None:  # pandas: imported at start-up, not inside the first step that draws
@@ -101,19 +105,38 @@ class RunLoop:
             for step in range(start, cfg.steps):
                 self.one_step(step)
                 if tr.stop_requested:  # --on-nan stop
-                    tr.save_checkpoint(step + 1, self.health_state())
+                    self.checkpoint(step + 1)
                     self.dashboard(live=False)
                     raise StopRun(f"stopped at step {step} (--on-nan stop); checkpoint written, resume with --resume")
                 if self._stop_requested(stop):
-                    tr.save_checkpoint(step + 1, self.health_state())
+                    self.checkpoint(step + 1)
                     self.dashboard(live=False)
                     raise Preempted(f"SIGTERM: checkpoint written at step {step + 1} of {self.ids['run']}; "
                                     "run again with --resume to continue")
             if tr.ckpt_path is not None:
-                tr.save_checkpoint(cfg.steps, self.health_state())
+                self.checkpoint(cfg.steps)
             self.dashboard(live=False)
         finally:
             self.bar.close()
+            self.close()
+
+    def checkpoint(self, next_step: int) -> None:
+        """The trainer's checkpoint, with every TensorBoard event before it on disk (a resume purges after it)."""
+        if self.tb is not None:
+            self.tb.flush()
+        self.tr.save_checkpoint(next_step, self.health_state())
+
+    def tensorboard(self, step: int) -> TensorBoardLog | None:
+        """The run's TensorBoard log (rank 0, with CSV writers), opened at the first step written."""
+        if self.tb is None and self.w is not None and self.w.steps.enabled and self.tr.env.is_main:
+            self.tb = TensorBoardLog(self.w.steps.path.parent / "tb" / self.ids["run"], purge_step=step)
+            if self.tb.note:
+                print0(f"{self.ids['run']}: {self.tb.note}", file=sys.stderr)
+        return self.tb if self.tb is not None and self.tb.writer is not None else None
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
 
     def _stop_requested(self, stop: GracefulStop) -> bool:
         flag = stop.requested
@@ -144,20 +167,29 @@ class RunLoop:
             row["val_loss"] = tr.evaluate()
             if tr.monitor:
                 events += self.alerts.evaluation(step, row["val_loss"])
+        tb = self.tensorboard(step)
         if self.w is not None:
             self._write(self.w.steps, {**self.ids, **self.shape, "step": step, **row})
+            if tb:
+                tb.step(step, row)
             if tr.spec.precision in LOW and cfg.stats_every and step % cfg.stats_every == 0:
-                self._write(self.w.fp8, *({**self.ids, **r} for r in
-                                          tr.fp8_rows(step, with_fractions=tr.fractions_due(step))))
+                fp8_rows = tr.fp8_rows(step, with_fractions=tr.fractions_due(step))
+                self._write(self.w.fp8, *({**self.ids, **r} for r in fp8_rows))
+                if tb:
+                    tb.fp8(step, fp8_rows)
             if tr.layer_stats and cfg.health_every and step % cfg.health_every == 0:
                 self._write(self.w.layers, *({"run": self.ids["run"], "step": step, "layer": layer, **vals}
                                              for layer, vals in tr.layer_stats.items()))
+                if tb:
+                    tb.layers(step, tr.layer_stats)
         for a in events:
             self._alert(a)
+        if tb:
+            tb.alerts(step, events)
         healthy = not row["nonfinite"]
         if tr.ckpt_path is not None and cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0 and healthy \
                 and step + 1 < cfg.steps:
-            tr.save_checkpoint(step + 1, self.health_state())
+            self.checkpoint(step + 1)
         if cfg.dashboard_every and (step + 1) % cfg.dashboard_every == 0 and \
                 time.monotonic() - self.dash_time >= max(cfg.dashboard_refresh, 100 * self.dash_cost):
             self.dashboard(live=True)  # not faster than the page reloads, and never more than 1% of the run
