@@ -56,7 +56,8 @@ def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp
     fig, axes = new_figure(2, (len(shown) + 1) // 2, figsize=(13, 6.8))
     ax = {p.id: a for p, a in zip(shown, axes.flat)}
     for p, a in zip(shown, axes.flat):
-        a.set(title=p.title, xlabel="step", yscale="log" if p.log else "linear")
+        a.set(xlabel="step", yscale="log" if p.log else "linear")
+        a.set_title(p.title, fontsize=8)
     if bf16 is not None and bf16["run"].nunique() >= 2:
         band = bf16.pivot_table(index="step", columns="run", values="loss")
         ax["p-loss"].fill_between(band.index, band.min(axis=1), band.max(axis=1), color="0.85",
@@ -68,7 +69,10 @@ def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp
     ax["p-loss"].plot(v["step"], v["val_loss"], "o--", ms=3, label="val")
     ax["p-loss"].legend()
     ax["p-grad"].plot(s["step"], s["grad_norm"], lw=0.9)
-    ax["p-update"].plot(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=0.9)
+    ax["p-update"].plot(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=1.4)
+    per_layer = layers[(layers["run"] == run) & (layers["update_ratio"] > 0)] if len(layers) else layers
+    for layer, g in (per_layer.groupby("layer") if len(per_layer) else []):
+        ax["p-update"].plot(g["step"], g["update_ratio"], lw=0.5, alpha=0.4, color="0.4")
     f = fp8[fp8["run"] == run] if len(fp8) else fp8
     for (module, role), g in (f.groupby(["module", "role"]) if len(f) else []):
         ax["p-scale"].plot(g["step"], g["scale"], color=ROLE_COLORS.get(role, "0.5"), lw=0.7, alpha=0.6)
