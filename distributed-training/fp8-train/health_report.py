@@ -34,15 +34,13 @@ def has_faults(steps: pd.DataFrame) -> bool:
 
 def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
     kinds = sorted(events["kind"].unique()) if len(events) else []
-    out = ["| run | NaN steps | skipped steps | " + " | ".join(kinds) + (" |" if kinds else ""),
-           "|---|---|---|" + "---|" * len(kinds)]
+    out = ["| " + " | ".join(["run", "NaN steps", "skipped steps", *kinds]) + " |", "|---" * (3 + len(kinds)) + "|"]
     for run, g in steps.groupby("run", sort=False):
         e = events[events["run"] == run] if len(events) else events
         counts = [str(int((e["kind"] == k).sum())) if len(e) else "0" for k in kinds]
-        out.append(f"| {run} | {int(g['nan_steps'].max())} | {int(g['skipped_steps'].max())} | "
-                   + " | ".join(counts) + (" |" if kinds else ""))
+        out.append("| " + " | ".join([str(run), str(int(g["nan_steps"].max())), str(int(g["skipped_steps"].max())),
+                                      *counts]) + " |")
     return out
-
 
 def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp8: pd.DataFrame,
                 layers: pd.DataFrame, clean: pd.DataFrame | None, bf16: pd.DataFrame | None = None) -> Path:
