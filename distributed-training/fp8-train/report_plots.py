@@ -86,7 +86,8 @@ def plot_scales(runs: list[Run], fp8: dict[str, pd.DataFrame | None], missing: d
             a.plot(h["step"], h["scale"], color=ROLE_COLORS.get(role, "0.5"), lw=0.7, alpha=0.6)
         for role, c in ROLE_COLORS.items():
             a.plot([], [], color=c, label=role + (": not recorded" if role in missing[id(r)] else ""))
-        a.set(yscale="log", xlabel="step", ylabel="scale (fp8_max / amax)", title=f"{_label(r)}: {r.recipe}")
+        a.set(yscale="log", xlabel="step", ylabel="scale (fp8_max / amax)")
+        a.set_title(f"{_label(r)}\n{r.recipe}", fontsize=8.5)
         a.legend(fontsize=7)
     return save(fig, path, footer)
 
