@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         try:  # only the parts asked for get a file: a partial benchmark never blanks the others in results/
             if "step" in cfg.parts:
                 step_cost(cfg, env, data, w("bench_step.csv", [
-                    "d_model", "n_layers", "run", "precision", "precision_backend", "precision_backend_version", "compiled",
-                    "tokens_per_step",
+                    "d_model", "n_layers", "run", "precision", "precision_backend", "precision_backend_version",
+                    "compiled", "tokens_per_step",
                     "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step",
                     "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
                     config=saved))

@@ -60,7 +60,8 @@ def round_e2m1(x: torch.Tensor) -> torch.Tensor:
 
 def e8m0_scale(block_amax: torch.Tensor, elem_max: float, rule: str) -> torch.Tensor:
     """Power-of-two block scale (the decode factor 2^e) of `rule` ('te' or 'ocp', module docstring)."""
-    safe = torch.where(block_amax > 0, block_amax, torch.ones_like(block_amax))  # an all-zero block: any scale encodes it
+    # an all-zero block: any scale encodes it
+    safe = torch.where(block_amax > 0, block_amax, torch.ones_like(block_amax))
     if rule == "te":  # exponent rounded up: amax / 2^e <= elem_max
         e = torch.ceil(torch.log2(safe / elem_max))
     elif rule == "ocp":  # floor(log2 amax) - emax_elem; emax of E4M3 = floor(log2 448) = 8, of E2M1 = 2

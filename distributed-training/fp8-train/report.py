@@ -12,7 +12,6 @@ runs with injected faults is a health demo (health_report.py), not a comparison.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -272,9 +271,9 @@ def crossover_lines(sp: pd.DataFrame) -> list[str]:
         g = g.sort_values("d_model")
         wins = set(g.loc[g["speedup"] > 1, "d_model"])
         first = next((dm for dm in g["d_model"] if all(x in wins for x in g["d_model"] if x >= dm)), None)
+        at = ", ".join(f"{v:.2f}x at {d}" for v, d in zip(g["speedup"], g["d_model"]))
         out.append(f"- {run}: " + (f"faster than BF16 from hidden {first} on" if first is not None else
-                                   "not faster than BF16 at any measured size")
-                   + f" (speedup {', '.join(f'{v:.2f}x' for v in g['speedup'])} at {', '.join(map(str, g['d_model']))})")
+                                   "not faster than BF16 at any measured size") + f" (speedup {at})")
     return out + [""]
 
 

@@ -37,8 +37,9 @@ def plot_loss(runs: list[Run], curves: dict[tuple[str, str], pd.DataFrame], band
             b = pd.concat([series[id(r)] for r in seeds], axis=1)
             a.fill_between(b.index, b.min(axis=1), b.max(axis=1), color="0.8", label=label)
     for r in seeds[:1] if len(seeds) < 2 else []:  # one seed: a reference line, said to be no band
-        ax.plot(smooth[id(r)].index, smooth[id(r)], color="0.3", ls="--", lw=1, label=f"BF16 s{r.seed} (1 seed: no band)")
-        axv.plot(vals[id(r)].index, vals[id(r)], color="0.3", ls="--", lw=1, label=f"BF16 s{r.seed} (1 seed: no band)")
+        for a, series in ((ax, smooth), (axv, vals)):
+            a.plot(series[id(r)].index, series[id(r)], color="0.3", ls="--", lw=1,
+                   label=f"BF16 s{r.seed} (1 seed: no band)")
     others = [r for r in runs if r.precision != "bf16"]
     for r in others:
         line, = ax.plot(smooth[id(r)].index, smooth[id(r)], lw=1.1, label=_label(r))

@@ -26,10 +26,24 @@ on without events and says so once.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from panels import ALERT_TAG, FP8_SERIES, LAYER_SERIES, STEP_SERIES, tag
+
+
+def _after_existing_files(log_dir: Path) -> None:
+    """Wait (under a second) until a new event file sorts after the folder's others.
+
+    TensorBoard reads a run's files in name order, events.out.tfevents.<unix seconds>.<host>.<pid>.<n>, and
+    applies a resumed writer's purge_step when it reaches that writer's file. Two writers of one process
+    started within the same second tie on the seconds and then compare <n> as text ("10" < "9"), so the
+    resumed file could be read first and its events purged by the older ones."""
+    stamps = [int(p.name.split(".")[3]) for p in log_dir.glob("events.out.tfevents.*")
+              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    if stamps and max(stamps) >= int(time.time()):
+        time.sleep(max(stamps) + 1 - time.time())
 
 
 def _finite(v: Any) -> bool:
@@ -45,6 +59,7 @@ class TensorBoardLog:
             self.writer, self.note = None, f"no TensorBoard events ({e}); `pip install tensorboard` adds them"
             return
         self._summary = Summary
+        _after_existing_files(log_dir)
         self.writer = SummaryWriter(str(log_dir), purge_step=purge_step, flush_secs=30)
         self.note = ""
         self.log_dir = log_dir

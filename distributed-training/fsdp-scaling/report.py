@@ -293,8 +293,8 @@ def one_rank(s: pd.DataFrame) -> list[str]:
         rows.append([mode, strat, f"{r['step_time_ms']:.1f} ({r['step_time_min_ms']:.1f}-{r['step_time_max_ms']:.1f})",
                      *vs, ratio, f"{r['peak_mem_bytes'] / MiB:,.0f}"])
     single = one.xs("single", level="strategy")["step_time_ms"] if "single" in one.index.get_level_values(1) else None
-    compute = (f"{single['weak'] / single['strong']:.2f}" if single is not None and {"weak", "strong"} <= set(single.index)
-               else "n/a")
+    both = single is not None and {"weak", "strong"} <= set(single.index)
+    compute = f"{single['weak'] / single['strong']:.2f}" if both else "n/a"
     noise = (s["step_time_max_ms"] / s["step_time_min_ms"] - 1).median()
     costly = [(mode, strat, r) for (mode, strat), r in one.iterrows() if (mode, "single") in one.index
               and r["step_time_ms"] / one.loc[(mode, "single"), "step_time_ms"] - 1 > noise]
