@@ -84,7 +84,7 @@ def head(ctx: Context) -> list[str]:
     not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao"))
                if not any(b.split("-")[0] == key for b in ran)]
     lines = [f"Models compared: {len(ctx.models)}; result folders: {', '.join(f'`{d.name}`' for d in ctx.dirs)}."]
-    lines += ["GPU results: " + (", ".join(f"`{n}`" for n in gpu) if gpu else
+    lines += ["GPU results: " + (", ".join(f"`{n}`" for n in gpu) + "." if gpu else
                                  "**none yet** -- no GPU number appears below; `make fp8-train GPU=h100` on an "
                                  "H100/H200 adds them.")]
     if not_ran:
