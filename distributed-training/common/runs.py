@@ -13,6 +13,7 @@ folder per kind of result (tag = the results' file stem: sweep_cpu_ws4, bench_cp
     promotion     when the run is complete, its files are copied into results/: each written
                   aside in the same folder, fsync'ed, then renamed over the old one (os.replace is
                   atomic), so results/ holds the old file or the new one, never half of one.
+                  A tb/ folder (TensorBoard events) stays in the run folder.
                   `--promote auto` (the default) replaces results only for a run of the preset
                   (no measurement flag changed); an experiment stays in its run folder and says
                   how to publish it. `--promote merge` adds its rows to results/ by key (rows with
@@ -41,6 +42,9 @@ from typing import Any, Iterable
 MANIFEST = "run.json"
 PROMOTE_CHOICES = ("auto", "replace", "merge", "no")
 _SKIP_SUFFIXES = (".pt", ".tmp", ".lock")
+# Folders that stay in the run folder: TensorBoard event files (binary, growing, the host name in
+# their file names) are for watching a run, not results; reports read the CSVs.
+_KEPT_IN_RUN_FOLDER = ("tb",)
 
 
 class RunError(ValueError):
@@ -272,7 +276,8 @@ def check_free(path: Path) -> None:
 
 def _result_files(run_dir: Path) -> list[Path]:
     return sorted(p for p in run_dir.rglob("*") if p.is_file() and p.name != MANIFEST
-                  and not p.name.endswith(_SKIP_SUFFIXES) and not p.name.startswith("."))
+                  and not p.name.endswith(_SKIP_SUFFIXES) and not p.name.startswith(".")
+                  and p.relative_to(run_dir).parts[0] not in _KEPT_IN_RUN_FOLDER)
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:

@@ -233,3 +233,24 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 def no_context() -> ContextManager:
     return nullcontext()
+
+
+# ---- provenance ------------------------------------------------------------------------------
+
+# The package behind each library backend, by the backend name's first word (te, te-fused -> TE);
+# every other backend (torch, native, emulated) is torch itself.
+_BACKEND_PACKAGES = {"te": "transformer_engine", "torchao": "torchao"}
+
+
+def backend_version(backend: str) -> str:
+    """What ran the precision, with its version, for every result row: 'transformer_engine 2.20.2',
+    'torchao 0.17.0', 'torch 2.13.0+cpu'. Read from the installed distribution's metadata (no import)."""
+    package = _BACKEND_PACKAGES.get(backend.split("-")[0])
+    if package is None:
+        return f"torch {torch.__version__}"
+    from importlib import metadata
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        module, _ = _import(package)  # a source checkout on sys.path has no metadata
+        return f"{package} {getattr(module, '__version__', 'unknown') if module else 'not installed'}"

@@ -214,7 +214,8 @@ def write_step_rows(cfg, d, tcfg, specs, times, info: dict[str, ModeInfo], env, 
         target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
             and env.device.type == "cpu" else None
         writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                          precision_backend=backend, compiled=compiled, tokens_per_step=tokens, step_time_s=med,
+                          precision_backend=backend, precision_backend_version=backends.backend_version(backend),
+                          compiled=compiled, tokens_per_step=tokens, step_time_s=med,
                           step_time_min_s=min(times[s.name]), tokens_per_s=tokens / med,
                           model_tflops=tokens / med * fpt / 1e12, kernels_per_step=n_kernels, peak_mem_MiB=mem,
                           ratio_to_first=ratio, target_ratio=target,
@@ -347,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             if "step" in cfg.parts:
                 bounds = w("bench_bound.csv", bound.COLUMNS, bound.KEY) if on_gpu else None
                 step_cost(cfg, env, data, w("bench_step.csv", [
-                    "d_model", "n_layers", "run", "precision", "precision_backend", "compiled", "tokens_per_step",
+                    "d_model", "n_layers", "run", "precision", "precision_backend", "precision_backend_version",
+                    "compiled", "tokens_per_step",
                     "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step",
                     "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
                     config=saved), bounds)

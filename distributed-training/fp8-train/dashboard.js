@@ -1,14 +1,13 @@
 // Training-health dashboard: draws every panel as inline SVG from the DATA object that
 // dashboard.py embeds in the page. No libraries, no network: the file works from disk anywhere.
+// Titles, axis labels, log scales, role colours and alert markers come from DATA.style, i.e.
+// panels.py, the one definition the report's PNGs and the TensorBoard events read too.
 "use strict";
 
 const NS = "http://www.w3.org/2000/svg";
 const W = 560, H = 270, M = {l: 78, r: 14, t: 10, b: 34};
 const RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
-const ROLE_COLORS = {input: "#1f77b4", weight: "#2ca02c", grad_output: "#d62728"};
-const EVENT_STYLE = {grad_spike: ["#ff7f0e", "triangle"], nonfinite: ["#d62728", "cross"],
-  plateau: ["#9467bd", "square"], scale_drop: ["#8c564b", "down"], scale_rise: ["#17becf", "up"],
-  loss_scale_backoff: ["#7f7f7f", "circle"]};
+const PANELS = DATA.style.panels, ROLE_COLORS = DATA.style.roles, EVENT_STYLE = DATA.style.events;
 
 function el(tag, attrs, parent) {
   const e = document.createElementNS(NS, tag);
@@ -33,11 +32,13 @@ function fmt(v) {
   return +v.toPrecision(3) + "";
 }
 
-// series: [{name, x:[], y:[], color, dash, width, opacity}], markers: [{x, y, color, shape, title}]
-function chart(id, title, series, opts) {
-  opts = opts || {};
+// series: [{name, x:[], y:[], color, dash, width, opacity}], markers: [{x, y, color, shape, title}];
+// the panel's title, y label and log scale are PANELS[id]'s (opts.suffix is appended to the title)
+function chart(id, series, opts) {
+  const P = PANELS[id];
+  opts = {log: P.log, ylabel: P.ylabel, ...(opts || {})};
   const box = document.getElementById(id);
-  box.querySelector("h3").textContent = title;
+  box.querySelector("h3").textContent = P.title + (opts.suffix || "");
   const svg = el("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img"}, box);
   const tf = opts.log ? (v => Math.log10(v)) : (v => v);
   let xs = [], ys = [];
@@ -131,38 +132,37 @@ function draw() {
             shape: (EVENT_STYLE[e.kind] || [0, "circle"])[1],
             title: `${r.label} step ${e.step} ${e.kind}: ${e.message}`};
   });
-  chart("p-loss", "Loss (train, and validation dots)", runs.flatMap((r, i) => [
+  chart("p-loss", runs.flatMap((r, i) => [
     {name: `${r.label} train`, x: r.steps.step, y: r.steps.loss, color: runColor(i), width: 1, opacity: 0.8},
     {name: `${r.label} val`, x: r.val.step, y: r.val.loss, color: runColor(i), dash: "4 3", dots: true}]),
-    {ylabel: "loss", markers: runs.flatMap((r, i) => ev(r, i, ["nonfinite", "plateau"], null))});
-  chart("p-grad", "Gradient norm (before clipping); markers: alerts", S("grad_norm"),
-    {log: true, ylabel: "||g||", markers: runs.flatMap((r, i) => ev(r, i, ["grad_spike", "nonfinite"], "grad_norm"))});
-  chart("p-param", "Parameter norm", S("param_norm"), {ylabel: "||theta||"});
-  chart("p-update", "Update / parameter ratio (total; thin: per layer)", runs.flatMap((r, i) => [
+    {markers: runs.flatMap((r, i) => ev(r, i, ["nonfinite", "plateau"], null))});
+  chart("p-grad", S("grad_norm"),
+    {markers: runs.flatMap((r, i) => ev(r, i, ["grad_spike", "nonfinite"], "grad_norm"))});
+  chart("p-param", S("param_norm"));
+  chart("p-update", runs.flatMap((r, i) => [
     {name: r.label, x: r.steps.step, y: r.steps.update_ratio, color: runColor(i), width: 1.8},
     ...Object.entries(r.layers).filter(([k, v]) => v.update_ratio).map(([k, v]) =>
       ({name: `${r.label} ${k}`, x: v.step, y: v.update_ratio, color: runColor(i), width: 0.6, opacity: 0.35,
-        legend: false}))]), {log: true, ylabel: "||dtheta|| / ||theta||"});
-  chart("p-scale", "FP8 scale per tensor (colour: role" + (many ? "; dash: run" : "") + ")",
-    runs.flatMap((r, i) => Object.entries(r.scales).map(([k, v]) => ({
-      name: `${many ? r.label + " " : ""}${k}`, x: v.step, y: v.scale, color: ROLE_COLORS[v.role] || "#555",
+        legend: false}))]));
+  for (const [id, key] of [["p-scale", "scale"], ["p-amax", "amax"]]) {
+    chart(id, runs.flatMap((r, i) => Object.entries(r.scales).map(([k, v]) => ({
+      name: `${many ? r.label + " " : ""}${k}`, x: v.step, y: v[key], color: ROLE_COLORS[v.role] || "#555",
       width: 0.9, opacity: 0.7, dash: i ? "5 3" : "", legend: false}))).concat(
       Object.entries(ROLE_COLORS).map(([k, c]) => ({name: k, x: [], y: [], color: c}))),
-    {log: true, ylabel: "scale (fp8_max / amax)", empty: "no FP8 tensors in these runs",
-     markers: runs.flatMap((r, i) => ev(r, i, ["scale_drop", "scale_rise"], null))});
-  chart("p-act", "Activation ranges (amax per block output)", runs.flatMap((r, i) =>
+      {suffix: many ? "; dash: run" : "", empty: "no FP8 tensors in these runs",
+       markers: runs.flatMap((r, i) => ev(r, i, ["scale_drop", "scale_rise"], null))});
+  }
+  chart("p-act", runs.flatMap((r, i) =>
     Object.entries(r.layers).filter(([k, v]) => v.act_amax).map(([k, v], j) => ({
       name: `${many ? r.label + " " : ""}${k}`, x: v.step, y: v.act_amax,
-      color: many ? runColor(i) : RUN_COLORS[j % RUN_COLORS.length], width: 1.2}))),
-    {log: true, ylabel: "max |activation|"});
-  chart("p-speed", "Throughput", S("tokens_per_s", {width: 1}), {ylabel: "tokens/s"});
-  chart("p-mem", "Memory (MiB)", runs.flatMap((r, i) => Object.entries(r.memory).map(([k, v], j) => ({
-    name: `${r.label} ${k}`, x: v.step, y: v.mib, color: runColor(i), dash: ["", "4 3", "1 3", "8 3"][j % 4]}))),
-    {log: true, ylabel: "MiB"});
-  chart("p-lr", "Learning rate (fp16 runs: GradScaler loss scale, dashed)", runs.flatMap((r, i) => [
+      color: many ? runColor(i) : RUN_COLORS[j % RUN_COLORS.length], width: 1.2}))));
+  chart("p-speed", S("tokens_per_s", {width: 1}));
+  chart("p-mem", runs.flatMap((r, i) => Object.entries(r.memory).map(([k, v], j) => ({
+    name: `${r.label} ${k}`, x: v.step, y: v.mib, color: runColor(i), dash: ["", "4 3", "1 3", "8 3"][j % 4]}))));
+  chart("p-lr", runs.flatMap((r, i) => [
     {name: `${r.label} lr`, x: r.steps.step, y: r.steps.lr, color: runColor(i)},
     {name: `${r.label} loss scale`, x: r.steps.step, y: r.steps.loss_scale, color: runColor(i), dash: "4 3",
-     legend: r.steps.loss_scale.some(v => v !== null)}]), {log: true, ylabel: "lr / loss scale"});
+     legend: r.steps.loss_scale.some(v => v !== null)}]));
   timeline(runs);
   document.body.dataset.ready = "1";
 }
@@ -178,8 +178,8 @@ function timeline(runs) {
   const steps = runs.flatMap(r => r.steps.step);
   series.push({name: "", x: [Math.min(...steps), Math.max(...steps)], y: [0.5, kinds.length + 0.5], color: "none",
                legend: false});
-  chart("p-events", "Alerts and recovery actions", series,
-        {markers, ylabel: "", yticks: kinds.map((k, j) => [j + 1, k.replace("loss_scale_backoff", "fp16 backoff")])});
+  chart("p-events", series,
+        {markers, yticks: kinds.map((k, j) => [j + 1, k.replace("loss_scale_backoff", "fp16 backoff")])});
   const box = document.getElementById("p-events");
   box.querySelector(".legend").innerHTML = kinds.map(k =>
     `<span><i style="background:${EVENT_STYLE[k][0]}"></i>${k}</span>`).join("");

@@ -5,9 +5,10 @@ drawing code (dashboard.js, inline SVG), so it opens from disk on a laptop or an
 cluster. While a run goes on the runner rewrites it every --dashboard-every steps with a
 <meta refresh>, so an open browser tab follows the run; the final write drops the refresh.
 
-Panels: loss (train, val), gradient norm with alert markers, parameter norm, update/parameter
-ratio (total and per layer), FP8 scale of every tensor, activation ranges per block, throughput,
-memory, learning rate / loss scale, and a timeline plus table of alerts and recovery actions.
+Panels (defined once in panels.py, which the report's PNG copy and the TensorBoard events read too):
+loss (train, val), gradient norm with alert markers, parameter norm, update/parameter ratio (total
+and per layer), FP8 scale and amax of every tensor, activation ranges per block, throughput, memory,
+learning rate / loss scale, and a timeline plus table of alerts and recovery actions.
 
     python dashboard.py --run results/cpu:bf16-s0 --run results/cpu:fp8-native-s0 --out bf16_vs_fp8.html
 """
@@ -23,8 +24,10 @@ from pathlib import Path
 
 import pandas as pd
 
+import panels
+
 LAB = Path(__file__).resolve().parent
-PANELS = ["p-loss", "p-grad", "p-param", "p-update", "p-scale", "p-act", "p-speed", "p-mem", "p-lr", "p-events"]
+PANELS = [p.id for p in panels.PANELS]
 MAX_POINTS = 2000  # per series: keeps a long run's page small and fast
 
 
@@ -61,20 +64,22 @@ def run_data(results: Path, run: str, label: str | None = None) -> dict:
     scales = {}
     if len(fp8):
         for (module, role), g in fp8[fp8["run"] == run].groupby(["module", "role"], sort=False):
-            scales[f"{module}.{role}"] = {"role": role, "step": g["step"].tolist(), "scale": _col(g, "scale")}
+            scales[f"{module}.{role}"] = {"role": role, "step": g["step"].tolist(),
+                                          **{s.column: _col(g, s.column) for s in panels.FP8_SERIES}}
     per_layer = {}
     if len(layers):
         for layer, g in layers[layers["run"] == run].groupby("layer", sort=False):
             per_layer[layer] = {"step": g["step"].tolist(),
-                                **{k: _col(g, k) for k in ("update_ratio", "grad_norm", "act_amax")
-                                   if g[k].notna().any()}}
+                                **{s.column: _col(g, s.column) for s in panels.LAYER_SERIES
+                                   if s.column in g and g[s.column].notna().any()}}
     mem_cols = [c for c in ("peak_mem_MiB", "alloc_MiB", "reserved_MiB", "rss_peak_MiB", "saved_act_MiB")
                 if c in steps.columns and steps[c].notna().any()]
     ev = events[events["run"] == run] if len(events) else events
     return {
         "label": label or run,
-        "steps": {k: (steps["step"].tolist() if k == "step" else _col(steps, k)) for k in
-                  ("step", "loss", "grad_norm", "param_norm", "update_ratio", "tokens_per_s", "lr", "loss_scale")},
+        "steps": {"step": steps["step"].tolist() if len(steps) else [],
+                  **{s.column: _col(steps, s.column) for s in panels.STEP_SERIES if s.column != "val_loss"
+                     and s.panel not in ("p-mem", "p-events")}},  # memory: sparse points, below
         "val": {"step": val["step"].tolist() if len(val) else [], "loss": _col(val, "val_loss") if len(val) else []},
         "memory": {c.replace("_MiB", ""): _points(steps, c) for c in mem_cols},
         "scales": scales, "layers": per_layer,
@@ -85,12 +90,13 @@ def run_data(results: Path, run: str, label: str | None = None) -> dict:
 
 
 def render(runs: list[dict], title: str, refresh_s: int | None = None) -> str:
-    data = json.dumps({"runs": runs}, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    data = json.dumps({"runs": runs, "style": panels.as_json()}, separators=(",", ":"),
+                      allow_nan=False).replace("</", "<\\/")
     js = (LAB / "dashboard.js").read_text()
     status = (f"live: this page reloads every {refresh_s} s while the run goes on" if refresh_s
               else "final")
     steps = ", ".join(f"{html.escape(r['label'])} to step {r['last_step']}" for r in runs)
-    panels = "\n".join(f'<div class="panel" id="{p}"><h3></h3><div class="legend"></div></div>' for p in PANELS)
+    divs = "\n".join(f'<div class="panel" id="{p}"><h3></h3><div class="legend"></div></div>' for p in PANELS)
     refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">{refresh}
@@ -110,7 +116,7 @@ td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-a
 <h1>{html.escape(title)}</h1>
 <div class="sub">{status}; {steps}</div>
 <div class="grid">
-{panels}
+{divs}
 </div>
 <div id="events"></div>
 <script>const DATA = {data};</script>

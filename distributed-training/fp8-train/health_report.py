@@ -13,11 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from common.plotting import describe_runs, new_figure, save
+from panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
 from tables import read
 
-EVENT_STYLE = {"grad_spike": ("tab:orange", "^"), "nonfinite": ("tab:red", "X"), "plateau": ("tab:purple", "s"),
-               "scale_drop": ("tab:brown", "v"), "scale_rise": ("tab:cyan", "^"),
-               "loss_scale_backoff": ("0.5", "o")}
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -36,57 +34,68 @@ def has_faults(steps: pd.DataFrame) -> bool:
 
 def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
     kinds = sorted(events["kind"].unique()) if len(events) else []
-    out = ["| run | NaN steps | skipped steps | " + " | ".join(kinds) + (" |" if kinds else ""),
-           "|---|---|---|" + "---|" * len(kinds)]
+    out = ["| " + " | ".join(["run", "NaN steps", "skipped steps", *kinds]) + " |", "|---" * (3 + len(kinds)) + "|"]
     for run, g in steps.groupby("run", sort=False):
         e = events[events["run"] == run] if len(events) else events
         counts = [str(int((e["kind"] == k).sum())) if len(e) else "0" for k in kinds]
-        out.append(f"| {run} | {int(g['nan_steps'].max())} | {int(g['skipped_steps'].max())} | "
-                   + " | ".join(counts) + (" |" if kinds else ""))
+        out.append("| " + " | ".join([str(run), str(int(g["nan_steps"].max())), str(int(g["skipped_steps"].max())),
+                                      *counts]) + " |")
     return out
 
-
 def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp8: pd.DataFrame,
-                layers: pd.DataFrame, clean: pd.DataFrame | None) -> Path:
-    """A PNG copy of the dashboard's main panels for one run (the HTML has them all, interactively)."""
+                layers: pd.DataFrame, clean: pd.DataFrame | None, bf16: pd.DataFrame | None = None) -> Path:
+    """A PNG copy of the dashboard's `png` panels (panels.py) for one run; the HTML has them all.
+
+    clean: the same run without faults; bf16: BF16 runs of the same model (one per seed), drawn as the
+    seed band under the loss."""
     s = steps[steps["run"] == run].sort_values("step")
     e = events[events["run"] == run] if len(events) else events
-    fig, axes = new_figure(2, 3, figsize=(13, 6.8))
-    (a_loss, a_grad, a_upd), (a_scale, a_act, a_ev) = axes
+    shown = [p for p in PANELS if p.png]
+    fig, axes = new_figure(2, (len(shown) + 1) // 2, figsize=(13, 6.8))
+    ax = {p.id: a for p, a in zip(shown, axes.flat)}
+    for p, a in zip(shown, axes.flat):
+        a.set(xlabel="step", yscale="log" if p.log else "linear")
+        a.set_title(p.title, fontsize=8)
+    if bf16 is not None and bf16["run"].nunique() >= 2:
+        band = bf16.pivot_table(index="step", columns="run", values="loss")
+        ax["p-loss"].fill_between(band.index, band.min(axis=1), band.max(axis=1), color="0.85",
+                                  label=f"BF16 band ({band.shape[1]} seeds)")
     if clean is not None:
-        a_loss.plot(clean["step"], clean["loss"], color="0.7", lw=0.8, label="clean run")
-    a_loss.plot(s["step"], s["loss"], lw=0.9, label=run)
+        ax["p-loss"].plot(clean["step"], clean["loss"], color="0.45", lw=0.8, label="clean run")
+    ax["p-loss"].plot(s["step"], s["loss"], lw=0.9, label=run)
     v = s.dropna(subset=["val_loss"])
-    a_loss.plot(v["step"], v["val_loss"], "o--", ms=3, label="val")
-    a_loss.set(title="loss", xlabel="step")
-    a_loss.legend()
-    a_grad.semilogy(s["step"], s["grad_norm"], lw=0.9)
-    a_grad.set(title="grad norm (markers: alerts)", xlabel="step")
-    a_upd.semilogy(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=0.9)
-    a_upd.set(title="update / parameter ratio", xlabel="step")
+    ax["p-loss"].plot(v["step"], v["val_loss"], "o--", ms=3, label="val")
+    ax["p-loss"].legend()
+    ax["p-grad"].plot(s["step"], s["grad_norm"], lw=0.9)
+    ax["p-update"].plot(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=1.4)
+    per_layer = layers[(layers["run"] == run) & (layers["update_ratio"] > 0)] if len(layers) else layers
+    for layer, g in (per_layer.groupby("layer") if len(per_layer) else []):
+        ax["p-update"].plot(g["step"], g["update_ratio"], lw=0.5, alpha=0.4, color="0.4")
     f = fp8[fp8["run"] == run] if len(fp8) else fp8
-    colors = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:red"}
     for (module, role), g in (f.groupby(["module", "role"]) if len(f) else []):
-        a_scale.semilogy(g["step"], g["scale"], color=colors.get(role, "0.5"), lw=0.7, alpha=0.6)
-    a_scale.set(title="FP8 scale per tensor (blue input, green weight, red grad)", xlabel="step")
+        ax["p-scale"].plot(g["step"], g["scale"], color=ROLE_COLORS.get(role, "0.5"), lw=0.7, alpha=0.6)
+    for role, c in ROLE_COLORS.items():
+        ax["p-scale"].plot([], [], color=c, label=role)
+    ax["p-scale"].legend(fontsize=6)
     lay = layers[(layers["run"] == run) & layers["act_amax"].notna()] if len(layers) else layers
     for layer, g in (lay.groupby("layer") if len(lay) else []):
-        a_act.semilogy(g["step"], g["act_amax"], marker=".", lw=0.9, label=layer)
-    a_act.set(title="activation amax per block", xlabel="step")
+        ax["p-act"].plot(g["step"], g["act_amax"], marker=".", lw=0.9, label=layer)
     if len(lay):
-        a_act.legend(fontsize=6)
+        ax["p-act"].legend(fontsize=6)
     kinds = list(EVENT_STYLE)
-    for k, (c, m) in EVENT_STYLE.items():
+    for k, (c, shape) in EVENT_STYLE.items():
         ek = e[e["kind"] == k] if len(e) else e
         if len(ek):
-            a_ev.scatter(ek["step"], [kinds.index(k)] * len(ek), color=c, marker=m, s=40)
+            ax["p-events"].scatter(ek["step"], [kinds.index(k)] * len(ek), color=c, marker=MPL_MARKERS[shape], s=40)
             if k in ("grad_spike", "nonfinite"):
                 y = s.set_index("step")["grad_norm"].reindex(ek["step"]).fillna(s["grad_norm"].max())
-                a_grad.scatter(ek["step"], y, color=c, marker=m, s=40, zorder=3)
-    a_ev.set(title="alerts and recovery", xlabel="step", yticks=range(len(kinds)), yticklabels=kinds,
-             xlim=a_loss.get_xlim())
+                ax["p-grad"].scatter(ek["step"], y, color=c, marker=MPL_MARKERS[shape], s=40, zorder=3)
+    ax["p-events"].set(yticks=range(len(kinds)), yticklabels=kinds, xlim=ax["p-loss"].get_xlim(),
+                       ylabel=BY_ID["p-events"].ylabel)
+    for p in shown:
+        if p.id != "p-events":
+            ax[p.id].set_ylabel(p.ylabel)
     return save(fig, d / f"health_{run}.png", describe_runs(steps))
-
 
 def section(d: Path, root: Path) -> list[str]:
     steps, events = _read(d / "steps.csv"), _read(d / "events.csv")
@@ -108,8 +117,8 @@ def section(d: Path, root: Path) -> list[str]:
     for run in runs:
         s = steps[steps["run"] == run]
         inj = s.dropna(subset=["injected"])
-        clean = _clean_counterpart(d, run, s)
-        png = plot_health(d, run, steps, events, fp8, layers, clean)
+        clean, bf16 = _clean_counterpart(d, run, s)
+        png = plot_health(d, run, steps, events, fp8, layers, clean, bf16)
         lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"])
                   + f" and `--on-nan` recovery; {int(s['nan_steps'].max())} NaN step(s), "
                   f"{int(s['skipped_steps'].max())} skipped.", ""]
@@ -129,17 +138,18 @@ def section(d: Path, root: Path) -> list[str]:
     return lines
 
 
-def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> pd.DataFrame | None:
+def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(the same run without faults, that folder's BF16 runs of one seed each) from a sibling folder."""
     for other in sorted(p for p in d.parent.iterdir() if p.is_dir() and p != d and not p.name.startswith(".")):
         o = _read(other / "steps.csv")
         if not len(o) or (has_faults(o)):
             continue
-        o = o[o["run"] == run]
-        same = len(o) and all(o[c].iloc[0] == s[c].iloc[0] for c in ("d_model", "n_layers", "seq_len", "batch"))
-        if same and len(o) == len(s):
-            return o.sort_values("step")
-    return None
-
+        same = o[o["run"] == run]
+        if len(same) and len(same) == len(s) and all(same[c].iloc[0] == s[c].iloc[0]
+                                                     for c in ("d_model", "n_layers", "seq_len", "batch")):
+            bf16 = o[o["precision"] == "bf16"].drop_duplicates(subset=["seed", "step"])
+            return same.sort_values("step"), bf16
+    return None, None
 
 def monitor_lines(d: Path) -> list[str]:
     m = _read(d / "bench_monitor.csv")

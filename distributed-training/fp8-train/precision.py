@@ -136,6 +136,7 @@ class PrecisionSettings:
     compile: bool = False
     compile_backend: str = "inductor"  # tests use "aot_eager": the same tracing, no code generation
     probes: bool = True  # amax probes where the backend keeps no scaling state (off: nothing recorded)
+    mx_scale_rule: str = "te"  # emulated MX formats' E8M0 block-scale rule (mx.py)
 
 
 @dataclass
@@ -198,7 +199,8 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
         elif backend == "emulated":
             for n in names:
                 parent, attr = backends._parent(model, n)
-                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out))
+                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out,
+                                                        s.mx_scale_rule))
     te_recipe = None
     if backend in backends.TE_BACKENDS:
         te_recipe = te_adapter.recipe(spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo)

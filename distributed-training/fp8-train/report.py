@@ -1,271 +1,214 @@
-"""REPORT.md and its plots, from the committed CSVs alone (results/<preset>/*.csv).
+"""REPORT.md and its plots, from the committed CSVs alone (results/<folder>/*.csv).
 
     make fp8-train-report          # or: PYTHONPATH=distributed-training python distributed-training/fp8-train/report.py
 
-Definitions used below (each defined here once):
-    final loss       mean training loss over the last 10% of steps (smooths batch-to-batch noise)
-    final val loss   validation loss at the last step, on the same fixed validation batches for every run
-    noise band       [min, max] of the BF16 runs' final val loss over their seeds; a run "matches BF16
-                     within noise" only if its final val loss lies inside the band
-    tokens/s         median over the run's steps after the first 10% (warm-up, compile)
+The prose is report_template.md; each {{name}} in it is filled by the section function of that name
+in SECTIONS (one more section = one function and one placeholder). Results folders are discovered,
+not named: every folder under results/ with a steps.csv is grouped by model identity
+(comparison.py), so the runs of one model meet in one table whichever folder holds them. A folder of
+runs with injected faults is a health demo (health_report.py), not a comparison.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pandas as pd
 
+import comparison
 import health_report
+import scale_stats
 from common.config import parse_config
 from common.csvread import BadResults, guard_report, results_folder
-from common.plotting import describe_runs, new_figure, save
+from common.markdown import table as md_table
+from common.plotting import describe_runs
+from comparison import Folder, ModelKey, is_gpu, model_key, summarize
+from report_plots import plot_crossover, plot_loss, plot_scales, speedups
 from tables import SCHEMAS, read as _read
 
 LAB = Path(__file__).resolve().parent
-ROLE_STYLE = {"input": "tab:blue", "weight": "tab:green", "grad_output": "tab:red"}
+OWN_PLOTS = ("loss", "scales", "crossover")  # PNG names the report writes; stale ones are removed
 
 
 @dataclass(frozen=True)
 class ReportConfig:
-    results: str = field(default=str(LAB / "results"), metadata={"help": "folder of per-preset result folders"})
+    results: str = field(default=str(LAB / "results"), metadata={"help": "folder of result folders"})
     out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "report path (plots go beside the CSVs)"})
 
 
-def summarize(steps: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for run, g in steps.groupby("run", sort=False):
-        g = g.sort_values("step")
-        n = len(g)
-        tail = g.iloc[-max(1, n // 10):]
-        warm = g.iloc[n // 10:] if n >= 10 else g
-        val = g["val_loss"].dropna()
-        mem = g["peak_mem_MiB"].dropna()
-        act = g["saved_act_MiB"].dropna()
-        rows.append(dict(run=run, precision=g["precision"].iloc[0], backend=g["precision_backend"].iloc[0],
-                         compiled=str(g["compiled"].iloc[0]).lower() == "true" if "compiled" in g else False,
-                         seed=int(g["seed"].iloc[0]), steps=n, tokens_per_step=int(g["tokens_per_step"].iloc[0]),
-                         final_loss=tail["loss"].mean(), final_val=val.iloc[-1] if len(val) else math.nan,
-                         tokens_per_s=warm["tokens_per_s"].median(), peak_mem=mem.max() if len(mem) else math.nan,
-                         saved_act=act.median() if len(act) else math.nan, nonfinite=int(g["nonfinite"].sum()),
-                         mfu=warm["mfu"].median() if "mfu" in warm and warm["mfu"].notna().any() else math.nan))
-    return pd.DataFrame(rows)
+class Context(NamedTuple):
+    results: Path
+    root: Path  # REPORT.md's folder: links are relative to it
+    dirs: list[Path]  # every result folder
+    folders: dict[str, Folder]  # those with a steps.csv
+    models: dict[ModelKey, list[Folder]]  # comparison folders (no injected faults) by model
+    bounds: pd.DataFrame | None  # every folder's bound.csv rows
+    written: list[Path]  # plots written this time
 
 
-def noise_band(summary: pd.DataFrame) -> tuple[float, float] | None:
-    ref = summary[summary["precision"] == "bf16"]["final_val"].dropna()
-    return (ref.min(), ref.max()) if len(ref) >= 2 else None
+def _rel(p: Path, ctx: Context) -> str:
+    return os.path.relpath(p, ctx.root)
 
 
-def verdict(row, band) -> str:
-    if band is None or math.isnan(row.final_val):
-        return "n/a (needs >= 2 BF16 seeds)"
-    lo, hi = band
-    if lo <= row.final_val <= hi:
-        return "within BF16 noise"
-    return f"outside ({row.final_val - (hi if row.final_val > hi else lo):+.4f} from band)"
+def load(results: Path, root: Path) -> Context:
+    dirs = sorted(p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for d in dirs:  # every result file checked before anything is drawn (one line, exit 2)
+        for name in SCHEMAS:
+            _read(d / name)
+    folders = {}
+    for d in dirs:
+        steps = _read(d / "steps.csv")
+        if steps is not None:
+            cfg = json.loads((d / "steps.config.json").read_text()) if (d / "steps.config.json").exists() else {}
+            folders[d.name] = Folder(d.name, steps, cfg, _read(d / "fp8.csv"))
+    if not folders:
+        raise BadResults("no result folder with a steps.csv in the results folder; run `make fp8-train-run`")
+    models: dict[ModelKey, list[Folder]] = {}
+    for f in folders.values():
+        if not health_report.has_faults(f.steps):
+            models.setdefault(model_key(f.steps, f.config), []).append(f)
+    bound = [b for d in dirs if (b := _read(d / "bound.csv")) is not None and len(b)]
+    return Context(results, root, dirs, folders, models, pd.concat(bound, ignore_index=True) if bound else None, [])
 
 
-def table(summary: pd.DataFrame, band, device_is_gpu: bool, pool: pd.DataFrame) -> list[str]:
-    """`pool`: this folder's runs plus same-model BF16 runs of sibling folders (the BF16 reference)."""
-    bf16 = pool[(pool["precision"] == "bf16")]["tokens_per_s"]
-    base = bf16.median() if len(bf16) else math.nan
-    mem_head = "peak memory (MiB)" if device_is_gpu else "saved activations (MiB)"
-    # MFU against the BF16 peak, for BF16/FP16 runs only (torchtitan skips it for FP8); targets: >= 50% BF16
-    # MFU and FP8/BF16 tokens/s >= 1.3 at the h100 preset (issue 6).
-    out = [f"| run | precision | backend | compiled | tokens/step | tokens/s | vs BF16 | MFU | {mem_head} | "
-           "final loss | final val | vs BF16 noise |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in summary.itertuples():
-        mem = r.peak_mem if device_is_gpu else r.saved_act
-        mfu = "" if math.isnan(r.mfu) else f"{r.mfu:.1%}"
-        out.append(f"| {r.run} | {r.precision} | {r.backend} | {'yes' if r.compiled else 'no'} | "
-                   f"{r.tokens_per_step} | {r.tokens_per_s:,.0f} | "
-                   f"{r.tokens_per_s / base:.2f}x | {mfu} | {mem:.1f} | {r.final_loss:.4f} | {r.final_val:.4f} | "
-                   f"{verdict(r, band) if r.precision != 'bf16' else 'reference'} |")
-    return out
+# ---- sections ---------------------------------------------------------------------------------
+
+def head(ctx: Context) -> list[str]:
+    gpu = [f.name for f in ctx.folders.values() if is_gpu(f.steps)]
+    ran = {b for f in ctx.folders.values() for b in f.steps["precision_backend"]}
+    not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao"))
+               if not any(b.split("-")[0] == key for b in ran)]
+    lines = [f"Models compared: {len(ctx.models)}; result folders: {', '.join(f'`{d.name}`' for d in ctx.dirs)}."]
+    lines += ["GPU results: " + (", ".join(f"`{n}`" for n in gpu) + "." if gpu else
+                                 "**none yet** -- no GPU number appears below; `make fp8-train GPU=h100` on an "
+                                 "H100/H200 adds them.")]
+    if not_ran:
+        lines += [f"{' and '.join(not_ran)}: written against the documentation, no run of it is in these results."]
+    return [" ".join(lines)]
 
 
-TARGETS = ("FP8 (torchao) / BF16 tokens/s >= 1.3 at hidden 4096", "native FP8 within 15% of torchao (tokens/s)",
-           "BF16 MFU >= 50%", "TE FP8 / BF16 tokens/s >= 1.3 at hidden 4096")
+CPU_NOTE = ("On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs; CPUs "
+            "without bf16 units run real bf16 GEMMs ~50x slower than fp32), and FP8 runs are FP8 linears inside that "
+            "emulated bf16. So CPU tokens/s show the cost of emulation, not FP8 speed, and no FP8 bound or target "
+            "applies. CPU memory is the activations autograd saved for backward (no allocator counters on CPU); the "
+            "emulation's own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native "
+            "keeps FP8 bytes): a memory comparison that means something needs a GPU run.")
 
 
-def targets(summary: pd.DataFrame, pool: pd.DataFrame, d_model: int) -> list[str]:
-    """The GPU targets (issues 6, 12, 14) against this preset's runs; 'not measured' where a run is missing."""
-    tps = lambda prec, be: summary[(summary.precision == prec) & (summary.backend == be)]["tokens_per_s"]  # noqa
-    ao, nat, te = tps("fp8", "torchao"), tps("fp8", "native"), tps("fp8", "te")
-    bf16 = pool[pool.precision == "bf16"]["tokens_per_s"]
-    mfu = pool[pool.precision == "bf16"]["mfu"].dropna()
-    base = bf16.median() if len(bf16) else math.nan
-
-    def row(name, value, ok, fmt):
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return f"| {name} | not measured | |"
-        return f"| {name} | {fmt(value)} | {'met' if ok else '**not met**'} |"
-
-    at = "" if d_model == 4096 else f" (measured at hidden {d_model})"
-    r_ao = ao.median() / base if len(ao) else None
-    r_nat = nat.median() / ao.median() if len(nat) and len(ao) else None
-    r_te = te.median() / base if len(te) else None
-    return ["| target | measured | |", "|---|---|---|",
-            row(TARGETS[0] + at, r_ao, r_ao is not None and r_ao >= 1.3, "{:.2f}x".format),
-            row(TARGETS[1], r_nat, r_nat is not None and r_nat >= 0.85, "{:.2f}x of torchao".format),
-            row(TARGETS[2], mfu.median() if len(mfu) else None, len(mfu) and mfu.median() >= 0.5, "{:.1%}".format),
-            row(TARGETS[3] + at, r_te, r_te is not None and r_te >= 1.3, "{:.2f}x".format), ""]
-
-
-def plot_loss(steps: pd.DataFrame, summary: pd.DataFrame, out: Path, footer: str) -> Path:
-    fig, (ax, axv) = new_figure(1, 2)
-    bf = steps[steps["precision"] == "bf16"]
-    if bf["run"].nunique() >= 2:
-        smooth = bf.pivot_table(index="step", columns="run", values="loss").rolling(10, min_periods=1).mean()
-        ax.fill_between(smooth.index, smooth.min(axis=1), smooth.max(axis=1), color="0.8", label="BF16 seed band")
-        vals = bf.dropna(subset=["val_loss"]).pivot_table(index="step", columns="run", values="val_loss")
-        axv.fill_between(vals.index, vals.min(axis=1), vals.max(axis=1), color="0.8", label="BF16 seed band")
-    for run, g in steps.groupby("run", sort=False):
-        if g["precision"].iloc[0] == "bf16" and g["seed"].iloc[0] != summary["seed"].min():
-            continue
-        ax.plot(g["step"], g["loss"].rolling(10, min_periods=1).mean(), label=run, lw=1.1)
-        v = g.dropna(subset=["val_loss"])
-        axv.plot(v["step"], v["val_loss"], marker="o", ms=3, label=run, lw=1.1)
-    ax.set(xlabel="step", ylabel="train loss (10-step mean)", title="training loss")
-    axv.set(xlabel="step", ylabel="validation loss", title="validation loss")
-    lo = steps["loss"].quantile(0.02)
-    ax.set_ylim(lo - 0.1, steps.groupby("run")["loss"].apply(lambda s: s.iloc[len(s) // 10:].max()).max() + 0.1)
-    axv.legend()
-    return save(fig, out / "loss.png", footer)
-
-
-def plot_scales(fp8: pd.DataFrame, out: Path, footer: str) -> Path | None:
-    runs = list(fp8["run"].unique())
-    if not runs:
-        return None
-    cols = min(2, len(runs))
-    fig, axes = new_figure((len(runs) + cols - 1) // cols, cols, squeeze=False)
-    for ax in axes.flat[len(runs):]:
-        ax.set_visible(False)
-    for ax, run in zip(axes.flat, runs):
-        g = fp8[fp8["run"] == run]
-        for (module, role), h in g.groupby(["module", "role"]):
-            ax.plot(h["step"], h["scale"], color=ROLE_STYLE.get(role, "0.5"), lw=0.7, alpha=0.6)
-        for role, c in ROLE_STYLE.items():
-            ax.plot([], [], color=c, label=role)
-        ax.set(yscale="log", xlabel="step", ylabel="scale (fp8_max / amax)", title=f"{run}: per-tensor scales")
-        ax.legend()
-    return save(fig, out / "scales.png", footer)
-
-
-def plot_sweep(sweep: pd.DataFrame, out: Path, footer: str) -> Path:
-    fig, ax = new_figure()
-    bf = sweep[sweep["precision"] == "bf16"].set_index("d_model")["tokens_per_s"]
-    for run, g in sweep[sweep["precision"] != "bf16"].groupby("run"):
-        g = g.set_index("d_model")
-        ax.plot(g.index, g["tokens_per_s"] / bf.reindex(g.index), marker="o", label=run)
-    ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
-    ax.set(xscale="log", xlabel="hidden size (d_model)", ylabel="tokens/s relative to BF16", title="FP8 crossover")
-    ax.legend()
-    return save(fig, out / "crossover.png", footer)
-
-
-def fp8_table(fp8: pd.DataFrame) -> list[str]:
-    out = ["| run | role | format | median scale | min scale | mean underflow | max underflow | max saturation |",
-           "|---|---|---|---|---|---|---|---|"]
-    for (run, role), g in fp8.groupby(["run", "role"], sort=False):
-        u, s = g["underflow_frac"].dropna(), g["saturation_frac"].dropna()
-        f = lambda x, fn: f"{fn(x):.2%}" if len(x) else "n/a"  # noqa: E731
-        sc = g["scale"].dropna()
-        if sc.empty:  # compiled dynamic-scaling runs: no backward hooks, so no gradient amax was recorded
-            out.append(f"| {run} | {role} | {g['format'].iloc[0]} | not recorded | | | | |")
-            continue
-        out.append(f"| {run} | {role} | {g['format'].iloc[0]} | {sc.median():.3g} | {sc.min():.3g} | "
-                   f"{f(u, pd.Series.mean)} | {f(u, pd.Series.max)} | {f(s, pd.Series.max)} |")
-    return out
-
-
-MODEL_KEY = ["hardware", "d_model", "n_layers", "seq_len", "tokens_per_step"]
-
-
-def sibling_bf16(d: Path, all_steps: dict[Path, pd.DataFrame | None]) -> pd.DataFrame:
-    """BF16 runs of the same model, hardware and length in other result folders (another invocation of the
-    same preset, e.g. the TransformerEngine runs made after the main ones): more samples for the noise band."""
-    steps = all_steps[d]
-    key, last = steps[MODEL_KEY].iloc[0].tolist(), steps["step"].max()
+def models(ctx: Context) -> list[str]:
     out = []
-    for other, s in all_steps.items():
-        if other == d or s is None or s.empty or s[MODEL_KEY].iloc[0].tolist() != key or s["step"].max() != last:
-            continue
-        bf = s[s["precision"] == "bf16"]
-        out.append(bf.assign(run=bf["run"] + f" ({other.name})"))
-    return pd.concat(out, ignore_index=True) if out else steps.iloc[0:0]
+    order = sorted(ctx.models.items(), key=lambda kv: (not is_gpu(kv[1][0].steps), kv[0].hardware, kv[0].d_model))
+    for key, folders in order:
+        out += model_section(ctx, key, folders)
+    return out
 
 
-def preset_section(d: Path, root: Path, all_steps: dict[Path, pd.DataFrame | None]) -> list[str]:
-    """One preset folder's comparison; `all_steps`: every folder's steps.csv, read once by main()."""
-    steps, fp8 = all_steps[d], _read(d / "fp8.csv")
-    if steps is None:
-        return []
-    cfg = json.loads((d / "steps.config.json").read_text()) if (d / "steps.config.json").exists() else {}
-    gpu = _is_gpu(steps)
-    footer = describe_runs(steps, {"tokens/step": int(steps["tokens_per_step"].iloc[0])})
-    summary = summarize(steps)
-    sib = sibling_bf16(d, all_steps)
-    pool = pd.concat([summary, summarize(sib)], ignore_index=True) if len(sib) else summary
-    band = noise_band(pool)
-    lines = [f"## Preset `{d.name}`: {steps['hardware'].iloc[0]}", "",
-             f"Model: d_model {steps['d_model'].iloc[0]}, n_layers {steps['n_layers'].iloc[0]}, "
-             f"seq {steps['seq_len'].iloc[0]}, {steps['tokens_per_step'].iloc[0]} tokens/step, "
-             f"{summary['steps'].max()} steps; data {cfg.get('data', '?')}; "
-             f"world size {steps['world_size'].iloc[0]}, torch {steps['torch_version'].iloc[0]}, "
-             f"commit {steps['git_commit'].iloc[0]}.", ""]
-    if not gpu:
-        lines += ["On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs; "
-                  "CPUs without bf16 units run real bf16 GEMMs ~50x slower than fp32), and FP8 runs are FP8 linears "
-                  "inside that emulated bf16. So CPU tokens/s show the cost of emulation, not FP8 speed. CPU memory "
-                  "is the activations autograd saved for backward (no allocator counters on CPU); the emulation's "
-                  "own rounded copies inflate bf16's, and the emulated FP8 engine keeps fp32 copies (native keeps "
-                  "FP8 bytes): a memory comparison that means something needs a GPU run.", ""]
-    lines += table(summary, band, gpu, pool) + [""]
+def model_section(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[str]:
+    runs = [r for f in folders for r in summarize(f)]
+    gpu = is_gpu(folders[0].steps)
+    band = comparison.bf16_band(runs)
+    bound = comparison.bound_for(key, ctx.bounds) if gpu else None
+    steps = pd.concat([f.steps for f in folders], ignore_index=True)
+    footer = describe_runs(steps, {"model": f"d{key.d_model}-L{key.n_layers}", "tokens/step": key.batch * key.seq_len})
+    out = [f"### {key.hardware}: d_model {key.d_model}, {key.n_layers} layers (world size {key.world_size})", "",
+           f"Model: {key.describe()}; data {folders[0].config.get('data', key.data)}. Folders: "
+           + ", ".join(f"`{f.name}`" for f in folders) + f"; torch {_joined(steps, 'torch_version')}, commit "
+           f"{_joined(steps, 'git_commit')}.", ""]
+    out += [CPU_NOTE, ""] if not gpu else []
+    out += comparison.table(runs, band, gpu, bound)
+    out += band_lines(band, runs)
     if gpu:
-        lines += ["Targets (tokens/s: median after the first 10% of steps; MFU against the BF16 dense peak, "
-                  "BF16 runs only; the BF16 reference includes same-model runs of sibling folders):", ""]
-        lines += targets(summary, pool, int(steps["d_model"].iloc[0]))
-    if band:
-        others = sorted(set(sib["run"])) if len(sib) else []
-        lines += [f"BF16 noise band (final val loss over {int((pool.precision == 'bf16').sum())} BF16 runs"
-                  + (f", including {', '.join(others)} from a sibling folder of the same model" if others else "")
-                  + f"): [{band[0]:.4f}, {band[1]:.4f}].", ""]
-    lines += [f"![loss curves]({_rel(plot_loss(steps, summary, d, footer), root)})", ""]
-    if fp8 is not None and len(fp8):
-        lines += ["Per-tensor FP8 scales over steps (one line per module, colour = role) and how well they fit:", "",
-                  f"![scales]({_rel(plot_scales(fp8, d, footer), root)})", ""] + fp8_table(fp8) + [""]
-    sweep = _read(d / "sweep.csv")
-    if sweep is not None and len(sweep):
-        lines += [f"![crossover]({_rel(plot_sweep(sweep, d, describe_runs(sweep)), root)})", ""]
-    elif not gpu:
-        lines += ["Hidden-size crossover: measured on GPU presets only (bench.py at hidden 1024-8192).", ""]
-    bad = steps[steps["nonfinite"].astype(str).str.lower() == "true"]
-    lines += ["NaN/Inf steps: " + ("none." if bad.empty else ", ".join(f"{r.run} step {r.step}" for r in
-                                                                        bad.itertuples())), ""]
-    skipped = cfg.get("skipped_runs") or []
-    if skipped:
-        lines += ["Preset runs not run here:", ""] + [f"- {s}" for s in skipped] + [""]
-    lines += bench_section(d, root) + health_report.monitor_lines(d)
-    return lines
+        out += ["Targets (issues 6, 12, 14; tokens/s as in the table):", ""] + comparison.targets(key, runs)
+        out += bound_lines(bound)
+    home = ctx.results / folders[0].name
+    curves = {(f.name, run): g.sort_values("step") for f in folders for run, g in f.steps.groupby("run")}
+    png = plot_loss(runs, curves, band, _plot_path(ctx, home, "loss", key), footer)
+    ctx.written.append(png)
+    out += [f"![loss curves and final validation loss against the BF16 band]({_rel(png, ctx)})", ""]
+    fp8 = {f.name: f.fp8 for f in folders}
+    missing = {id(r): scale_stats.missing_roles(r, fp8[r.folder]) for r in runs if r.fp8}
+    png = plot_scales(runs, fp8, missing, _plot_path(ctx, home, "scales", key), footer)
+    if png is not None:
+        ctx.written.append(png)
+        out += ["Per-tensor scales over steps (one line per module, colour = role), and every role's scale and "
+                "amax, or why it was not recorded:", "", f"![scales]({_rel(png, ctx)})", ""]
+        out += scale_stats.table(runs, {f.name: f for f in folders})
+    bad = [f"{r.name} ({r.folder}) step {s}" for r in runs for s in r.nonfinite]
+    out += ["NaN/Inf steps: " + (", ".join(bad) if bad else "none") + ".", ""]
+    skipped = comparison.skipped(folders, runs)
+    return out + (["Runs a preset asked for that could not run:", ""] + skipped + [""] if skipped else [])
 
 
-def _rel(p: Path, root: Path) -> str:
-    return os.path.relpath(p, root)
+def band_lines(band: comparison.Band, runs: list[comparison.Run]) -> list[str]:
+    seeds = band.seeds
+    if len(seeds) < 2:
+        return [f"BF16 band: {len(seeds)} distinct seed(s), no band; losses are shown without a verdict.", ""]
+    lo, hi = band.limits("final_val")
+    flo, fhi = band.limits("final_loss")
+    out = [f"BF16 band over {len(seeds)} distinct seeds ({', '.join(f's{r.seed} from `{r.folder}`' for r in seeds)}): "
+           f"final val [{lo:.4f}, {hi:.4f}] (width {hi - lo:.4f}), final loss [{flo:.4f}, {fhi:.4f}]."]
+    for r in band.repeats:
+        first = next(s for s in seeds if s.seed == r.seed)
+        out.append(f"{r.name} was run again in `{r.folder}`: final val {r.final_val:.4f} against {first.final_val:.4f} "
+                   f"in `{first.folder}` ({r.final_val - first.final_val:+.4f}), the same seed and settings, so that "
+                   f"difference is run-to-run nondeterminism ({abs(r.final_val - first.final_val) / (hi - lo):.0%} of "
+                   "the band's width); it is shown, not counted as another seed.")
+    return [" ".join(out), ""] + paired_lines(band, runs)
 
 
-def bench_section(d: Path, root: Path) -> list[str]:
-    b, g, k = _read(d / "bench_step.csv"), _read(d / "bench_gemm.csv"), _read(d / "bench_kernels.csv")
-    lines = []
-    if b is not None and len(b):
-        lines += bench_step_lines(b, d, root)
+def paired_lines(band: comparison.Band, runs: list[comparison.Run]) -> list[str]:
+    """Each run against the BF16 run of its own seed: same initial weights, same batches, so the closest
+    reference (a paired difference), with the BF16 repeat's difference as its noise floor."""
+    ref = {r.seed: r for r in band.seeds}
+    pairs = [(r, ref[r.seed]) for r in runs if r.precision != "bf16" and r.seed in ref]
+    if not pairs:
+        return []
+    parts = [f"{r.name} ({r.folder}) {r.final_val - b.final_val:+.4f}" for r, b in pairs]
+    floor = [f"{abs(r.final_val - ref[r.seed].final_val):.4f}" for r in band.repeats if r.seed in ref]
+    return ["Paired with the BF16 run of the same seed (same initial weights and batches), final val differences: "
+            + ", ".join(parts) + "." + (f" A BF16 repeat of that seed differs by {', '.join(floor)}: differences "
+                                        "of that size are run-to-run noise." if floor else ""), ""]
+
+
+def bound_lines(b: pd.Series | None) -> list[str]:
+    if b is None:
+        return ["FP8 bound: not measured for this model (no bound.csv row of its shape and GPU).", ""]
+    return [f"FP8 bound (bound.csv): BF16 step {b['bf16_step_ms']:.1f} ms, of which GEMMs {b['bf16_gemm_ms']:.1f} ms "
+            f"({b['gemm_share']:.0%}); the same GEMMs in FP8 {b['fp8_gemm_ms']:.1f} ms; so FP8 GEMMs alone can make "
+            f"the step at most {b['bound_speedup']:.2f}x faster.", ""]
+
+
+def benchmarks(ctx: Context) -> list[str]:
+    out = []
+    for d in ctx.dirs:
+        lines = bench_section(ctx, d)
+        out += [f"### `{d.name}`", ""] + lines if lines else []
+    return out or ["No benchmark results (`make fp8-train-bench`)."]
+
+
+def health(ctx: Context) -> list[str]:
+    return [line for d in ctx.dirs for line in health_report.section(d, ctx.root)]
+
+
+SECTIONS: dict[str, Callable[[Context], list[str]]] = {"head": head, "models": models, "benchmarks": benchmarks,
+                                                       "health": health}
+
+
+# ---- benchmarks --------------------------------------------------------------------------------
+
+def bench_section(ctx: Context, d: Path) -> list[str]:
+    b, g, k, sw = (_read(d / n) for n in ("bench_step.csv", "bench_gemm.csv", "bench_kernels.csv", "sweep.csv"))
+    lines = bench_step_lines(ctx, b, d) if b is not None and len(b) else []
+    if sw is not None and len(sw):  # train.py --sweep-hidden: tokens/s per hidden size
+        sp = speedups(sw.assign(step_time_s=sw["tokens_per_step"] / sw["tokens_per_s"]), "step_time_s")
+        png = plot_crossover(sp, d / "crossover.png", describe_runs(sw))
+        ctx.written.append(png)
+        lines += [f"![crossover]({_rel(png, ctx)})", ""]
     if g is not None and len(g):
         lines += ["GEMM paths (one GEMM per path and shape, best of the timed calls; "
                   f"{g['timing'].iloc[0]}):", "", "| op | M x K x N | us | TFLOP/s |", "|---|---|---|---|"]
@@ -277,56 +220,81 @@ def bench_section(d: Path, root: Path) -> list[str]:
                   "whatever the number of layers; the saved column-major FP8 copies remove the backward's "
                   "re-layout passes:", "", "| fp8_linear.py | Inductor kernels | scale-update operators |",
                   "|---|---|---|"]
-        lines += [f"| {r.fp8_linear_version} | {r.inductor_kernels} | {r.update_ops} |" for r in k.itertuples()]
-        lines.append("")
-    return lines
+        lines += [f"| {r.fp8_linear_version} | {r.inductor_kernels} | {r.update_ops} |" for r in k.itertuples()] + [""]
+    return lines + health_report.monitor_lines(d)
 
 
-def bench_step_lines(b: pd.DataFrame, d: Path, root: Path) -> list[str]:
+def bench_step_lines(ctx: Context, b: pd.DataFrame, d: Path) -> list[str]:
     gpu = str(b["cuda_version"].iloc[0]) not in ("none", "nan")
     ref_prec = "bf16" if gpu else "fp32"
+    sp = speedups(b, "step_time_s", ref_prec).set_index(["d_model", "run"]) if len(b) else pd.DataFrame()
+    how = ("speedup = BF16 step time / step time, higher is better; range: median to fastest-step timings"
+           if gpu else "step time / fp32 step time, lower is better (the CPU target is defined so)")
+    targeted = b["target_ratio"].notna().any()
+    lines = [f"Step cost ({b['n_layers'].iloc[0]} blocks, {b['tokens_per_step'].iloc[0]} tokens/step; "
+             + ("CUDA events, median step" if gpu else "modes interleaved, median step; the FP8 runs include the "
+                "bf16 emulation around their FP8 linears") + f"; {how}):", ""]
+    head = ["d_model", "run", "backend, version", "compiled", "ms/step (fastest)", "model TFLOP/s",
+            "speedup vs BF16" if gpu else "vs fp32", "kernels/step"] + (["target", "met"] if targeted else [])
     ref = b[b["precision"] == ref_prec].set_index("d_model")["step_time_s"]
-    lines = [f"Step cost (bench.py, {b['n_layers'].iloc[0]} blocks, {b['tokens_per_step'].iloc[0]} tokens/step; "
-             + ("modes one after another, CUDA events, median step" if gpu else
-                "modes interleaved, median step; the FP8 runs include the bf16 emulation around their FP8 linears")
-             + "):", "", f"| d_model | run | compiled | ms/step | model TFLOP/s | vs {ref_prec} | kernels/step | "
-             "target | met |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in b.itertuples():
-        vs = f"{r.step_time_s / ref[r.d_model]:.2f}x" if r.d_model in ref.index else ""
-        tgt = "" if pd.isna(r.target_ratio) else f"<= {r.target_ratio} vs fp32"
-        met = "" if pd.isna(r.target_ratio) else ("yes" if str(r.meets_target).lower() == "true" else "**no**")
-        kern = "" if pd.isna(r.kernels_per_step) else f"{int(r.kernels_per_step)}"
-        comp = "yes" if str(r.compiled).lower() == "true" else "no"
-        lines.append(f"| {r.d_model} | {r.run} | {comp} | {r.step_time_s * 1e3:.2f} | {r.model_tflops:.3g} | {vs} | "
-                     f"{kern} | {tgt} | {met} |")
+        if gpu and (r.d_model, r.run) in sp.index:
+            s = sp.loc[(r.d_model, r.run)]
+            vs = f"{s['speedup']:.2f}x ({s['lo']:.2f}-{s['hi']:.2f})"
+        elif gpu:
+            vs = "1.00x (reference)" if r.precision == ref_prec else "no BF16 row"
+        else:
+            vs = f"{r.step_time_s / ref[r.d_model]:.2f}x" if r.d_model in ref.index else "no fp32 row"
+        fastest = f" ({r.step_time_min_s * 1e3:.2f})" if hasattr(r, "step_time_min_s") else ""
+        row = [r.d_model, r.run, f"{r.precision_backend}, "
+               + comparison.version_cell(b[b["run"] == r.run], r.precision_backend),
+               "compiled" if str(r.compiled).lower() == "true" else "eager", f"{r.step_time_s * 1e3:.2f}{fastest}",
+               f"{r.model_tflops:.3g}", vs, "not counted" if pd.isna(r.kernels_per_step) else int(r.kernels_per_step)]
+        if targeted:
+            met = "yes" if str(r.meets_target).lower() == "true" else "**no**"
+            row += ["", ""] if pd.isna(r.target_ratio) else [f"<= {r.target_ratio} vs fp32", met]
+        rows.append(row)
+    lines += md_table(head, rows).splitlines()
     lines.append("")
-    if gpu and b["d_model"].nunique() > 1:
-        sweep = b.rename(columns={"precision_backend": "backend"})
-        lines += [f"![crossover]({_rel(plot_sweep(sweep, d, describe_runs(b)), root)})", ""]
-        lines += crossover_lines(b)
+    if gpu and b["d_model"].nunique() > 1 and len(sp):
+        png = plot_crossover(sp.reset_index(), d / "crossover.png", describe_runs(b))
+        ctx.written.append(png)
+        lines += [f"![FP8 speedup over BF16 per hidden size]({_rel(png, ctx)})", ""] + crossover_lines(sp)
     return lines
 
 
-def crossover_lines(b: pd.DataFrame) -> list[str]:
+def crossover_lines(sp: pd.DataFrame) -> list[str]:
     """The smallest hidden size from which each FP8 mode is faster than BF16 at every larger size measured."""
-    ref = b[b["precision"] == "bf16"].set_index("d_model")["step_time_s"]
     out = []
-    for run, g in b[b["precision"] != "bf16"].groupby("run", sort=False):
-        g = g.set_index("d_model").sort_index()
-        wins = [dm for dm in g.index if dm in ref.index and g.loc[dm, "step_time_s"] < ref[dm]]
-        first = next((dm for dm in g.index if all(x in wins for x in g.index if x >= dm)), None)
+    for run, g in sp.reset_index().groupby("run", sort=False):
+        g = g.sort_values("d_model")
+        wins = set(g.loc[g["speedup"] > 1, "d_model"])
+        first = next((dm for dm in g["d_model"] if all(x in wins for x in g["d_model"] if x >= dm)), None)
+        at = ", ".join(f"{v:.2f}x at {d}" for v, d in zip(g["speedup"], g["d_model"]))
         out.append(f"- {run}: " + (f"faster than BF16 from hidden {first} on" if first is not None else
-                                   "not faster than BF16 at any measured size"))
+                                   "not faster than BF16 at any measured size") + f" (speedup {at})")
     return out + [""]
 
 
-def check_folders(dirs: list[Path]) -> None:
-    """Every result file of every preset folder, checked before anything is drawn (one line, exit 2)."""
-    for d in dirs:
-        for name in SCHEMAS:
-            _read(d / name)
-    if not any((d / "steps.csv").exists() for d in dirs):
-        raise BadResults("no preset folder with a steps.csv in the results folder; run `make fp8-train-run`")
+# ---- plumbing ----------------------------------------------------------------------------------
+
+def _joined(df: pd.DataFrame, col: str) -> str:
+    return "/".join(sorted({str(v) for v in df[col].dropna()})) if col in df else "?"
+
+
+def _plot_path(ctx: Context, home: Path, name: str, key: ModelKey) -> Path:
+    """<home folder>/<name>.png; a second model homed in the same folder gets its shape in the name."""
+    path = home / f"{name}.png"
+    return path if path not in ctx.written else home / f"{name}_d{key.d_model}_l{key.n_layers}.png"
+
+
+def _remove_stale(ctx: Context) -> None:
+    """PNGs this report wrote before that no section draws any more (e.g. a folder whose runs joined a model)."""
+    for d in ctx.dirs:
+        for p in d.glob("*.png"):
+            if p.stem.split("_")[0] in OWN_PLOTS and p not in ctx.written:
+                p.unlink()
 
 
 @guard_report
@@ -336,35 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
-    dirs = sorted(p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
-    check_folders(dirs)
-    all_steps = {d: _read(d / "steps.csv") for d in dirs}
-    sections = []
-    for d, steps in all_steps.items():  # a folder of runs with injected faults is a health demo, not a comparison
-        if steps is not None and not health_report.has_faults(steps):
-            sections += preset_section(d, out.parent, all_steps)
-        sections += health_report.section(d, out.parent)
-    gpu_runs = [d.name for d, steps in all_steps.items() if _is_gpu(steps)]
-    ran = sorted({b for steps in all_steps.values() for b in _backends(steps)} & {"te", "torchao"})
-    not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao")) if key not in ran]
-    head = ["# fp8-train report", "",
-            "Generated by `report.py` from the CSVs in `results/`; definitions are in its docstring."
-            + (f" {' and '.join(not_ran)}: written against the documentation, no run of it is in these results."
-               if not_ran else ""), "",
-            "GPU runs: " + (", ".join(gpu_runs) if gpu_runs else "**none yet** -- no GPU number appears below; "
-                           "`make fp8-train GPU=h100` on an H100/H200 adds them. Against the GPU targets ("
-                           + "; ".join(TARGETS) + "): not measured."), ""]
-    out.write_text("\n".join(head + sections).rstrip() + "\n")
-    print(f"wrote {out.name} ({len(dirs)} result folders)")
+    ctx = load(results, out.parent)
+    text = (LAB / "report_template.md").read_text()
+    for name, section in SECTIONS.items():
+        text = text.replace("{{" + name + "}}", "\n".join(section(ctx)).rstrip())
+    _remove_stale(ctx)
+    out.write_text(text.rstrip() + "\n")
+    print(f"wrote {out.name} ({len(ctx.dirs)} result folders, {len(ctx.models)} models)")
     return 0
-
-
-def _backends(steps: pd.DataFrame | None) -> set[str]:
-    return set() if steps is None or "precision_backend" not in steps else set(steps["precision_backend"])
-
-
-def _is_gpu(steps: pd.DataFrame | None) -> bool:
-    return steps is not None and str(steps["cuda_version"].iloc[0]) not in ("none", "nan")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ Per step: one row to steps.csv; alerts (alerts.py) to events.csv and the termina
 every --fractions-every); every --health-every steps the per-layer norms, update ratios and
 activation ranges to layers.csv; every --ckpt-every steps (healthy steps only: the last
 checkpoint is always a good one) an atomic checkpoint; every --dashboard-every steps, but not
-more often than the page reloads (--dashboard-refresh seconds), the run's HTML dashboard.
-SIGTERM is honoured after the step in flight: checkpoint, dashboard, clean exit. Rows already
-in the CSVs (a resumed run replays the steps after its last checkpoint) are not written twice.
+more often than the page reloads (--dashboard-refresh seconds), the run's HTML dashboard. The
+same scalars and alerts go to TensorBoard events as they are written (tblog.py; `tensorboard
+--logdir fp8-train/runs`). SIGTERM is honoured after the step in flight: checkpoint, dashboard,
+clean exit. Rows already in the CSVs (a resumed run replays the steps after its last checkpoint)
+are not written twice; TensorBoard drops its own events from the resumed step on (purge_step).
 """
 
 from __future__ import annotations
@@ -22,21 +24,24 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+import backends
 from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
 from precision import LOW
+from tblog import TensorBoardLog
 from trainer import StopRun, Trainer, Writers
 
-# `precision_backend` is what ran the precision (torch, te, torchao, native, emulated); the provenance
+# `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
+# `precision_backend_version` its package and version (backends.backend_version); the provenance
 # column `backend` is the process group's (gloo, nccl). `compiled`: the model ran under torch.compile.
-STEP_COLUMNS = ["run", "precision", "precision_backend", "compiled", "seed", "step", "loss", "val_loss", "grad_norm",
-                "param_norm", "update_ratio", "lr", "tokens_per_s", "step_time_s", "peak_mem_MiB", "alloc_MiB",
-                "reserved_MiB", "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu", "grad_snr", "nonfinite",
-                "nan_steps", "skipped_steps", "action", "injected", "batch", "grad_accum", "seq_len", "d_model",
-                "n_layers", "tokens_per_step"]
-FP8_COLUMNS = ["run", "precision", "precision_backend", "seed", "step", "module", "role", "format", "amax", "scale",
-               "scale_kind", "underflow_frac", "saturation_frac"]
+STEP_COLUMNS = ["run", "precision", "precision_backend", "precision_backend_version", "compiled", "seed", "step",
+                "loss", "val_loss", "grad_norm", "param_norm", "update_ratio", "lr", "tokens_per_s", "step_time_s",
+                "peak_mem_MiB", "alloc_MiB", "reserved_MiB", "rss_peak_MiB", "saved_act_MiB", "loss_scale", "mfu",
+                "grad_snr", "nonfinite", "nan_steps", "skipped_steps", "action", "injected", "batch", "grad_accum",
+                "seq_len", "d_model", "n_layers", "tokens_per_step"]
+FP8_COLUMNS = ["run", "precision", "precision_backend", "precision_backend_version", "seed", "step", "module", "role",
+               "format", "amax", "scale", "scale_kind", "underflow_frac", "saturation_frac"]
 LAYER_COLUMNS = ["run", "step", "layer", "grad_norm", "param_norm", "update_ratio", "act_amax"]
 EVENT_COLUMNS = ["run", "step", "kind", "severity", "metric", "value", "threshold", "message", "action"]
 
@@ -50,11 +55,13 @@ class RunLoop:
         self.tr, self.w, self.alerts, self.dash_path = tr, writers, alerts, dash_path
         self.cfg = tr.cfg
         s = tr.spec
-        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend, seed=s.seed)
+        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend,
+                        precision_backend_version=backends.backend_version(tr.p.backend), seed=s.seed)
         self.shape = dict(compiled=tr.p.compiled, batch=self.cfg.batch, grad_accum=self.cfg.grad_accum,
                           seq_len=self.cfg.seq_len,
                           d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, tokens_per_step=tr.tokens_per_step)
         self.last_alert = ""
+        self.tb: TensorBoardLog | None = None  # opened at the first step this process writes (its purge step)
         self.bar: tqdm | None = None
         self.dash_time, self.dash_cost = time.monotonic(), 0.0
         if dash_path is not None:  # pandas: imported at start-up, not inside the first step that draws
@@ -98,19 +105,38 @@ class RunLoop:
             for step in range(start, cfg.steps):
                 self.one_step(step)
                 if tr.stop_requested:  # --on-nan stop
-                    tr.save_checkpoint(step + 1, self.health_state())
+                    self.checkpoint(step + 1)
                     self.dashboard(live=False)
                     raise StopRun(f"stopped at step {step} (--on-nan stop); checkpoint written, resume with --resume")
                 if self._stop_requested(stop):
-                    tr.save_checkpoint(step + 1, self.health_state())
+                    self.checkpoint(step + 1)
                     self.dashboard(live=False)
                     raise Preempted(f"SIGTERM: checkpoint written at step {step + 1} of {self.ids['run']}; "
                                     "run again with --resume to continue")
             if tr.ckpt_path is not None:
-                tr.save_checkpoint(cfg.steps, self.health_state())
+                self.checkpoint(cfg.steps)
             self.dashboard(live=False)
         finally:
             self.bar.close()
+            self.close()
+
+    def checkpoint(self, next_step: int) -> None:
+        """The trainer's checkpoint, with every TensorBoard event before it on disk (a resume purges after it)."""
+        if self.tb is not None:
+            self.tb.flush()
+        self.tr.save_checkpoint(next_step, self.health_state())
+
+    def tensorboard(self, step: int) -> TensorBoardLog | None:
+        """The run's TensorBoard log (rank 0, with CSV writers), opened at the first step written."""
+        if self.tb is None and self.w is not None and self.w.steps.enabled and self.tr.env.is_main:
+            self.tb = TensorBoardLog(self.w.steps.path.parent / "tb" / self.ids["run"], purge_step=step)
+            if self.tb.note:
+                print0(f"{self.ids['run']}: {self.tb.note}", file=sys.stderr)
+        return self.tb if self.tb is not None and self.tb.writer is not None else None
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
 
     def _stop_requested(self, stop: GracefulStop) -> bool:
         flag = stop.requested
@@ -141,20 +167,29 @@ class RunLoop:
             row["val_loss"] = tr.evaluate()
             if tr.monitor:
                 events += self.alerts.evaluation(step, row["val_loss"])
+        tb = self.tensorboard(step)
         if self.w is not None:
             self._write(self.w.steps, {**self.ids, **self.shape, "step": step, **row})
+            if tb:
+                tb.step(step, row)
             if tr.spec.precision in LOW and cfg.stats_every and step % cfg.stats_every == 0:
-                self._write(self.w.fp8, *({**self.ids, **r} for r in
-                                          tr.fp8_rows(step, with_fractions=tr.fractions_due(step))))
+                fp8_rows = tr.fp8_rows(step, with_fractions=tr.fractions_due(step))
+                self._write(self.w.fp8, *({**self.ids, **r} for r in fp8_rows))
+                if tb:
+                    tb.fp8(step, fp8_rows)
             if tr.layer_stats and cfg.health_every and step % cfg.health_every == 0:
                 self._write(self.w.layers, *({"run": self.ids["run"], "step": step, "layer": layer, **vals}
                                              for layer, vals in tr.layer_stats.items()))
+                if tb:
+                    tb.layers(step, tr.layer_stats)
         for a in events:
             self._alert(a)
+        if tb:
+            tb.alerts(step, events)
         healthy = not row["nonfinite"]
         if tr.ckpt_path is not None and cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0 and healthy \
                 and step + 1 < cfg.steps:
-            tr.save_checkpoint(step + 1, self.health_state())
+            self.checkpoint(step + 1)
         if cfg.dashboard_every and (step + 1) % cfg.dashboard_every == 0 and \
                 time.monotonic() - self.dash_time >= max(cfg.dashboard_refresh, 100 * self.dash_cost):
             self.dashboard(live=True)  # not faster than the page reloads, and never more than 1% of the run

@@ -15,6 +15,7 @@ from common.config import parse_size
 from common.hardware import CHOICES
 from common.runs import PROMOTE_CHOICES
 from faults import parse as parse_faults
+from mx import MX_SCALE_RULES
 from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from scaling import DelayedScaling
 
@@ -76,6 +77,10 @@ class Config:
     fp8_margin: int = field(default=0, metadata={"help": "delayed scaling: scale /= 2^margin"})
     torchao_recipe: str = field(default="tensorwise", metadata={"help": "torchao recipe",
                                                                 "choices": ["tensorwise", "rowwise"]})
+    mx_scale_rule: str = field(default=MX_SCALE_RULES[0], metadata={
+        "help": "emulated MXFP8/MXFP4 E8M0 block scale: te = TransformerEngine's (exponent rounded up, nothing "
+                "saturates), ocp = the OCP MX v1.0 spec's floor(log2 amax) - emax (mx.py)",
+        "choices": MX_SCALE_RULES})
     compile: bool | None = field(default=None, metadata={"help": "torch.compile each block (default: preset)"})
     bound: bool | None = field(default=None, metadata={"help": "measure the FP8 bound after the first BF16 run "
                                                               "(bound.csv; default: on GPU presets)"})

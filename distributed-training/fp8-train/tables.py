@@ -38,9 +38,12 @@ BENCH_KERNELS = Schema("fp8-train kernel counts", {"fp8_linear_version": str, "i
 BENCH_MONITOR = Schema("fp8-train monitoring benchmark", {"run": str, "d_model": int, "step_time_off_s": float,
                                                           "step_time_on_s": float, "overhead_pct": float,
                                                           "target_pct": float, "meets_target": bool})
+BOUND = Schema("fp8-train FP8 bound", {  # per model shape and GPU: what FP8 GEMMs alone could give
+    "hardware": str, "d_model": int, "n_layers": int, "seq_len": int, "tokens_per_step": int, "bf16_step_ms": float,
+    "bf16_gemm_ms": float, "gemm_share": float, "fp8_gemm_ms": float, "bound_speedup": float})
 SCHEMAS = {"steps.csv": STEPS, "fp8.csv": FP8, "layers.csv": LAYERS, "events.csv": EVENTS, "sweep.csv": SWEEP,
            "bench_step.csv": BENCH_STEP, "bench_gemm.csv": BENCH_GEMM, "bench_monitor.csv": BENCH_MONITOR,
-           "bench_kernels.csv": BENCH_KERNELS}
+           "bench_kernels.csv": BENCH_KERNELS, "bound.csv": BOUND}
 
 
 def read(path: Path) -> pd.DataFrame | None:

@@ -116,7 +116,8 @@ def selected(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
 
 def settings(cfg: Config) -> PrecisionSettings:
     return PrecisionSettings(cfg.fp8_modules, cfg.hp_modules, cfg.recipe, cfg.fp8_scaling, cfg.torchao_recipe,
-                             bool(cfg.compile), probes=cfg.monitor and cfg.stats_every > 0)
+                             bool(cfg.compile), probes=cfg.monitor and cfg.stats_every > 0,
+                             mx_scale_rule=cfg.mx_scale_rule)
 
 
 def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):

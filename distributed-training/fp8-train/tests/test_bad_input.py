@@ -37,6 +37,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--steps", "-1"], "--steps must be >= 0"),
     (["--data-size", "lots"], "cannot read size 'lots'"),
     (["--promote", "later"], "invalid choice: 'later'"),
+    (["--mx-scale-rule", "floor"], "invalid choice: 'floor'"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_runner(argv, needle, capsys):
     expect_bad_input(lambda: train.main(["--gpu", "cpu", *argv] if "--gpu" not in argv else argv), needle, capsys,
@@ -69,7 +70,7 @@ def _set_cell(path: Path, column: str, value: str) -> None:
 
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: shutil.rmtree(r), "results folder"),
-    (lambda r: [p.unlink() for p in r.glob("*/steps.csv")], "no preset folder with a steps.csv"),
+    (lambda r: [p.unlink() for p in r.glob("*/steps.csv")], "no result folder with a steps.csv"),
     (lambda r: (r / "cpu" / "steps.csv").write_text(""), "steps.csv is empty"),
     (lambda r: (r / "cpu" / "fp8.csv").write_text('run,"step\n'), "fp8.csv is not a readable CSV"),
     (lambda r: _set_cell(r / "cpu" / "steps.csv", "step", "zero"), "line 2, column step: 'zero' is not an int"),

@@ -15,7 +15,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 def _chromium(*args, timeout=60):
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=5000",
-           "--window-size=1220,1950", *args]
+           "--window-size=1220,2000", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -29,6 +29,8 @@ def test_page_is_self_contained(demo_runs):
     run = data["runs"][0]
     assert {e["kind"] for e in run["events"]} >= {"grad_spike", "nonfinite", "scale_drop"}
     assert len(run["scales"]) == 6 * 3 and len(run["steps"]["loss"]) == 28
+    assert all(len(v["scale"]) == len(v["amax"]) == len(v["step"]) > 0 for v in run["scales"].values())
+    assert data["style"]["panels"]["p-amax"]["log"] is True  # the panel table travels with the page
     live = dashboard.render([run], "live", refresh_s=7)
     assert '<meta http-equiv="refresh" content="7">' in live
 
@@ -50,14 +52,14 @@ def test_rendered_in_chromium(demo_runs, tmp_path):
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
     import matplotlib.image as mpimg
     img = mpimg.imread(shot)[..., :3]  # (H, W, 3) in [0, 1]
-    # The grid is 2 columns x 5 rows of 580 px panels under a ~60 px header; each panel's plot area
-    # must hold coloured pixels (lines, markers), not only white, grey grid and black text.
+    # The grid is 2 columns of 580 px panels (panels.py's table, row by row) under a ~60 px header; each
+    # panel's plot area must hold coloured pixels (lines, markers), not only white, grey grid and black text.
     colourful = (img.max(axis=2) - img.min(axis=2)) > 0.25
-    for row in range(5):
-        for col in range(2):
-            y0, x0 = 80 + row * 292, 20 + col * 592
-            cell = colourful[y0 + 40:y0 + 270, x0 + 80:x0 + 570]
-            assert cell.mean() > 0.002, (row, col, cell.mean())
+    for i, panel in enumerate(dashboard.PANELS):
+        row, col = divmod(i, 2)
+        y0, x0 = 80 + row * 292, 20 + col * 592
+        cell = colourful[y0 + 40:y0 + 270, x0 + 80:x0 + 570]
+        assert cell.mean() > 0.002, (panel, cell.mean())
 
 
 def test_report_has_the_health_section(demo_runs, tmp_path):

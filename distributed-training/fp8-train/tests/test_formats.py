@@ -1,5 +1,6 @@
 """FP8 / MX / NVFP4 numerics against exact values (OCP FP8 and MX specs; fp8-anchors.md section 4)."""
 
+import pytest
 import torch
 
 import mx
@@ -69,10 +70,6 @@ def test_amax_and_current_scale():
 def test_e2m1_rounding_and_block_formats():
     x = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, -100.0, 0.3])
     assert mx.round_e2m1(x).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, -6.0, 0.5]
-    # E8M0 scales are powers of two: ceil rule fits the block max without saturating (TE MXFP8)
-    s = mx.e8m0_scale(torch.tensor([448.0, 449.0, 1.0]), 448.0, "ceil")
-    assert s.tolist() == [1.0, 2.0, 2.0 ** -8]
-    assert mx.e8m0_scale(torch.tensor([7.0]), 6.0, "floor").tolist() == [1.0]  # OCP: 2^(floor(log2 7) - 2)
     torch.manual_seed(0)
     x = torch.randn(64, 128)
     for fmt, bound in (("mxfp8", 0.04), ("mxfp4", 0.13), ("nvfp4", 0.11)):  # measured 2.7%, 11.5%, 9.5%
@@ -95,7 +92,7 @@ def test_block_formats_by_hand():
 
     # MXFP8: amax 3 -> scale 2^ceil(log2(3/448)) = 2^-7; 1.1 * 128 = 140.8 -> E4M3 spacing 16 -> 144 -> 1.125
     assert one_block([3.0, 1.1, -0.01], "mxfp8") == [3.0, 1.125, -0.009765625]
-    # MXFP4: amax 5.9 -> scale 2^(floor(log2 5.9) - 2) = 1; elements round to E2M1
+    # MXFP4: amax 5.9 -> scale 2^ceil(log2(5.9/6)) = 2^(floor(log2 5.9) - 2) = 1 (both rules); elements round to E2M1
     assert one_block([5.9, 2.6, -1.1, 0.3], "mxfp4") == [6.0, 3.0, -1.0, 0.5]
     # NVFP4: global scale amax/(448*6); block 1 amax 6 -> E4M3 block scale 448 -> decode scale 1;
     # block 2 amax 1.5 -> block scale 112 -> decode scale 0.25, so 0.7 -> 2.8 -> 3 -> 0.75
@@ -104,3 +101,38 @@ def test_block_formats_by_hand():
     x[0, 16:18] = torch.tensor([1.5, 0.7])
     y = mx.quantize_dequantize(x, "nvfp4", -1)[0]
     assert y[:4].tolist() == [6.0, 3.0, 1.0, 0.5] and y[16:18].tolist() == [1.5, 0.75]
+
+
+@pytest.mark.parametrize("rule, e4m3, e2m1", [
+    # amax:        448  1.9    3.0    255 (E4M3, max 448 = 1.75 * 2^8)  |  7.0  5.9  0.5 (E2M1, max 6 = 1.5 * 2^2)
+    # te:  2^ceil(log2(amax / max)), TransformerEngine's float_to_e8m0(amax / max) rounding the exponent up
+    ("te", [1.0, 2.0 ** -7, 2.0 ** -7, 1.0], [2.0, 1.0, 2.0 ** -3]),
+    # ocp: 2^(floor(log2 amax) - emax), emax 8 (E4M3) and 2 (E2M1): 1.9 -> 2^(0 - 8), 255 -> 2^(7 - 8), 7 -> 2^0
+    ("ocp", [1.0, 2.0 ** -8, 2.0 ** -7, 2.0 ** -1], [1.0, 1.0, 2.0 ** -3]),
+])
+def test_mx_scale_rules_by_hand(rule, e4m3, e2m1):
+    assert mx.e8m0_scale(torch.tensor([448.0, 1.9, 3.0, 255.0]), 448.0, rule).tolist() == e4m3
+    assert mx.e8m0_scale(torch.tensor([7.0, 5.9, 0.5]), 6.0, rule).tolist() == e2m1
+
+
+def test_mx_rules_differ_where_the_amax_mantissa_exceeds_the_element_max():
+    def one_block(values, fmt, rule):
+        x = torch.zeros(1, 32)
+        x[0, :len(values)] = torch.tensor(values)
+        return mx.quantize_dequantize(x, fmt, -1, rule)[0, :len(values)].tolist()
+
+    # MXFP8, amax 1.9 (mantissa 1.9 > 1.75): te scale 2^-7: 243.2 -> 240 (E4M3 spacing 16) -> 1.875, -38.4 -> -40;
+    # ocp scale 2^-8: 486.4 saturates to 448 -> 1.75, -76.8 -> -80 (spacing 8) -> -0.3125
+    assert one_block([1.9, 1.0, -0.3], "mxfp8", "te") == [1.875, 1.0, -0.3125]
+    assert one_block([1.9, 1.0, -0.3], "mxfp8", "ocp") == [1.75, 1.0, -0.3125]
+    # MXFP4, amax 7: te scale 2 keeps the outlier (3.5 -> 4 -> 8) and loses 0.3 (0.15 -> 0); ocp scale 1
+    # saturates it (7 -> 6) and keeps 0.3 -> 0.5: one binade of range against the top value's error
+    assert one_block([7.0, 2.6, -1.1, 0.3], "mxfp4", "te") == [8.0, 3.0, -1.0, 0.0]
+    assert one_block([7.0, 2.6, -1.1, 0.3], "mxfp4", "ocp") == [6.0, 3.0, -1.0, 0.5]
+    with pytest.raises(ValueError, match="te, ocp"):
+        mx.e8m0_scale(torch.tensor([1.0]), 448.0, "ceil")
+    lin = torch.nn.Linear(32, 4, bias=False)
+    x = torch.full((2, 32), 0.01)
+    x[:, 0] = 1.9
+    y = {rule: mx.BlockScaledLinear(lin, "mxfp8", rule=rule)(x) for rule in mx.MX_SCALE_RULES}
+    assert not torch.equal(y["te"], y["ocp"])  # the layer follows its rule

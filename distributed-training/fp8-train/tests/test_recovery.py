@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -165,6 +166,17 @@ def test_kill_resume_sigterm_bit_identical(tmp_path, tiny):
             assert got[col].fillna("").tolist() == want[col].fillna("").tolist(), (d.name, col)
         f_got, f_want = (pd.read_csv(x / "results" / "r" / "fp8.csv", dtype=str) for x in (d, ref))
         assert f_got["scale"].tolist() == f_want["scale"].tolist()
+        _assert_tensorboard_once_per_step(d / "runs" / "r", got)
+
+
+def _assert_tensorboard_once_per_step(run_folder: Path, steps: pd.DataFrame) -> None:
+    """After a kill or SIGTERM and --resume: every step's event once (purge_step dropped the replayed ones)."""
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    ea = ea_mod.EventAccumulator(str(run_folder / "tb" / "fp8-emulated-s0"), size_guidance={"scalars": 0})
+    ea.Reload()
+    events = ea.Scalars("loss/train")
+    assert [e.step for e in events] == list(range(30))
+    assert [np.float32(e.value) for e in events] == [np.float32(float(v)) for v in steps["loss"]]
 
 
 def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny):

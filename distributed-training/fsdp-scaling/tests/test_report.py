@@ -20,7 +20,19 @@ def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
     assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank;" in text and "no result is committed yet" not in text
     h100 = text.split("### 1x NVIDIA H100 80GB HBM3")[1]
     assert "d1024-L24" in h100 and "41" in h100  # its own model and MFU, not the CPU rows'
-    assert (res / "scaling_measured_1x-nvidia-h100-80gb-hbm3.png").exists()
+    assert not (res / "scaling_measured_1x-nvidia-h100-80gb-hbm3.png").exists()  # E(1) = 1: no information
+    assert "One rank: what it can and cannot show" in h100 and "no scaling plot is drawn" in h100
+
+
+def test_one_rank_gpu_results_say_what_they_show():
+    """The committed H100 sweep (world size 1): per-rank wrapper costs as measurements, the loss spread flagged."""
+    text = (report.LAB / "REPORT.md").read_text().split("### 1x NVIDIA H100 80GB HBM3")[1].split("## 4.")[0]
+    assert "| 1 | strong | 3.21137 | 3.22369 | 0.0123169 | **no** |" in text
+    assert "zero2, zero3, hsdp start at 6.000445; single, ddp, zero1 start at 6.000599" in text
+    assert "MixedPrecisionPolicy(param_dtype=bf16)" in text
+    assert "zero3 in weak mode +87% (+63%) vs single, +71% (+57%) vs DDP" in text
+    assert "hsdp in weak mode +100% (+82%) vs single" in text
+    assert "![measured scaling]" not in text
 
 
 def test_a_sweep_of_one_scaling_mode_is_reported(tmp_path):

@@ -1,0 +1,103 @@
+"""The report on the committed H100 results: one table per model, a band of distinct seeds, no silent cell,
+the FP8 bound, and plots that agree with their tables."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import comparison
+import report
+from report_plots import speedups
+
+LAB = Path(report.__file__).resolve().parent
+H100 = ("h100", "h100-te", "h100-te-current")
+
+
+@pytest.fixture(scope="module")
+def h100(tmp_path_factory):
+    """The committed H100 folders (three invocations of one model), a bound.csv beside them, the report."""
+    res = tmp_path_factory.mktemp("report") / "results"
+    for name in H100:
+        shutil.copytree(LAB / "results" / name, res / name, ignore=shutil.ignore_patterns("*.png", "*.html"))
+    steps = pd.read_csv(res / "h100" / "steps.csv", nrows=1)
+    prov = steps[["hardware", "world_size", "git_commit", "timestamp_utc"]].iloc[0].to_dict()
+    pd.DataFrame([dict(d_model=4096, n_layers=8, seq_len=1024, tokens_per_step=8192, bf16_step_ms=165.0,
+                       bf16_gemm_ms=110.0, gemm_share=110 / 165, fp8_gemm_ms=60.0, bound_speedup=1.5, **prov),
+                  dict(d_model=2048, n_layers=8, seq_len=1024, tokens_per_step=8192, bf16_step_ms=50.0,
+                       bf16_gemm_ms=30.0, gemm_share=0.6, fp8_gemm_ms=18.0, bound_speedup=9.0, **prov)]
+                 ).to_csv(res / "h100" / "bound.csv", index=False)
+    out = res.parent / "REPORT.md"
+    assert report.main(["--results", str(res), "--out", str(out)]) == 0
+    return res, out.read_text()
+
+
+def test_one_table_per_model_with_every_run(h100):
+    res, text = h100
+    assert text.count("| run | folder |") == 1  # three folders, one model: one table
+    assert text.count("| target | measured |") == 1
+    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    for run, folder in (("bf16-s0", "h100"), ("bf16-s1", "h100"), ("bf16-s0", "h100-te"), ("fp8-torchao-s0", "h100"),
+                        ("fp8-native-s0", "h100"), ("fp8-te-s0", "h100-te"), ("fp8-te-s0", "h100-te-current")):
+        assert f"| {run} | {folder} |" in table, (run, folder)
+    assert "not importable" not in text.split("could not run")[0]  # no folder claims TE never ran
+    assert text.count("- fp8-te-s0 (`h100`):") == 1 and "it ran in `h100-te`, `h100-te-current`" in text
+    # TE current scaling vs delayed: told apart by the folder's config, in the table and the targets
+    assert "| fp8-te-s0 | h100-te-current | fp8, current |" in table
+    assert "FP8 te (current, h100-te-current) / BF16 tokens/s >= 1.3 | 1.09x | **not met** |" in text
+
+
+def test_band_counts_distinct_seeds_once(h100):
+    _, text = h100
+    assert "BF16 band over 2 distinct seeds (s0 from `h100`, s1 from `h100`): final val [2.4325, 2.4370]" in text
+    assert "bf16-s0 was run again in `h100-te`: final val 2.4343 against 2.4325" in text
+    assert "2.4343 (repeat of s0 from h100: +0.0018)" in text
+    assert "| fp8-torchao-s0 | h100 |" in text and "2.4392 (+0.0022 above)" in text
+
+
+def test_no_silent_cell(h100):
+    _, text = h100
+    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    assert "| |" not in table.replace("|  |  |", "")  # only the bound columns of non-FP8 rows are blank
+    assert "te, not recorded (run predates the column)" in table  # the CSVs lack the version column
+    assert "torch, torch 2.11.0+cu130" in table  # torch's version is torch_version itself
+    stats = text.split("| run | role |")[1].split("\n\n")[0]
+    for row in stats.splitlines()[2:]:
+        assert "|  |" not in row, row
+    assert "not recorded: torchao keeps no scale state" in stats
+    assert "not recorded: TE current scaling keeps no amax history" in stats
+
+
+def test_fp8_bound_and_share_of_it(h100):
+    _, text = h100
+    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    def tokens_per_s(line):
+        return float(line.split(" | ")[5].split(" ")[0].replace(",", ""))
+
+    lines = table.splitlines()
+    torchao = next(line for line in lines if line.startswith("| fp8-torchao-s0 |"))
+    bf16 = pd.Series([tokens_per_s(line) for line in lines if line.startswith("| bf16-")])
+    speed = tokens_per_s(torchao) / bf16.median()
+    assert len(bf16) == 3 and "| 1.50x | " in torchao
+    assert f"| {(speed - 1) / (1.5 - 1):.0%} |" in torchao  # % of bound = (speedup - 1) / (bound - 1)
+    assert "so FP8 GEMMs alone can make the step at most 1.50x faster" in text  # the 4096 row, not the 2048 one
+
+
+def test_no_bound_is_not_measured(tmp_path):
+    key = comparison.ModelKey("1x NVIDIA H100 80GB HBM3", 1, 4096, 8, 32, 1024, 8, 200, "x")
+    rows = pd.DataFrame([dict(hardware="1x NVIDIA H200", world_size=1, d_model=4096, n_layers=8, seq_len=1024,
+                              tokens_per_step=8192, bound_speedup=1.5)])
+    assert comparison.bound_for(key, rows) is None  # another GPU's bound never stands in
+    assert comparison.bound_for(key, None) is None
+
+
+def test_crossover_shows_the_tables_quantity():
+    b = pd.read_csv(LAB / "results" / "h100" / "bench_step.csv")
+    sp = speedups(b, "step_time_s").set_index(["d_model", "run"])
+    ref = b[b.run == "bf16-s0"].set_index("d_model")["step_time_s"]
+    te = b[b.run == "fp8-te-s0"].set_index("d_model")["step_time_s"]
+    for d in (2048, 4096, 8192):  # higher is better: BF16 time / FP8 time, every hidden size
+        assert sp.loc[(d, "fp8-te-s0"), "speedup"] == pytest.approx(ref[d] / te[d])
+        assert sp.loc[(d, "fp8-te-s0"), "lo"] <= sp.loc[(d, "fp8-te-s0"), "speedup"] <= sp.loc[(d, "fp8-te-s0"), "hi"]
+    assert sp.loc[(2048, "fp8-te-s0"), "speedup"] < 1 < sp.loc[(8192, "fp8-te-s0"), "speedup"]
