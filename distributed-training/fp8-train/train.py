@@ -179,8 +179,12 @@ OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "da
 CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only")
 
 
-def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_json: dict) -> Writers:
-    """The run's CSV writers: in the run folder (or a scratch directory) on rank 0, disabled elsewhere."""
+def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_json: dict,
+                bound_csv: bool = False) -> Writers:
+    """The run's CSV writers: in the run folder (or a scratch directory) on rank 0, disabled elsewhere.
+
+    bound.csv only where the bound will be measured (a file with a header alone reads as damaged).
+    """
     def w(name, cols, key, config=None):
         if folder is None:
             return ResultsWriter(Path(name), cols, key=key, provenance=prov, enabled=False)
@@ -191,7 +195,7 @@ def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_
                    w("fp8.csv", FP8_COLUMNS, ["run", "step", "module", "role"]),
                    w("layers.csv", LAYER_COLUMNS, ["run", "step", "layer"]),
                    w("events.csv", EVENT_COLUMNS, ["run", "step", "kind", "metric"]),
-                   extra={"bound": w("bound.csv", bound.COLUMNS, bound.KEY)})
+                   extra={"bound": w("bound.csv", bound.COLUMNS, bound.KEY)} if bound_csv else {})
 
 
 def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
@@ -233,7 +237,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         if cfg.on_nan == "rollback":
             tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
     loop.run(start, stop)
-    if cfg.bound and spec.precision == "bf16" and spec.seed == cfg.seed:
+    if "bound" in writers.extra and spec.precision == "bf16" and spec.seed == cfg.seed:
         measure_bound(cfg, tr, writers.extra["bound"])
     return ckpt
 
@@ -247,9 +251,6 @@ def rows_state(writers: Writers, run: str, steps: int) -> str:
 
 def measure_bound(cfg: Config, tr: Trainer, writer) -> None:
     """The FP8 bound of this model (bound.py), from its BF16 run; one GPU, once per run folder."""
-    if tr.env.device.type != "cuda" or tr.env.world_size > 1:
-        print0("   FP8 bound: measured on one GPU only (bound.py); skipped here")
-        return
     shape = dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads, seq_len=cfg.seq_len,
                  batch=cfg.batch)
     if writer.done(shape):
@@ -316,12 +317,16 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
     except (ValueError, backends.BackendUnavailable, RunError) as e:
         fail(str(e), 2)
     with distributed(device="cuda" if on_gpu else "cpu") as env:
+        # The bound profiles one process's BF16 step (bound.py): one GPU, and only where asked.
+        wants_bound = bool(cfg.bound) and env.device.type == "cuda" and env.world_size == 1
+        if cfg.bound and not wants_bound:
+            print0("FP8 bound: measured on one GPU only (bound.py); not measured in this launch")
         ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
         folder, error = None, None
         if env.is_main:
             try:
                 folder = RunFolder.open(run_dir_for(out.parent, out.name), out, "resume" if cfg.resume else "fresh")
-                writers = writers_for(folder, env, provenance(env, BENCH_VERSION), cfg_json)
+                writers = writers_for(folder, env, provenance(env, BENCH_VERSION), cfg_json, bound_csv=wants_bound)
             except (SchemaMismatch, RunError) as e:  # resuming into rows written with other settings
                 error = str(e)
                 if folder is not None:
