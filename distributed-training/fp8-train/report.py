@@ -123,7 +123,7 @@ def model_section(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[st
     out += comparison.table(runs, band, gpu, bound)
     out += band_lines(band, runs)
     if gpu:
-        out += ["Targets (issues 6, 12, 14; tokens/s as in the table):", ""] + comparison.targets(key, runs)
+        out += ["Targets (issue 23; tokens/s as in the table):", ""] + comparison.targets(key, runs, band, bound)
         out += bound_lines(bound)
     home = ctx.results / folders[0].name
     curves = {(f.name, run): g.sort_values("step") for f in folders for run, g in f.steps.groupby("run")}
