@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from contextlib import nullcontext
-from typing import Callable, ContextManager
+from typing import ContextManager
 
 import torch
 import torch.nn as nn

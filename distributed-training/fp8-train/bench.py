@@ -297,7 +297,6 @@ def gemm(env, writer: ResultsWriter, shapes: list[tuple[int, int, int]]) -> None
             writer.write(dict(op=name, m=m, k=k, n=n, time_us=t * 1e6, tflops=2 * m * k * n / t / 1e12,
                               timing="cuda_event" if gpu else "perf_counter"))
             print0(f"{name:22s} {m}x{k}x{n}: {t * 1e6:10.1f} us  {2 * m * k * n / t / 1e12:8.3f} TFLOP/s")
-        del a, b, a8, b8
 
 
 def _time_op(fn, dev: torch.device) -> float:

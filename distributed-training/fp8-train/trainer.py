@@ -315,7 +315,8 @@ class Trainer:
         if policy == "rollback":
             if self.ckpt_path is None:
                 raise RuntimeError("--on-nan rollback needs checkpoints (--ckpt-every > 0)")
-            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=self.p.backend in backends.TE_BACKENDS)
+            te = self.p.backend in backends.TE_BACKENDS  # TE's extra state is pickled
+            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=te)
             self.restore(state, full=False)
             return f"rolled back to the checkpoint taken after step {state['step'] - 1}; continuing with the next batch"
         self.stop_requested = True  # the loop logs this step, checkpoints and ends the run

@@ -18,7 +18,7 @@ import train
 import trainer as trainer_mod
 from common.dist import distributed
 from common.model import GPTConfig
-from precision import PrecisionSettings, RunSpec, prepare
+from precision import RunSpec, prepare
 
 MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
 
