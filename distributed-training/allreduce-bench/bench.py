@@ -49,7 +49,8 @@ from tqdm import tqdm
 import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
 from common.config import changed_flags, config_dict, format_size, parse_config, parse_size
-from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
+                         select_device)
 from common.failures import PEER_LOST, classify, entrypoint, report, short
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import SchemaMismatch, check_resume, provenance
@@ -133,7 +134,7 @@ def resolve(cfg: Config, local_ranks: int = 1) -> tuple[Config, GPUPreset]:
 
 def _available_bytes(preset: GPUPreset) -> tuple[int, str]:
     if preset.name != "cpu":
-        return torch.cuda.get_device_properties(0).total_memory, "of GPU memory"
+        return torch.cuda.get_device_properties(select_device("cuda")).total_memory, "of GPU memory"  # this rank's
     try:
         with open("/proc/meminfo") as f:
             kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))

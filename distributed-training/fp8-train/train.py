@@ -44,7 +44,7 @@ import checkpoint
 from alerts import AlertEngine
 from common.config import changed_flags, config_dict, parse_config, parse_size
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
+from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0, select_device
 from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import get_preset
 from common.model import GPTConfig
@@ -233,7 +233,8 @@ def out_dir(cfg: Config, preset) -> Path:
 def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
     """Everything checkable before the process group: (specs, skipped, data, model, saved config)."""
     mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
-    specs, skipped = plan(cfg, torch.device("cuda" if on_gpu else "cpu"), explicit, mcfg)
+    # this rank's GPU (LOCAL_RANK) made current first: the backend probes below allocate on it
+    specs, skipped = plan(cfg, select_device("cuda" if on_gpu else "cpu"), explicit, mcfg)
     data = _load_data(cfg.data, parse_size(cfg.data_size))
     cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
                 data.fingerprint, "skipped_runs": skipped}
