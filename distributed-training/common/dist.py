@@ -176,3 +176,18 @@ def planned_world() -> tuple[int, int, int]:
     else:
         world = local = 1
     return world, local, max(1, world // max(1, local))
+
+
+def ranks_phrase(world: int, nnodes: int = 1) -> str:
+    """'16 ranks (2 nodes x 8)' or '4 ranks': how a refusal names the world it was checked against."""
+    return f"{world} rank{'s' if world != 1 else ''}" + (f" ({nnodes} nodes x {world // nnodes})" if nnodes > 1 else "")
+
+
+def check_batch_split(global_batch: int, grad_accum: int, world: int, nnodes: int = 1,
+                      flag: str = "--batch") -> None:
+    """A global batch of sequences per optimizer step, cut into `grad_accum` micro-batches whose rows are
+    split evenly over the ranks (common.data): ValueError (one line, exit 2 upstream) unless it divides."""
+    if global_batch % (grad_accum * world):
+        raise ValueError(f"{flag} {global_batch} (sequences per step, {grad_accum} micro-batch(es)) does not split "
+                         f"over {ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, or fewer "
+                         "ranks (NPROC, NNODES)")

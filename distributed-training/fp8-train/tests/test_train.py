@@ -179,12 +179,12 @@ def test_report_on_the_committed_gpu_results(tmp_path):
     """The committed H100 folders beside the CPU ones: targets against measured rows, a shared noise band."""
     import shutil
     res = tmp_path / "results"
-    for name in ("h100", "h100-te"):
+    for name in ("h100_ws1", "h100_ws1-te"):
         shutil.copytree(LAB / "results" / name, res / name)
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
-    assert "GPU runs: h100, h100-te" in text and "On CPU, bf16 is **emulated**" not in text
-    te = text.split("## Preset `h100-te`")[1]
+    assert "GPU runs: h100_ws1, h100_ws1-te" in text and "On CPU, bf16 is **emulated**" not in text
+    te = text.split("## Preset `h100_ws1-te`")[1]
     assert "| TE FP8 / BF16 tokens/s >= 1.3 at hidden 4096 | 1.20x | **not met** |" in te
-    assert "including bf16-s0 (h100), bf16-s1 (h100) from a sibling folder" in te  # one band for one model
-    assert "| BF16 MFU >= 50% |" in text.split("## Preset `h100`")[1]
+    assert "including bf16-s0 (h100_ws1), bf16-s1 (h100_ws1) from a sibling folder" in te  # one band for one model
+    assert "| BF16 MFU >= 50% |" in text.split("## Preset `h100_ws1`")[1]
