@@ -17,7 +17,7 @@ fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale
 
 # Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
 # it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
-# Every launch writes into runs/scaling_<hw>/; the last one publishes the complete sweep to results/.
+# Every launch writes into runs/scaling_<preset>_ws<max N>[_n<nodes>]/; the last one publishes the sweep.
 fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
 	NNODES=$(NNODES) NPROC=$(NPROC) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
 ifeq ($(NNODES),1)

@@ -58,19 +58,19 @@ def test_studies(main, argv, needle, capsys):
 def test_projection_refuses_a_damaged_sweep(tmp_path, capsys):
     results = tmp_path / "results"
     results.mkdir()
-    (results / "scaling_cpu.csv").write_text("strategy,mode\nddp,weak\n")
-    expect_bad_input(lambda: project.main(["--results", str(results)]), "scaling_cpu.csv lacks the column(s)", capsys,
-                     watch=[tmp_path])
+    (results / "scaling_cpu_ws4.csv").write_text("strategy,mode\nddp,weak\n")
+    expect_bad_input(lambda: project.main(["--results", str(results)]), "scaling_cpu_ws4.csv lacks the column(s)",
+                     capsys, watch=[tmp_path])
 
 
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: shutil.rmtree(r), "results folder"),
     (lambda r: [p.unlink() for p in r.glob("*.csv")], "no scaling_*.csv, at_scale.csv or projection.csv"),
     (lambda r: (r / "at_scale.csv").write_text('strategy,"w\n'), "at_scale.csv is not a readable CSV"),
-    (lambda r: (r / "scaling_cpu.csv").write_text(""), "scaling_cpu.csv is empty"),
-    (lambda r: (r / "scaling_cpu.csv").write_text((r / "scaling_cpu.csv").read_text()[:-60]),
+    (lambda r: (r / "scaling_cpu_ws4.csv").write_text(""), "scaling_cpu_ws4.csv is empty"),
+    (lambda r: (r / "scaling_cpu_ws4.csv").write_text((r / "scaling_cpu_ws4.csv").read_text()[:-60]),
      "a half-written last row"),
-    (lambda r: (r / "comms_cpu.csv").write_bytes(b"\xff\xfe" + b"junk" * 30), "not UTF-8 text"),
+    (lambda r: (r / "comms_cpu_ws4.csv").write_bytes(b"\xff\xfe" + b"junk" * 30), "not UTF-8 text"),
     (lambda r: (r / "projection.csv").write_text("a,b\n1,2\n"), "projection.csv lacks the column(s)"),
     (lambda r: (r / "at_scale.csv").write_text((r / "at_scale.csv").read_text().replace(
         "\nddp,8,", "\nddp,eight,", 1)), "column world_size: 'eight' is not an int"),
