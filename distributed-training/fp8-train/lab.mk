@@ -4,7 +4,9 @@
 FP8_DIR := $(LABS_DIR)/fp8-train
 FP8_ON_CPU := $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS)))
 FP8_NPROC := $(if $(and $(FP8_ON_CPU),$(filter file,$(origin NPROC))),1,$(NPROC))
-FP8_LAUNCH = $(if $(and $(filter 1,$(FP8_NPROC)),$(filter 1,$(NNODES))),$(PYRUN),$(TORCHRUN))
+# one process: in a Slurm job's check phase (DT_LAUNCH_PHASE=check) it checks and stops, as torchrun's would
+FP8_ONE = $(if $(filter check,$(DT_LAUNCH_PHASE)),$(CHECK_ARGS),$(PYRUN))
+FP8_LAUNCH = $(if $(and $(filter 1,$(FP8_NPROC)),$(filter 1,$(NNODES))),$(FP8_ONE),$(TORCHRUN))
 fp8-train-run: NPROC = $(FP8_NPROC)
 
 .PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo

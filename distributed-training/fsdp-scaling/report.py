@@ -64,7 +64,9 @@ class ReportConfig:
 def read(pattern: str) -> pd.DataFrame:
     """The rows of every file matching `pattern`; a pattern of several files (scaling_*.csv: one per
     result set, scaling_<preset>_ws<N>[_n<nodes>]) adds the column `set`, the file's stem."""
-    return read_tables(RES, pattern, SCHEMAS[pattern], required=False, source="set" if "*" in pattern else "")
+    df = read_tables(RES, pattern, SCHEMAS[pattern], required=False, source="set" if "*" in pattern else "")
+    # a file that is not there (e.g. no projection yet) reads as no rows, with the columns it would have
+    return df if len(df.columns) else pd.DataFrame(columns=[*SCHEMAS[pattern].columns, "set"])
 
 
 def table(df: pd.DataFrame, spec: str = ".3g") -> str:
@@ -242,8 +244,15 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
             "Throughput T (tokens/s, all ranks), efficiency E = T(N) / (N T(1)), and peak memory per rank "
             f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, {_batches(s)}, grad-accum "
             f"{int(s['grad_accum'].iloc[0])}:", "",
-            table(piv.reset_index()), "",
-            f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})", ""]
+            table(piv.reset_index()), "", plot_or_why(s, proj, tag), ""]
+
+
+def plot_or_why(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> str:
+    """The efficiency plot; a set without world-size-1 rows (one launch across nodes) has no T(1) to divide by."""
+    if not s["efficiency"].notna().any():
+        return ("No efficiency here: this set has no world-size-1 run to divide by (a launch across nodes "
+                "measures one world size); compare its tokens/s with a single-node sweep's table.")
+    return f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})"
 
 
 def _batches(s: pd.DataFrame) -> str:
