@@ -154,6 +154,21 @@ def check_memory(max_bytes: int, preset: GPUPreset, local_ranks: int) -> None:
                          f"more than the {have / 2**30:.1f} GiB {where}; lower --max-bytes")
 
 
+def check_sizes(cfg: Config, n: int) -> None:
+    """Every collective asked for has a message in the size range at n ranks (all_gather, reduce_scatter and
+    all_to_all split a message into n parts of at least 16 bytes); send_recv needs a peer, except in the
+    default sweep on one rank, where it is left out. ValueError (exit 2) otherwise: a sweep with no rows."""
+    plan = {r["collective"] for r in sweep_plan(cfg, n)}
+    for coll in cfg.collectives:
+        if coll in plan or (coll == "send_recv" and n == 1 and len(cfg.collectives) > 1):
+            continue
+        if coll == "send_recv":
+            raise ValueError("send_recv needs at least 2 ranks (a ring shift); run it with NPROC >= 2")
+        need = n * C.ALIGN_BYTES
+        raise ValueError(f"{coll} on {n} ranks splits a message into {n} parts of at least {C.ALIGN_BYTES} bytes: "
+                         f"--max-bytes {cfg.max_bytes} is below {format_size(need)}; raise --max-bytes")
+
+
 def changed(cfg: Config) -> list[str]:
     """The measurement flags in which this (resolved) run differs from its preset's default sweep."""
     return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
@@ -363,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     world, local, nnodes = planned_world()
     try:
         cfg, preset = resolve(cfg, local)
+        check_sizes(cfg, world)
         if not launched_by_torchrun():  # the check pass (or a 1-rank run); inside ranks rank 0 decides
             check_before_launch(cfg, preset, world, nnodes)
     except (ValueError, RunError) as e:  # SchemaMismatch is a ValueError

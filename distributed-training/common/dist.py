@@ -188,6 +188,6 @@ def check_batch_split(global_batch: int, grad_accum: int, world: int, nnodes: in
     """A global batch of sequences per optimizer step, cut into `grad_accum` micro-batches whose rows are
     split evenly over the ranks (common.data): ValueError (one line, exit 2 upstream) unless it divides."""
     if global_batch % (grad_accum * world):
-        raise ValueError(f"{flag} {global_batch} (sequences per step, {grad_accum} micro-batch(es)) does not split "
-                         f"over {ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, or fewer "
-                         "ranks (NPROC, NNODES)")
+        micro = f"{grad_accum} micro-batches" if grad_accum > 1 else "one micro-batch"
+        raise ValueError(f"{flag} {global_batch} (sequences per step, in {micro}) does not split evenly over "
+                         f"{ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, or other NPROC/NNODES")

@@ -33,7 +33,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (1, ["--preflight", "--worlds", "4,6", "--hsdp-shard", "4", "--global-batch", "24"],
      "hsdp needs the world size (6) to be a multiple of its shard group (--hsdp-shard 4)"),
     (4, ["--global-batch", "12", "--grad-accum", "2"],
-     "--global-batch 12 (sequences per step, 2 micro-batch(es)) does not split over 4 ranks"),
+     "--global-batch 12 (sequences per step, in 2 micro-batches) does not split evenly over 4 ranks"),
     (2, ["--strategies", "single"], "one-process baseline; it cannot run at world size 2"),
     (1, ["--timeout-s", "0"], "--lr and --timeout-s > 0"),
     (1, ["--lr", "nan"], "expected a finite number"),

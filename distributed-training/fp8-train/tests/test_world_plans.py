@@ -1,13 +1,25 @@
-"""Device before CUDA: an fp8-train rank makes its own GPU (LOCAL_RANK) current before its first CUDA call.
+"""Before the ranks build anything: the pre-launch check over world sizes, the device each rank selects first,
+and the results' names by world size.
 
-The backend probes (backends.status: a capability query and a probe tensor for torch._scaled_mm) used
-to run on a bare `cuda`, GPU 0, before set_device: on an 8-GPU node, 8 CUDA contexts on GPU 0. Here CUDA
-is faked on the CPU: every call that would touch a GPU is recorded with the device it would touch."""
+The check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2, with
+nothing written (common.testing.check_pass runs the launcher's check pass): the batch must split over
+the ranks, e.g. the h100 preset's 8 sequences on 2 nodes x 8 GPUs (16 ranks) do not.
+
+Device before CUDA: the backend probes (backends.status: a capability query and a probe tensor for
+torch._scaled_mm) used to run on a bare `cuda`, GPU 0, before set_device: on an 8-GPU node, 8 CUDA
+contexts on GPU 0. Here CUDA is faked on the CPU: every call that would touch a GPU is recorded with the
+device it would touch, and the h100 preset's check runs on a machine without one."""
+
+from pathlib import Path
 
 import pytest
 import torch
 
 import train
+from common.hardware import get_preset
+from common.testing import WORLDS, check_pass
+
+LAB = Path(train.__file__).resolve().parent
 
 
 def _fake_cuda(monkeypatch) -> list[tuple[str, int]]:
@@ -53,3 +65,25 @@ def test_each_rank_selects_its_gpu_before_any_cuda_call(local_rank, monkeypatch)
     assert calls and calls[0] == ("set_device", local_rank), calls
     probes = [c for c in calls if c[0] != "set_device"]
     assert probes and {dev for _, dev in probes} == {local_rank}, calls  # every probe on this rank's GPU
+
+
+@pytest.mark.parametrize("preset", ["cpu", "h100"])
+@pytest.mark.parametrize("world, nnodes", WORLDS, ids=[f"{w}x{n}" for w, n in WORLDS])
+def test_every_world_plans_or_is_refused_in_one_line(preset, world, nnodes, monkeypatch, capsys):
+    if preset != "cpu":
+        _fake_cuda(monkeypatch)
+    line = check_pass(train.main, ["--gpu", preset, "--data-size", "256K"], world, nnodes, monkeypatch, capsys,
+                      watch=[LAB / "results", LAB / "runs"])
+    if 8 % world == 0:  # both presets: 8 sequences per step, one micro-batch
+        assert line is None
+    else:
+        where = f"{world} ranks" + (f" ({nnodes} nodes x {world // nnodes})" if nnodes > 1 else "")
+        assert f"--batch 8 (sequences per step, in one micro-batch) does not split evenly over {where}" in line
+
+
+@pytest.mark.parametrize("world, nnodes, name", [(1, 1, "h100_ws1"), (8, 1, "h100_ws8"), (16, 2, "h100_ws16_n2")])
+def test_results_are_named_by_world_size_and_nodes(world, nnodes, name, monkeypatch):
+    """An 8-GPU run never replaces the committed 1-GPU results/h100_ws1/."""
+    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
+    monkeypatch.setenv("DT_PLANNED_LOCAL", str(world // nnodes))
+    assert train.out_dir(train.Config(), get_preset("h100")) == LAB / "results" / name
