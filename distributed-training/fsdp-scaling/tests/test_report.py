@@ -33,3 +33,27 @@ def test_a_sweep_of_one_scaling_mode_is_reported(tmp_path):
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "weak = " in text and "strong = " not in text
+
+
+def _section(text: str, name: str) -> str:
+    """The measured-scaling subsection of one result set (up to the next heading)."""
+    part = next(p for p in text.split("\n### ") if f"`{name}.csv`" in p.split("\n")[0])
+    return part.split("\n## ")[0]
+
+
+def test_each_result_set_has_its_own_table(tmp_path):
+    """A sweep to 2 ranks and a 2-node launch beside the sweep to 4, on the same machine: three tables, none
+    averaged into another, and the 2-node set (no world-size-1 run) says why it has no efficiency."""
+    res = tmp_path / "results"
+    shutil.copytree(report.RES, res)
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "alone.md")]) == 0
+    s = pd.read_csv(res / "scaling_cpu_ws4.csv", dtype={"git_commit": str})
+    s[s["world_size"] <= 2].assign(tokens_per_s=123456.0).to_csv(res / "scaling_cpu_ws2.csv", index=False)
+    s[s["world_size"] == 4].assign(nnodes=2, tokens_per_s=654321.0).to_csv(res / "scaling_cpu_ws4_n2.csv",
+                                                                          index=False)
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
+    alone, text = (tmp_path / "alone.md").read_text(), (tmp_path / "REPORT.md").read_text()
+    assert _section(text, "scaling_cpu_ws4") == _section(alone, "scaling_cpu_ws4")  # untouched by the others
+    assert "123,456" in _section(text, "scaling_cpu_ws2") and "world size 1, 2" in text
+    multi = _section(text, "scaling_cpu_ws4_n2")
+    assert "world size 4 on 2 nodes" in multi and "654,321" in multi and "No efficiency here" in multi
