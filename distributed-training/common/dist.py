@@ -190,4 +190,5 @@ def check_batch_split(global_batch: int, grad_accum: int, world: int, nnodes: in
     if global_batch % (grad_accum * world):
         micro = f"{grad_accum} micro-batches" if grad_accum > 1 else "one micro-batch"
         raise ValueError(f"{flag} {global_batch} (sequences per step, in {micro}) does not split evenly over "
-                         f"{ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, or other NPROC/NNODES")
+                         f"{ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, "
+                         "or other NPROC/NNODES")

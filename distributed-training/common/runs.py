@@ -2,7 +2,7 @@
 
 Each lab's `results/` holds what its report reads and what git tracks. No run writes there
 directly. A run writes into its own run folder, `<lab>/runs/<tag>/` (git ignores `runs/`), one
-folder per kind of result (tag = the results' file stem: sweep_cpu_ws4, bench_cpu_w4, cpu, ...):
+folder per result set, named for its hardware, world size and nodes (sweep_cpu_ws4, cpu_ws1, ...):
 
     fresh run     an earlier run folder whose results never reached results/ is set aside as
                   runs/<tag>@<UTC time>/ (nothing is deleted), then the folder starts empty

@@ -91,7 +91,7 @@ class BenchConfig:
                                                                 "fp8_linear.py (e.g. 2fbc6b4)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = default)"})
     out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
-                                                  "<preset>_ws1); a run writes into fp8-train/runs/<name>-bench/ first"})
+                                                  "<preset>_ws1); a run writes into runs/<name>-bench/ first"})
     promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for the default "
                                                            "benchmark, keep others in runs/), replace, merge, no",
                                                    "choices": PROMOTE_CHOICES})

@@ -42,8 +42,8 @@ class Job:
     run_folder: str | None  # runs/<name> that rank 0 wrote and published (None: the lab writes results/ itself)
 
 
-TINY_FP8 = ("--runs fp8:emulated --stats-every 1 --fractions-every 1 --steps 2 --batch 4 --seq-len 16 --d-model 32 --n-layers 1 --n-heads 2 --val-every 0 "
-            "--val-batches 1 --data-size 64K --ckpt-every 0 --dashboard-every 0")
+TINY_FP8 = ("--runs fp8:emulated --stats-every 1 --fractions-every 1 --steps 2 --batch 4 --seq-len 16 --d-model 32 "
+            "--n-layers 1 --n-heads 2 --val-every 0 --val-batches 1 --data-size 64K --ckpt-every 0 --dashboard-every 0")
 JOBS = [
     Job("allreduce-bench", ("ARGS=--max-bytes 2K --collectives all_reduce,all_gather --iters 2 --min-iters 1 "
                             "--warmup 0 --target-ms 1 --promote replace",),
