@@ -160,15 +160,16 @@ gpu-suite-part-1:
 	$(MAKE) parallel-3d-gpu || failed="$$failed parallel-3d"; \
 	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }
 
-# The fp8-train preset is more than one short job on one GPU: part 2 trains FP8_FIRST_HALF of its runs
-# (--only), part 5 the rest (--resume), which publishes the whole set once every run is done.
+# The fp8-train preset compares precisions on one GPU (results/<preset>_ws1, the FP8 bound needs one
+# process), and is more than one short job there: part 2 trains FP8_FIRST_HALF of its runs (--only),
+# part 5 the rest (--resume), which publishes the whole set once every run is done.
 gpu-suite-part-2:
 	$(call require_cuda)
-	$(MAKE) fp8-train-run ARGS="--only $(FP8_FIRST_HALF)"
+	$(MAKE) fp8-train-run NPROC=1 ARGS="--only $(FP8_FIRST_HALF)"
 
 gpu-suite-part-5:
 	$(call require_cuda)
-	$(MAKE) fp8-train-run ARGS="--resume"
+	$(MAKE) fp8-train-run NPROC=1 ARGS="--resume"
 	$(MAKE) fp8-train-report
 
 gpu-suite-part-3:

@@ -49,7 +49,8 @@ from tqdm import tqdm
 import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
 from common.config import changed_flags, config_dict, format_size, parse_config, parse_size
-from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
+                         select_device)
 from common.failures import PEER_LOST, classify, entrypoint, report, short
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import SchemaMismatch, check_resume, provenance
@@ -133,7 +134,7 @@ def resolve(cfg: Config, local_ranks: int = 1) -> tuple[Config, GPUPreset]:
 
 def _available_bytes(preset: GPUPreset) -> tuple[int, str]:
     if preset.name != "cpu":
-        return torch.cuda.get_device_properties(0).total_memory, "of GPU memory"
+        return torch.cuda.get_device_properties(select_device("cuda")).total_memory, "of GPU memory"  # this rank's
     try:
         with open("/proc/meminfo") as f:
             kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
@@ -151,6 +152,21 @@ def check_memory(max_bytes: int, preset: GPUPreset, local_ranks: int) -> None:
         raise ValueError(f"--max-bytes {format_size(max_bytes)} needs about {need / 2**30:.1f} GiB (3 buffers per "
                          f"rank{f' x {local_ranks} ranks' if preset.name == 'cpu' and local_ranks > 1 else ''}), "
                          f"more than the {have / 2**30:.1f} GiB {where}; lower --max-bytes")
+
+
+def check_sizes(cfg: Config, n: int) -> None:
+    """Every collective asked for has a message in the size range at n ranks (all_gather, reduce_scatter and
+    all_to_all split a message into n parts of at least 16 bytes); send_recv needs a peer, except in the
+    default sweep on one rank, where it is left out. ValueError (exit 2) otherwise: a sweep with no rows."""
+    plan = {r["collective"] for r in sweep_plan(cfg, n)}
+    for coll in cfg.collectives:
+        if coll in plan or (coll == "send_recv" and n == 1 and len(cfg.collectives) > 1):
+            continue
+        if coll == "send_recv":
+            raise ValueError("send_recv needs at least 2 ranks (a ring shift); run it with NPROC >= 2")
+        need = n * C.ALIGN_BYTES
+        raise ValueError(f"{coll} on {n} ranks splits a message into {n} parts of at least {C.ALIGN_BYTES} bytes: "
+                         f"--max-bytes {cfg.max_bytes} is below {format_size(need)}; raise --max-bytes")
 
 
 def changed(cfg: Config) -> list[str]:
@@ -362,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     world, local, nnodes = planned_world()
     try:
         cfg, preset = resolve(cfg, local)
+        check_sizes(cfg, world)
         if not launched_by_torchrun():  # the check pass (or a 1-rank run); inside ranks rank 0 decides
             check_before_launch(cfg, preset, world, nnodes)
     except (ValueError, RunError) as e:  # SchemaMismatch is a ValueError

@@ -37,10 +37,12 @@ allreduce-bench-overhead: $(SETUP) ## benchmark: our timing vs a bare loop, size
 ARB_2AGENTS_PORT ?= 29517
 ARB_2AGENTS = $(MAKE) allreduce-bench-run GPU=cpu NNODES=2 NPROC=2 MASTER_ADDR=127.0.0.1 \
   MASTER_PORT=$(ARB_2AGENTS_PORT) RDZV_ID=arb-2agents ARGS="--max-bytes 4M --promote replace $(ARGS)"
+# As a Slurm job does (slurm/lab.sbatch): the checks once, then both agents without checking again.
 allreduce-bench-2agents: $(SETUP) ## CPU check of the multi-node path: 2 torchrun agents x 2 ranks on 127.0.0.1
 	@$(PYRUN) -m common.launch check-port 127.0.0.1 $(ARB_2AGENTS_PORT)
-	@DT_CHECK_ARGS=1 DT_PLANNED_WORLD=4 DT_PLANNED_LOCAL=2 $(PYRUN) $(ARB)/bench.py --gpu cpu --max-bytes 4M $(ARGS)
-	$(ARB_2AGENTS) & agent1=$$!; $(ARB_2AGENTS) & agent2=$$!; wait $$agent1 && wait $$agent2
+	DT_LAUNCH_PHASE=check $(ARB_2AGENTS)
+	DT_LAUNCH_PHASE=ranks $(ARB_2AGENTS) & agent1=$$!; DT_LAUNCH_PHASE=ranks $(ARB_2AGENTS) & agent2=$$!; \
+	  wait $$agent1 && wait $$agent2
 	$(PYTHON) -c 'import csv, sys; rows = list(csv.DictReader(open(sys.argv[1]))); \
 	  assert rows and {r["nnodes"] for r in rows} == {"2"}, "nnodes is not 2"; \
 	  print(f"ok: {len(rows)} rows with nnodes=2 in", sys.argv[1])' $(ARB)/results/sweep_cpu_ws4_n2.csv

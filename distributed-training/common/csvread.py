@@ -163,10 +163,11 @@ def results_folder(folder: str | Path, hint: str = "") -> Path:
 
 
 def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool = True,
-                hint: str = "") -> pd.DataFrame:
+                hint: str = "", source: str = "") -> pd.DataFrame:
     """Every `pattern` match in `folder`, checked and concatenated (files in name order).
 
-    No match is an error when `required` (what would the report show?), else an empty frame."""
+    No match is an error when `required` (what would the report show?), else an empty frame. `source`
+    names a column that gets each row's file stem (scaling_h100_ws8): which result set a row belongs to."""
     folder = results_folder(folder, hint)
     files = sorted(folder.glob(pattern))
     if not files:
@@ -174,6 +175,8 @@ def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool
             raise BadResults(f"no {pattern} in {_shown(folder)}" + (f"; {hint}" if hint else ""))
         return pd.DataFrame()
     frames = [read_table(f, schema) for f in files]
+    if source:
+        frames = [df.assign(**{source: f.stem}) for df, f in zip(frames, files)]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

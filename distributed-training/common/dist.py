@@ -10,7 +10,8 @@ that lab code can call collectives unconditionally.
 
 Backend: NCCL only when CUDA is there (the CPU wheel has no NCCL at all, and asking for
 "cpu:gloo,cuda:nccl" raises), gloo otherwise. The device is set *before* init_process_group so
-NCCL binds its communicator to the right GPU, and an explicit timeout makes a dead or stuck
+NCCL binds its communicator to the right GPU (select_device: a runner that probes the GPU before its
+process group calls it first), and an explicit timeout makes a dead or stuck
 peer an error instead of a hang.
 
 Checking arguments before torchrun: with DT_CHECK_ARGS=1 in the environment, distributed() exits 0
@@ -70,6 +71,19 @@ def resolve_device(device: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
+def select_device(device: str = "auto") -> torch.device:
+    """This rank's device, made current before anything else touches CUDA: cuda:<LOCAL_RANK> (or cpu).
+
+    Call it first thing in a rank, before any check that probes the GPU: a bare `cuda` (a capability
+    query, a probe tensor) means the current device, which is GPU 0 until set_device, so 8 ranks that
+    probe first put 8 CUDA contexts (~500 MiB each) on GPU 0. distributed() calls it too."""
+    local_rank = int(os.environ["LOCAL_RANK"]) if launched_by_torchrun() else 0
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    return dev
+
+
 @contextmanager
 def distributed(device: str = "auto", timeout_s: float = 300.0) -> Iterator[DistInfo]:
     """Initialise the default process group from the torchrun environment and tear it down.
@@ -85,11 +99,10 @@ def distributed(device: str = "auto", timeout_s: float = 300.0) -> Iterator[Dist
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     else:
         rank, world, local_rank, local_world = 0, 1, 0, 1
-    dev = resolve_device(device, local_rank)
+    dev = select_device(device)
     backend = "nccl" if dev.type == "cuda" else "gloo"
     kwargs: dict = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
     if dev.type == "cuda":
-        torch.cuda.set_device(dev)
         kwargs["device_id"] = dev  # eager NCCL init: a missing peer fails here, not mid-sweep
     if not launched_by_torchrun():
         kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
@@ -163,3 +176,19 @@ def planned_world() -> tuple[int, int, int]:
     else:
         world = local = 1
     return world, local, max(1, world // max(1, local))
+
+
+def ranks_phrase(world: int, nnodes: int = 1) -> str:
+    """'16 ranks (2 nodes x 8)' or '4 ranks': how a refusal names the world it was checked against."""
+    return f"{world} rank{'s' if world != 1 else ''}" + (f" ({nnodes} nodes x {world // nnodes})" if nnodes > 1 else "")
+
+
+def check_batch_split(global_batch: int, grad_accum: int, world: int, nnodes: int = 1,
+                      flag: str = "--batch") -> None:
+    """A global batch of sequences per optimizer step, cut into `grad_accum` micro-batches whose rows are
+    split evenly over the ranks (common.data): ValueError (one line, exit 2 upstream) unless it divides."""
+    if global_batch % (grad_accum * world):
+        micro = f"{grad_accum} micro-batches" if grad_accum > 1 else "one micro-batch"
+        raise ValueError(f"{flag} {global_batch} (sequences per step, in {micro}) does not split evenly over "
+                         f"{ranks_phrase(world, nnodes)}: use a multiple of {grad_accum * world}, "
+                         "or other NPROC/NNODES")

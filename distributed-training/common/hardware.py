@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 
@@ -65,7 +65,8 @@ class GPUPreset:
         return slug(self.name)
 
     def run_tag(self, world_size: int, nnodes: int = 1) -> str:
-        """A run's tag in result file names: <preset>_ws<N>[_n<nodes>] (sweep_h100_ws8.csv, bench_cpu_ws4.csv)."""
+        """A result set's identity in file and folder names: <preset>_ws<N>[_n<nodes>] (sweep_h100_ws8.csv,
+        fp8-train/results/h100_ws16_n2/). Hardware, world size and node count: one never replaces another."""
         return f"{self.tag}_ws{world_size}" + (f"_n{nnodes}" if nnodes > 1 else "")
 
     def peak_tflops(self, precision: str) -> float | None:
@@ -107,6 +108,32 @@ CHOICES = ("auto", *PRESETS, *ALIASES)
 # Variants that share a marketing name with a preset but not its clocks, power or links: never
 # auto-matched to the SXM row (an H100 PCIe peaks near 756 TFLOP/s, not 989).
 _NOT_SXM = ("PCIE", "NVL", "H100 SXM5 64GB")
+
+
+class RunTag(NamedTuple):
+    """A parsed <preset>_ws<N>[_n<nodes>] (GPUPreset.run_tag), e.g. from a result file's stem."""
+
+    preset: str
+    world_size: int
+    nnodes: int
+
+    def describe(self) -> str:
+        """'h100, 8 ranks' or 'cpu, 4 ranks on 2 nodes': how reports name a result set."""
+        return (f"{self.preset}, {self.world_size} rank{'s' if self.world_size != 1 else ''}"
+                + (f" on {self.nnodes} nodes" if self.nnodes > 1 else ""))
+
+
+_RUN_TAG = re.compile(r"(?:^|_)(?P<preset>[a-z0-9-]+)_ws(?P<ws>[0-9]+)(?:_n(?P<n>[0-9]+))?(?=$|-)")
+
+
+def parse_run_tag(text: str) -> RunTag | None:
+    """The run tag at the end of `text` (a file stem such as scaling_h100_ws8 or a folder name such as
+    h100_ws16_n2-te), or None if it carries none."""
+    found = list(re.finditer(_RUN_TAG, text))
+    if not found:
+        return None
+    m = found[-1]
+    return RunTag(m["preset"], int(m["ws"]), int(m["n"] or 1))
 
 
 def slug(text: str) -> str:

@@ -11,6 +11,8 @@ node 0 of a static rendezvous the master port must be free; then the script runs
 process with DT_CHECK_ARGS=1 and DT_PLANNED_WORLD/_LOCAL (the world it will get), so it checks its
 arguments, data paths, resume state and run-folder lock and stops where its process group would
 start (common.dist.distributed). Bad input is that one line and exit 2; no rank is started.
+A job of several nodes checks once, not once per node: DT_LAUNCH_PHASE=check runs only the
+checks (slurm/lab.sbatch, before srun), DT_LAUNCH_PHASE=ranks only starts the ranks (under srun).
 
 While the ranks run, their output passes through. When one fails, torchrun stops the others:
 SIGTERM, then SIGKILL after DT_GRACE_S seconds (default 3; torchrun waits a fixed 30), so a stuck
@@ -106,10 +108,22 @@ def check(args) -> str | None:
     return None
 
 
+def phase() -> str:
+    """DT_LAUNCH_PHASE: `all` (default: check, then start the ranks), `check` (the checks only: what a Slurm
+    job runs once, on one node, before srun), `ranks` (start the ranks without checking again: what srun then
+    runs on every node; also for a script that has no checks to make)."""
+    value = os.environ.get("DT_LAUNCH_PHASE") or "all"
+    if value not in PHASES:
+        raise ValueError(f"DT_LAUNCH_PHASE must be one of {', '.join(PHASES)}, got {value!r}")
+    return value
+
+
+PHASES = ("all", "check", "ranks")
+
+
 def check_pass(args) -> int:
-    """The script once as a plain process that stops before its process group: its own checks.
-    DT_LAUNCH_CHECK=0 skips it (for a script that has no checks to make)."""
-    if args.module or args.no_python or os.environ.get("DT_LAUNCH_CHECK") == "0":
+    """The script once as a plain process that stops before its process group: its own checks."""
+    if args.module or args.no_python:
         return 0
     nproc = int(args.nproc_per_node)
     nnodes = int(str(args.nnodes).partition(":")[2] or args.nnodes)
@@ -206,12 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.prog = "launch"
     parser.error = MethodType(lambda self, msg: self.exit(BAD_INPUT, f"launch: error: {msg}\n"), parser)
     args = parser.parse_args(argv)
+    try:
+        when = phase()
+    except ValueError as e:
+        return _error(str(e))
     problem = check(args)
     if problem:
         return _error(problem)
-    code = check_pass(args)
-    if code:
-        return code
+    if when != "ranks":
+        code = check_pass(args)
+        if code or when == "check":
+            return code
     world = int(args.nproc_per_node) * int(str(args.nnodes).partition(":")[2] or args.nnodes)
     os.environ["DT_LAUNCHER"] = "1"
     if os.environ.get("DT_LAUNCH_VERBOSE") != "1":

@@ -2,7 +2,7 @@
 
 Each lab's `results/` holds what its report reads and what git tracks. No run writes there
 directly. A run writes into its own run folder, `<lab>/runs/<tag>/` (git ignores `runs/`), one
-folder per kind of result (tag = the results' file stem: sweep_cpu_ws4, bench_cpu_w4, cpu, ...):
+folder per result set, named for its hardware, world size and nodes (sweep_cpu_ws4, cpu_ws1, ...):
 
     fresh run     an earlier run folder whose results never reached results/ is set aside as
                   runs/<tag>@<UTC time>/ (nothing is deleted), then the folder starts empty
@@ -34,6 +34,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -68,22 +69,58 @@ def run_dir_for(results_root: Path, tag: str) -> Path:
 
 
 # ---- the lock ---------------------------------------------------------------------------------
+#
+# An exclusive flock held by the writer for the whole run; a probe (check_free, `status`) takes a *shared*
+# flock for an instant: shared locks do not conflict with each other, so two concurrent checks never see
+# each other as the holder, while a writer's exclusive lock refuses every probe. The file holds the current
+# holder's line only: written once the lock is taken, cleared before it is released (a holder killed by -9
+# leaves its line but no lock, and the next writer replaces the line). A writer that meets a lock with no
+# line (a probe's instant, or a run starting) retries for a moment; a lock with a line refuses it.
+#
+# Shared filesystems (NFS, Lustre, GPFS): on Linux, flock on NFS is carried by the server's byte-range
+# locks, so it holds across nodes when the mount does locking: NFSv4 always; NFSv3 only with lockd/statd
+# running and without the `nolock` or `local_lock=flock|all` mount options (those make the lock
+# node-local, and two nodes would both "hold" it). Lustre needs the `flock` mount option (`localflock` is
+# node-local; without either, flock fails and we say so). A node that dies holding a lock releases it when
+# its NFSv4 lease expires (about 90 s). Within a job only global rank 0 takes the lock (common.runs callers).
+
+_ACQUIRE_WAIT_S = 2.0  # a lock held with no holder line yet: a probe, or a run starting
+_ACQUIRE_GRACE_S = 0.2  # a lock held with a holder line: a run
+_HELD: dict[Path, "Lock"] = {}  # lock files this process holds (a probe must not touch them: see lock_holder)
+
 
 def _lock_path(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + ".lock")
 
 
+def _flock(f, op: int, path: Path) -> bool:
+    """flock(op | LOCK_NB): True if taken, False if another process holds a conflicting lock; a filesystem
+    without working locks is a RunError (one line) rather than a traceback."""
+    try:
+        fcntl.flock(f.fileno(), op | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as e:  # ENOLCK (NFSv3 without lockd), EOPNOTSUPP/ENOSYS (Lustre without -o flock)
+        raise RunError(f"cannot lock {shown(path)}: {e.strerror}; the filesystem does not support file locks "
+                       "(NFSv3 needs lockd, Lustre the `flock` mount option; common/runs.py says more)") from None
+
+
+def _holder_line(f) -> str:
+    f.seek(0)
+    return f.read().strip() or "another process, starting"
+
+
 def lock_holder(run_dir: Path) -> str | None:
     """Who holds the run folder's lock now (pid, host, start, command), or None if nobody does."""
     path = _lock_path(run_dir)
+    if path.resolve() in _HELD:  # ours: probing would drop it on NFS (POSIX locks belong to the process)
+        return _HELD[path.resolve()].holder
     if not path.exists():
         return None
     with open(path, "a+") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            return f.read().strip() or "another process"
+        if not _flock(f, fcntl.LOCK_SH, path):
+            return _holder_line(f)
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     return None
 
@@ -94,32 +131,48 @@ def busy_message(run_dir: Path, holder: str) -> str:
 
 
 class Lock:
-    """An exclusive flock on runs/<tag>.lock, with the holder described inside the file."""
+    """An exclusive flock on runs/<tag>.lock, with the current holder described inside the file."""
 
     def __init__(self, run_dir: Path):
         self.path = _lock_path(run_dir)
         self.run_dir = run_dir
+        self.holder = ""
         self._f = None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.resolve() in _HELD:
+            raise RunError(busy_message(self.run_dir, _HELD[self.path.resolve()].holder))
         f = open(self.path, "a+")
+        start = time.monotonic()
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
+            while not _flock(f, fcntl.LOCK_EX, self.path):
+                # A probe holds the lock for an instant and writes no line; a run's line is there within
+                # moments of its lock. Wait out the first, refuse the second (after a short grace, in case
+                # the line is a dead holder's that a probe's instant happened to expose).
+                waited, named = time.monotonic() - start, _holder_line(f) != "another process, starting"
+                if waited > (_ACQUIRE_GRACE_S if named else _ACQUIRE_WAIT_S):
+                    raise RunError(busy_message(self.run_dir, _holder_line(f)))
+                time.sleep(0.02)
+        except BaseException:
             f.close()
-            raise RunError(busy_message(self.run_dir, holder)) from None
+            raise
         f.seek(0)
         f.truncate()
         cmd = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:160]
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}, started {_stamp()}: {cmd}\n")
+        self.holder = f"pid {os.getpid()} on {socket.gethostname()}, started {_stamp()}: {cmd}"
+        f.write(self.holder + "\n")
         f.flush()
+        os.fsync(f.fileno())  # other nodes read the holder's line over NFS
         self._f = f
+        _HELD[self.path.resolve()] = self
 
     def release(self) -> None:
         if self._f is not None:
+            _HELD.pop(self.path.resolve(), None)
+            self._f.seek(0)
+            self._f.truncate()  # the file names the current holder only
+            self._f.flush()
             fcntl.flock(self._f.fileno(), fcntl.LOCK_UN)
             self._f.close()
             self._f = None

@@ -212,3 +212,33 @@ def fake_nvidia_smi(folder, driver: int | None, gpus: int = 8, name: str = "NVID
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(0o755)
     return path
+
+
+# ---- the pre-launch check over world sizes (every lab's tests/test_world_plans.py) -----------------------
+
+WORLDS = [(w, 1) for w in range(1, 17)] + [(4, 2), (16, 2)]  # ranks, nodes: one node of 1..16, and 2 nodes
+
+
+def check_pass(main: Callable[[list[str]], Any], argv: list[str], world: int, nnodes: int, monkeypatch, capsys,
+               watch=()) -> str | None:
+    """The runner's check pass exactly as common.launch runs it before `world` ranks on `nnodes` nodes (in this
+    process: DT_CHECK_ARGS=1, DT_PLANNED_WORLD/_LOCAL): None if the plan holds (exit 0, silent on stderr), else
+    its one-line refusal (exit 2, one line on stderr, nothing on stdout, no file under `watch` changed)."""
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DT_CHECK_ARGS", "1")
+    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
+    monkeypatch.setenv("DT_PLANNED_LOCAL", str(world // nnodes))
+    before = [tree_state(w) for w in watch]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    assert [tree_state(w) for w in watch] == before, "the check pass changed files"
+    if code in (0, None):
+        assert "error" not in err.lower(), err
+        return None
+    lines = err.rstrip("\n").split("\n")
+    assert code == 2 and len(lines) == 1 and out == "", f"exit code {code!r}, stdout {out!r}, stderr {err!r}"
+    return lines[0]

@@ -23,8 +23,8 @@
                 this fp8_linear.py and, with --kernels-baseline COMMIT, for that commit's: a
                 proxy for GPU launches that any machine can measure.
 
-    make fp8-train-bench GPU=cpu            # -> results/cpu/bench_{step,gemm,monitor,kernels}.csv
-    make fp8-train-bench GPU=h100           # -> results/h100/bench_*.csv (about 5 minutes on one H100)
+    make fp8-train-bench GPU=cpu            # -> results/cpu_ws1/bench_{step,gemm,monitor,kernels}.csv
+    make fp8-train-bench GPU=h100           # -> results/h100_ws1/bench_*.csv (about 5 minutes on one H100)
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu --hidden 128,512
 """
 
@@ -95,7 +95,7 @@ class BenchConfig:
                                                                 "fp8_linear.py (e.g. 2fbc6b4)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = default)"})
     out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
-                                                  "<preset>); a run writes into fp8-train/runs/<name>-bench/ first"})
+                                                  "<preset>_ws1); a run writes into runs/<name>-bench/ first"})
     promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for the default "
                                                            "benchmark, keep others in runs/), replace, merge, no",
                                                    "choices": PROMOTE_CHOICES})
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = cfg.resolved(on_gpu)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
+    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(1)  # one process: <preset>_ws1
     try:
         baseline = None
         if "kernels" in cfg.parts and cfg.kernels_baseline:

@@ -10,7 +10,7 @@ loss (train, val), gradient norm with alert markers, parameter norm, update/para
 and per layer), FP8 scale and amax of every tensor, activation ranges per block, throughput, memory,
 learning rate / loss scale, and a timeline plus table of alerts and recovery actions.
 
-    python dashboard.py --run results/cpu:bf16-s0 --run results/cpu:fp8-native-s0 --out bf16_vs_fp8.html
+    python dashboard.py --run results/cpu_ws1:bf16-s0 --run results/cpu_ws1:fp8-native-s0 --out bf16_vs_fp8.html
 """
 
 from __future__ import annotations

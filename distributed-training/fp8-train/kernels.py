@@ -7,7 +7,7 @@ fp8_linear.py and for an earlier commit's shows what a change to the layer did t
 (the shared scaling state turned a per-layer update into one batched one).
 
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu \
-        --parts kernels --kernels-baseline 2fbc6b4      # -> results/cpu/bench_kernels.csv
+        --parts kernels --kernels-baseline 2fbc6b4      # -> results/cpu_ws1/bench_kernels.csv
 """
 
 from __future__ import annotations

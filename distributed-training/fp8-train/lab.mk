@@ -1,17 +1,22 @@
 # fp8-train: the same GPT in FP32 / BF16 / FP16 / FP8 (see fp8-train/README.md).
-# One process on CPU (or GPU=auto without GPUs); torchrun with NPROC ranks (FSDP2) on GPUs.
+# On CPU (or GPU=auto without GPUs) one process unless NPROC is given; on GPUs torchrun with NPROC ranks
+# per node (FSDP2), on NNODES nodes. Results are named by world: results/<preset>_ws<N>[_n<nodes>].
 FP8_DIR := $(LABS_DIR)/fp8-train
-FP8_ON_CPU = $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS)))
-FP8_LAUNCH = $(if $(FP8_ON_CPU),$(PYRUN),$(TORCHRUN))
+FP8_ON_CPU := $(or $(filter cpu,$(GPU)),$(filter 0,$(NGPUS)))
+FP8_NPROC := $(if $(and $(FP8_ON_CPU),$(filter file,$(origin NPROC))),1,$(NPROC))
+# one process: in a Slurm job's check phase (DT_LAUNCH_PHASE=check) it checks and stops, as torchrun's would
+FP8_ONE = $(if $(filter check,$(DT_LAUNCH_PHASE)),$(CHECK_ARGS),$(PYRUN))
+FP8_LAUNCH = $(if $(and $(filter 1,$(FP8_NPROC)),$(filter 1,$(NNODES))),$(FP8_ONE),$(TORCHRUN))
+fp8-train-run: NPROC = $(FP8_NPROC)
 
 .PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo
 
 fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b200) + REPORT.md
 	$(MAKE) fp8-train-run fp8-train-report
 
-# Writes into runs/<preset>/; a complete run of the preset then replaces results/<preset>/ (a run with
+# Writes into runs/<tag>/; a complete run of the preset then replaces results/<tag>/ (a run with
 # other settings, e.g. ARGS="--steps 50", is an experiment and stays in runs/: see README.md).
-fp8-train-run: $(SETUP) ## the training runs alone (runs/ -> results/<preset> when complete); ARGS="--resume"
+fp8-train-run: $(SETUP) ## the training runs alone (runs/ -> results/<preset>_ws<N> when complete); ARGS="--resume"
 	$(FP8_LAUNCH) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS)
 
 fp8-train-report: $(SETUP) ## REPORT.md and plots from fp8-train/results alone
@@ -23,10 +28,10 @@ fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM pat
 # The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
 # FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.
 FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25 --promote replace
-fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu-demo, dashboard
-	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu-demo $(FP8_DEMO_ARGS) $(ARGS)
-	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu:fp8-emulated-s0 \
-	  --run $(FP8_DIR)/results/cpu-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu-demo/overlay.html \
+fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu_ws1-demo, dashboard
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu_ws1-demo $(FP8_DEMO_ARGS) $(ARGS)
+	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu_ws1:fp8-emulated-s0 \
+	  --run $(FP8_DIR)/results/cpu_ws1-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu_ws1-demo/overlay.html \
 	  --title "fp8-emulated: clean run vs injected faults"
 
 fp8-train-gpu: $(SETUP)

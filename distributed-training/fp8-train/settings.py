@@ -91,7 +91,7 @@ class Config:
     data_size: str = field(default="16M", metadata={"help": "bytes of the stdlib corpus to read"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)"})
     out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
-                                                  "<preset>); a run writes into fp8-train/runs/<name>/ first"})
+                                                  "<preset>_ws<N>[_n<nodes>]); a run writes into runs/<name>/ first"})
     promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for a preset run, "
                                                            "keep an experiment in runs/), replace, merge, no",
                                                    "choices": PROMOTE_CHOICES})

@@ -48,7 +48,8 @@ import checkpoint
 from alerts import AlertEngine
 from common.config import changed_flags, config_dict, parse_config, parse_size
 from common.data import load_data
-from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, print0
+from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
+                         planned_world, print0, select_device)
 from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import get_preset
 from common.model import GPTConfig
@@ -290,14 +291,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def out_dir(cfg: Config, preset) -> Path:
-    """Where complete runs are published (results/<preset>); the run writes into runs/<its name>/."""
-    return Path(cfg.out) if cfg.out else LAB / "results" / preset.tag
+    """Where complete runs are published: results/<preset>_ws<N>[_n<nodes>] (h100_ws1, h100_ws8, h100_ws16_n2:
+    one world size never replaces another); the run writes into runs/<that name>/ first."""
+    world, _, nnodes = planned_world()
+    return Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(world, nnodes)
 
 
 def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
     """Everything checkable before the process group: (specs, skipped, data, model, saved config)."""
     mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
-    specs, skipped = plan(cfg, torch.device("cuda" if on_gpu else "cpu"), explicit, mcfg)
+    world, _, nnodes = planned_world()
+    check_batch_split(cfg.batch, cfg.grad_accum, world, nnodes)  # every micro-batch splits over the ranks
+    # this rank's GPU (LOCAL_RANK) made current first: the backend probes below allocate on it
+    specs, skipped = plan(cfg, select_device("cuda" if on_gpu else "cpu"), explicit, mcfg)
     data = _load_data(cfg.data, parse_size(cfg.data_size))
     cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
                 data.fingerprint, "skipped_runs": skipped}

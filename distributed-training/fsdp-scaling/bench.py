@@ -73,22 +73,32 @@ def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
     return replace(cfg, gpu=preset.name, precision=precision), preset
 
 
-def run_dir(cfg: Config, preset: GPUPreset) -> Path:
-    return run_dir_for(results_dir(cfg), f"scaling_{preset.tag}")
+def sweep_tag(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> str:
+    """The sweep's identity in file names: the preset, its largest world size and its nodes (h100_ws8: the
+    launches at 1, 2, 4 and 8 GPUs of one node; h100_ws16_n2). A sweep to 8 never replaces one to 1."""
+    return preset.run_tag(max(*cfg.worlds, world), nnodes)
+
+
+def run_dir(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> Path:
+    return run_dir_for(results_dir(cfg), f"scaling_{sweep_tag(cfg, preset, world, nnodes)}")
 
 
 def preflight(cfg: Config, preset: GPUPreset) -> None:
     """Check the plan for every world size make will launch, and the run folder; then prepare it
     (fresh unless --resume). results/ is not touched: a complete sweep is published at its end."""
-    # make passes NNODES and NPROC: HSDP's automatic shard group is the ranks of one node.
-    nnodes, nproc = int(os.environ.get("NNODES", 1)), int(os.environ.get("NPROC", 0))
+    # make passes NNODES: each launch spreads its world over the nodes (HSDP's automatic shard group is the
+    # ranks of one node); on one node the sweep's launches have 1, 2, 4, ... ranks.
+    nnodes = int(os.environ.get("NNODES", 1))
     for world in cfg.worlds:
-        check_world(cfg, world, nproc or world // nnodes, nnodes)
-    folder = run_dir(cfg, preset)
+        if world % nnodes:
+            raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
+        check_world(cfg, world, world // nnodes, nnodes)
+    folder = run_dir(cfg, preset, 1, nnodes)
+    tag = sweep_tag(cfg, preset, 1, nnodes)
     check_free(folder)
     if cfg.resume:
         check_resumable(folder)
-        for name, columns in ((f"scaling_{preset.tag}.csv", COLUMNS), (f"comms_{preset.tag}.csv", COMM_COLUMNS)):
+        for name, columns in ((f"scaling_{tag}.csv", COLUMNS), (f"comms_{tag}.csv", COMM_COLUMNS)):
             check_resume(folder / name, columns, saved_config(cfg), CONFIG_IGNORE)
     else:
         run = RunFolder.open(folder, results_dir(cfg), "fresh")
@@ -107,6 +117,7 @@ class Run:
 
     def __init__(self, cfg: Config, preset: GPUPreset, env: DistInfo):
         self.cfg, self.preset, self.env = cfg, preset, env
+        self.tag = sweep_tag(cfg, preset, env.world_size, env.nnodes)
         self.data = load_data(cfg.data or None, max_bytes=2 << 20)
         self.gcfg = gpt_config(cfg, env.device.type == "cuda", self.data.vocab_size)
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
@@ -117,9 +128,9 @@ class Run:
         if env.is_main:  # only rank 0 opens the files: it tells every rank whether that is possible
             mode = "append" if (cfg.resume or cfg.append) else "fresh"
             try:
-                self.folder = RunFolder.open(run_dir(cfg, preset), results_dir(cfg), mode)
-                self.rows = self.folder.writer(f"scaling_{preset.tag}.csv", COLUMNS, KEY, prov, **kw)
-                self.comms = self.folder.writer(f"comms_{preset.tag}.csv", COMM_COLUMNS, COMM_KEY, prov, **kw)
+                self.folder = RunFolder.open(run_dir(cfg, preset, env.world_size, env.nnodes), results_dir(cfg), mode)
+                self.rows = self.folder.writer(f"scaling_{self.tag}.csv", COLUMNS, KEY, prov, **kw)
+                self.comms = self.folder.writer(f"comms_{self.tag}.csv", COMM_COLUMNS, COMM_KEY, prov, **kw)
             except (SchemaMismatch, RunError) as e:
                 error = str(e)
                 if self.folder is not None:
@@ -252,9 +263,9 @@ class Run:
             self.profile()
 
     def profile(self) -> None:
-        """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<hw>.csv."""
+        """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<tag>.csv."""
         cfg, env = self.cfg, self.env
-        writer = self.folder.writer(f"overlap_{self.preset.tag}.csv", overlap.COLUMNS, overlap.KEY,
+        writer = self.folder.writer(f"overlap_{self.tag}.csv", overlap.COLUMNS, overlap.KEY,
                                     provenance(env, "1")) if self.folder is not None else NoWriter()
         micro = self.micro_size("strong")
         plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
@@ -284,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         check_world(cfg, world, local_world, nnodes)
         if "RANK" not in os.environ:  # the launcher's check pass (or one plain process)
-            check_free(run_dir(cfg, preset))
+            check_free(run_dir(cfg, preset, world, nnodes))
     except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
     with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:

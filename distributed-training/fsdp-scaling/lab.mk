@@ -17,12 +17,14 @@ fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale
 
 # Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
 # it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
-# Every launch writes into runs/scaling_<hw>/; the last one publishes the complete sweep to results/.
+# Every launch writes into runs/scaling_<preset>_ws<max N>[_n<nodes>]/; the last one publishes the sweep.
+# Under Slurm (DT_LAUNCH_PHASE, common/launch.py) the preflight, which prepares the shared run folder, runs
+# once in the job's check phase, never again on every node.
 fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
-	NNODES=$(NNODES) NPROC=$(NPROC) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
+	[ "$${DT_LAUNCH_PHASE:-}" = ranks ] || NNODES=$(NNODES) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
 ifeq ($(NNODES),1)
 	for n in $(FSDP_WORLDS); do $(MAKE) fsdp-scaling-launch NPROC=$$n FSDP_WORLDS="$(FSDP_WORLDS)"; done
-	$(MAKE) fsdp-scaling-at-scale fsdp-scaling-project
+	$(if $(filter check,$(DT_LAUNCH_PHASE)),,$(MAKE) fsdp-scaling-at-scale fsdp-scaling-project)
 else
 	$(MAKE) fsdp-scaling-launch
 endif

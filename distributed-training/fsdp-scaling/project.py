@@ -39,7 +39,7 @@ from common.config import changed_flags, parse_config
 from common.csvread import BadResults, Schema, read_table
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
-from common.hardware import PRESETS, GPUPreset, get_preset
+from common.hardware import PRESETS, GPUPreset, get_preset, parse_run_tag
 from common.model import GPTConfig, flops_per_token
 from common.results import provenance
 from common.runs import RunError, RunFolder, run_dir_for
@@ -163,8 +163,9 @@ def project(t: Target, net: Network, ns: tuple[int, ...]) -> list[dict]:
 
 
 def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
-    """One Target per model in a scaling CSV, from its world-size-1 rows."""
-    hw = csv.stem.split("_", 1)[1]
+    """One Target per model in a scaling CSV (scaling_<preset>_ws<N>[_n<nodes>].csv), from its world-size-1 rows."""
+    tag = parse_run_tag(csv.stem)
+    hw = tag.preset if tag else csv.stem.split("_", 1)[1]
     df = read_table(csv, SCALING)
     df = df[(df["world_size"] == 1) & df["strategy"].isin(STRATEGIES)]
     out = []
@@ -174,7 +175,7 @@ def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
         strong = g[g["mode"] == "strong"]["effective_batch"]
         out.append(Target(hw, model, parse_model(model), int(weak.iloc[0]) if len(weak) else 1,
                           strong_global or (int(strong.iloc[0]) if len(strong) else 1), per_seq,
-                          f"measured 1-rank step, scaling_{hw}.csv ({g['hardware'].iloc[0]})"))
+                          f"measured 1-rank step, {csv.name} ({g['hardware'].iloc[0]})"))
     return out
 
 
@@ -215,15 +216,19 @@ def projection_rows(cfg: Config) -> list[dict]:
     """Every projected row, from the measured CSVs (checked) and the hardware table."""
     rows: list[dict] = []
     measured_gpus = set()
+    measured_cpu = set()
     for csv in sorted(results_dir(cfg).glob("scaling_*.csv")):
-        cpu = csv.stem == "scaling_cpu"
+        cpu = csv.stem.startswith("scaling_cpu_") or csv.stem == "scaling_cpu"
         for t in measured_targets(csv, None if cpu else STRONG_GLOBAL):
+            seen = measured_cpu if cpu else measured_gpus
+            if (t.name, t.model) in seen:  # two sweeps (to 1 and to 8 ranks) share their world-size-1 rows' meaning
+                continue
+            seen.add((t.name, t.model))
             if cpu:  # one machine, one core per rank at the measured gloo rate: only with allreduce-bench's CPU sweep
                 net = measured_network("cpu", max(CPU_N), None, across_nodes=False)
             else:
                 p = PRESETS.get(t.name)
                 net = p and measured_network(t.name, cfg.node_size, table_network(p, cfg.node_size))
-                measured_gpus.add((t.name, t.model))
             rows += project(t, net, CPU_N if cpu else GPU_N) if net else []
     what_if = get_preset(cfg.gpu if cfg.gpu not in ("auto", "cpu") else "h100")
     net = measured_network(what_if.name, cfg.node_size, table_network(what_if, cfg.node_size))

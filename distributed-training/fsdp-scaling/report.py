@@ -16,7 +16,7 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
-from common.hardware import slug
+from common.hardware import parse_run_tag
 from common.markdown import frame, number
 from common.plotting import describe_runs, new_figure, save
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
@@ -41,7 +41,7 @@ SCHEMAS = {
         "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}),
     "comms_*.csv": Schema("fsdp-scaling collectives", {  # header only when every launch had one rank
         "strategy": str, "collective": str, "group_size": int, "grad_accum": int, "count": int,
-        "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int},
+        "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int, "nnodes": int},
         allow_empty=True),
     "projection.csv": Schema("fsdp-scaling projection", {
         "target": str, "model": str, "n_params": float, "strategy": str, "mode": str, "n_gpus": int,
@@ -63,7 +63,11 @@ class ReportConfig:
 
 
 def read(pattern: str) -> pd.DataFrame:
-    return read_tables(RES, pattern, SCHEMAS[pattern], required=False)
+    """The rows of every file matching `pattern`; a pattern of several files (scaling_*.csv: one per
+    result set, scaling_<preset>_ws<N>[_n<nodes>]) adds the column `set`, the file's stem."""
+    df = read_tables(RES, pattern, SCHEMAS[pattern], required=False, source="set" if "*" in pattern else "")
+    # a file that is not there (e.g. no projection yet) reads as no rows, with the columns it would have
+    return df if len(df.columns) else pd.DataFrame(columns=[*SCHEMAS[pattern].columns, "set"])
 
 
 def table(df: pd.DataFrame, spec: str = ".3g") -> str:
@@ -112,7 +116,7 @@ def plot_scaling(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> str:
         ax.set_xscale("log", base=2)
     axes[0].set_ylabel("efficiency T(N) / (N T(1))")
     axes[1].legend(fontsize=7)
-    name = "scaling_measured.png" if tag == "cpu" else f"scaling_measured_{tag}.png"
+    name = f"scaling_measured_{tag}.png"
     save(fig, RES / name, describe_runs(s, {"model": s["model"].iloc[0]}))
     return f"results/{name}"
 
@@ -192,9 +196,10 @@ def section_comms(a: pd.DataFrame, c: pd.DataFrame) -> list[str]:
     if not c.empty:
         c = c.assign(match=(c["count"] == c["model_count"]) & (c["payload_bytes"] == c["model_payload_bytes"]),
                      cell=c["count"].astype(str) + " / " + c["model_count"].astype(str))
-        piv = c.pivot_table(index=["strategy", "collective", "group_size"], columns="world_size", values="cell",
-                            aggfunc="first").reset_index()
-        piv.columns = [f"N={x}: measured / model" if isinstance(x, (int, float)) else x for x in piv.columns]
+        piv = c.pivot_table(index=["strategy", "collective", "group_size"], columns=["world_size", "nnodes"],
+                            values="cell", aggfunc="first")  # one column per world size and node count
+        piv.columns = [f"N={n}" + (f" on {k} nodes" if k > 1 else "") + ": measured / model" for n, k in piv.columns]
+        piv = piv.reset_index()
         out += [f"On real gloo ranks, grad-accum {int(c['grad_accum'].iloc[0])} (all-gathers on every micro-step, "
                 f"reductions once per step): {int(c['match'].sum())} of {len(c)} rows match the analytic plan "
                 "exactly, in count and in payload bytes.", "", table(piv.fillna("–")), ""]
@@ -202,12 +207,17 @@ def section_comms(a: pd.DataFrame, c: pd.DataFrame) -> list[str]:
 
 
 def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
-    """One subsection per hardware: rows of a tiny CPU model and a GPU model never share a table."""
+    """One subsection per result set (a sweep: hardware, its world sizes, its nodes): rows of a tiny CPU model
+    and a GPU model, or of a sweep to 1 GPU and one to 8, never share a table or an average."""
     out = []
-    for hw, g in s.groupby("hardware", sort=False):
+    for name, g in s.groupby("set", sort=False):
         cpu = (g["backend"] == "gloo").all()
-        out += [f"### {hw}" + (" (CPU: contention, not scaling)" if cpu else ""), ""]
-        out += measured_one(g, proj if cpu else proj.iloc[0:0], "cpu" if cpu else slug(str(g["hardware"].iloc[0])))
+        tag = parse_run_tag(name)
+        worlds = ", ".join(str(n) for n in sorted(set(g["world_size"])))
+        nodes = f" on {tag.nnodes} nodes" if tag and tag.nnodes > 1 else ""
+        out += [f"### {g['hardware'].iloc[0]}: world size {worlds}{nodes}"
+                + (" (CPU: contention, not scaling)" if cpu else "") + f" — `{name}.csv`", ""]
+        out += measured_one(g, proj if cpu else proj.iloc[0:0], name.removeprefix("scaling_"))
     return out
 
 
@@ -232,9 +242,17 @@ def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
         "Throughput T (tokens/s, all ranks), efficiency E = T(N) / (N T(1)), and peak memory per rank "
         f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, {_batches(s)}, grad-accum "
         f"{int(s['grad_accum'].iloc[0])}:", "", table(piv.reset_index()), ""]
-    if s["world_size"].nunique() == 1:  # E(1) = 1 by definition: a plot of it carries no information
+    if set(s["world_size"]) == {1}:  # E(1) = 1 by definition: a plot of it carries no information
         return out + one_rank(s)
-    return out + [f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})", ""]
+    return out + [plot_or_why(s, proj, tag), ""]
+
+
+def plot_or_why(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> str:
+    """The efficiency plot; a set without world-size-1 rows (one launch across nodes) has no T(1) to divide by."""
+    if not s["efficiency"].notna().any():
+        return ("No efficiency here: this set has no world-size-1 run to divide by (a launch across nodes "
+                "measures one world size); compare its tokens/s with a single-node sweep's table.")
+    return f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})"
 
 
 def loss_agreement(s: pd.DataFrame) -> list[str]:

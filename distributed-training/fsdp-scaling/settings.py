@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pathlib import Path
 
+from common.dist import check_batch_split
 from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig
 from common.runs import PROMOTE_CHOICES
@@ -148,9 +149,8 @@ def hsdp_mesh_shape(world: int, hsdp_shard: int = 0, local_world: int | None = N
 
 def check_world(cfg: Config, world: int, local_world: int | None = None, nnodes: int = 1) -> None:
     """Everything that depends on the world size; ValueError (-> exit 2) before anything runs."""
-    if "strong" in cfg.modes and cfg.global_batch % (world * cfg.grad_accum):
-        raise ValueError(f"--global-batch {cfg.global_batch} is not divisible by world size {world} x "
-                         f"--grad-accum {cfg.grad_accum}; use a multiple of {world * cfg.grad_accum}")
+    if "strong" in cfg.modes:
+        check_batch_split(cfg.global_batch, cfg.grad_accum, world, nnodes, "--global-batch")
     if "hsdp" in cfg.strategies:
         hsdp_mesh_shape(world, cfg.hsdp_shard, local_world, nnodes)
     if cfg.strategies == ("single",) and world > 1:

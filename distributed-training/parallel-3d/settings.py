@@ -207,7 +207,9 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
 
 
 def torchrun_world(cfg: Config) -> int:
-    """The world to check against: torchrun's WORLD_SIZE; before a launch, --world or the degrees' product."""
-    if "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
+    """The world to check against: torchrun's WORLD_SIZE, common.launch's DT_PLANNED_WORLD in its check pass;
+    else --world or the degrees' product."""
+    for var in ("WORLD_SIZE", "DT_PLANNED_WORLD"):
+        if var in os.environ:
+            return int(os.environ[var])
     return cfg.world or cfg.tp * cfg.pp * max(1, cfg.dp)

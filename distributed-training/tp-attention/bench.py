@@ -285,10 +285,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 folder = RunFolder.open(run_dir_for(Path(cfg.out_dir), tag), Path(cfg.out_dir),
                                         "resume" if cfg.resume else "fresh")
-                corr, bench = (folder.writer(f"{name}_{tag}.csv", columns, columns[:key], prov, config=saved,
-                                             config_ignore=CONFIG_IGNORE)
-                               for name, columns, key in (("correctness", CORRECTNESS_COLUMNS, 5),
-                                                          ("bench", BENCH_COLUMNS, 4)))
+                def writer(name, columns, key):
+                    return folder.writer(f"{name}_{tag}.csv", columns, columns[:key], prov, config=saved,
+                                         config_ignore=CONFIG_IGNORE)
+                # --no-correctness: no correctness file at all (a header without rows is not a result)
+                corr = writer("correctness", CORRECTNESS_COLUMNS, 5) if cfg.correctness else None
+                bench = writer("bench", BENCH_COLUMNS, 4)
             except (SchemaMismatch, RunError) as e:
                 error = str(e)
                 if folder is not None:

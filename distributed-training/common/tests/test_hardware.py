@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from common.hardware import PRESETS, NVMLUnavailable, detect_preset, fmt, get_preset, nvml
+from common.hardware import PRESETS, NVMLUnavailable, detect_preset, fmt, get_preset, nvml, parse_run_tag
 
 
 def test_presets_carry_the_reference_figures():
@@ -93,3 +93,15 @@ def test_device_kind_is_the_one_cuda_check(monkeypatch):
         device_kind(get_preset("h100"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert device_kind(get_preset("a100-80gb")) == "cuda"
+
+
+@pytest.mark.parametrize("text, tag", [
+    ("scaling_h100_ws8", ("h100", 8, 1)), ("sweep_cpu_ws4_n2", ("cpu", 4, 2)), ("h100_ws16_n2-te", ("h100", 16, 2)),
+    ("cpu_ws1-demo", ("cpu", 1, 1)), ("bench_a100-40gb_ws1", ("a100-40gb", 1, 1)), ("scaling_cpu", None),
+    ("h100", None), ("h100_ws1x", None),
+])
+def test_a_run_tag_reads_back(text, tag):
+    """<preset>_ws<N>[_n<nodes>] (run_tag) parsed from a file stem or folder name: what reports group by."""
+    assert parse_run_tag(text) == tag
+    if tag:
+        assert get_preset(tag[0]).run_tag(tag[1], tag[2]) in text

@@ -98,8 +98,8 @@ def test_a_port_another_program_holds_is_refused(capsys):
 
 
 def _launch(*args: str, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess:
-    # DT_LAUNCH_CHECK=0: the fixture has no arguments to check; one torch start-up less on 2 cores
-    env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_CHECK": "0", **env_extra}
+    # DT_LAUNCH_PHASE=ranks: the fixture has no arguments to check; one torch start-up less on 2 cores
+    env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_PHASE": "ranks", **env_extra}
     return subprocess.run([sys.executable, "-m", "common.launch", "--standalone", "--nnodes", "1",
                            "--nproc-per-node", "2", str(RANKS), *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
@@ -122,3 +122,27 @@ def test_a_frozen_rank_ends_the_job_at_its_timeout(tmp_path):
     assert err[0].startswith("error: rank 1 of 2 stopped answering"), proc.stderr
     # --timeout-s 2 + the launcher's 3 s grace + slack for a shared machine; torchrun alone waits 30 s more
     assert ended - float(mark.read_text()) < 2 + 3 + 8
+
+
+@pytest.mark.parametrize("phase, checked, started", [("all", True, True), ("check", True, False),
+                                                      ("ranks", False, True)])
+def test_a_job_of_several_nodes_checks_once(phase, checked, started, tmp_path, monkeypatch, capfd):
+    """slurm/lab.sbatch: DT_LAUNCH_PHASE=check once before srun (no rank starts), then =ranks on every node
+    (no second check: N nodes checking the same shared run folder at once would race)."""
+    from torch.distributed import run as torchrun
+    script = tmp_path / "job.py"
+    script.write_text("import os; print('check pass' if os.environ.get('DT_CHECK_ARGS') == '1' else 'a rank')\n")
+    ran = []
+    monkeypatch.setattr(torchrun, "run", lambda args: ran.append(args.nnodes))
+    # what starting the ranks would change in this process: left as it was
+    monkeypatch.setattr(launch, "_cap_failure_teardown", lambda grace_s: None)
+    monkeypatch.setattr(launch.logging, "disable", lambda level: None)
+    for var in ("DT_LAUNCHER", "TORCH_CPP_LOG_LEVEL"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    monkeypatch.setenv("DT_LAUNCH_PHASE", phase)
+    args = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1",
+            str(script)]
+    assert launch.main(args) == 0
+    assert ("check pass" in capfd.readouterr().out) == checked and bool(ran) == started
+    monkeypatch.setenv("DT_LAUNCH_PHASE", "later")
+    assert launch.main(args) == 2 and "DT_LAUNCH_PHASE must be one of all, check, ranks" in capfd.readouterr().err

@@ -134,3 +134,65 @@ def test_a_fresh_run_keeps_an_unpublished_one_aside(tmp_path):
 def test_the_command_line_refuses_bad_input(argv, needle, capsys, tmp_path):
     from common.testing import expect_bad_input
     expect_bad_input(lambda: main(argv), needle, capsys, watch=[tmp_path])
+
+
+def _hold(lock_file: Path, mode: str, seconds: float) -> subprocess.Popen:
+    """Another process holding an flock (`sh`: what a probe takes for an instant; `ex`: a run's) for a while."""
+    code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+            f"fcntl.flock(f, fcntl.LOCK_{mode.upper()}); print('held', flush=True); time.sleep({seconds})")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(lock_file)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_probe_is_never_mistaken_for_a_holder(tmp_path):
+    """Two checks at once (every node of a job probing the same run folder) each see a free folder, and a
+    run that starts while a probe looks waits for that instant instead of being refused."""
+    _run(tmp_path).close()
+    lock_file = tmp_path / "runs" / "sweep.lock"
+    probe = _hold(lock_file, "sh", 0.5)  # a probe caught in its instant
+    try:
+        assert lock_holder(tmp_path / "runs" / "sweep") is None  # another probe does not see it as a holder
+        check_free(tmp_path / "runs" / "sweep")
+        run = _run(tmp_path, "resume")  # waits the probe out
+    finally:
+        probe.wait()
+    assert f"pid {os.getpid()}" in lock_file.read_text()
+    run.close()
+
+
+def test_the_lock_file_names_the_current_holder_only(tmp_path):
+    lock_file = tmp_path / "runs" / "sweep.lock"
+    code = ("import sys, time; from pathlib import Path; from common.runs import RunFolder; "
+            "run = RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2])); print('locked', flush=True); time.sleep(60)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    dead = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "runs" / "sweep"), str(tmp_path / "results")],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert dead.stdout.readline().strip() == "locked"
+    dead.kill()  # kill -9: its line stays in the file, its lock does not
+    dead.wait()
+    run = _run(tmp_path, "resume")
+    assert f"pid {dead.pid} " not in lock_file.read_text() and f"pid {os.getpid()} " in lock_file.read_text()
+    run.close()
+    assert lock_file.read_text() == ""  # released: nobody is named
+    holder = _hold(lock_file, "ex", 30)  # a run that holds the lock but names nobody yet: refused, not stale
+    try:
+        with pytest.raises(RunError, match=r"another process, starting"):
+            _run(tmp_path, "resume")
+        assert lock_holder(tmp_path / "runs" / "sweep") == "another process, starting"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_filesystem_without_locks_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(RunError, match="the filesystem does not support file locks") as e:
+        _run(tmp_path)
+    assert "\n" not in str(e.value)

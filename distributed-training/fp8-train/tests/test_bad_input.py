@@ -71,13 +71,13 @@ def _set_cell(path: Path, column: str, value: str) -> None:
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: shutil.rmtree(r), "results folder"),
     (lambda r: [p.unlink() for p in r.glob("*/steps.csv")], "no result folder with a steps.csv"),
-    (lambda r: (r / "cpu" / "steps.csv").write_text(""), "steps.csv is empty"),
-    (lambda r: (r / "cpu" / "fp8.csv").write_text('run,"step\n'), "fp8.csv is not a readable CSV"),
-    (lambda r: _set_cell(r / "cpu" / "steps.csv", "step", "zero"), "line 2, column step: 'zero' is not an int"),
-    (lambda r: (r / "cpu-demo" / "layers.csv").write_text((r / "cpu-demo" / "layers.csv").read_text()[:-30]),
+    (lambda r: (r / "cpu_ws1" / "steps.csv").write_text(""), "steps.csv is empty"),
+    (lambda r: (r / "cpu_ws1" / "fp8.csv").write_text('run,"step\n'), "fp8.csv is not a readable CSV"),
+    (lambda r: _set_cell(r / "cpu_ws1" / "steps.csv", "step", "zero"), "line 2, column step: 'zero' is not an int"),
+    (lambda r: (r / "cpu_ws1-demo" / "layers.csv").write_text((r / "cpu_ws1-demo" / "layers.csv").read_text()[:-30]),
      "a half-written last row"),
-    (lambda r: (r / "cpu" / "bench_gemm.csv").write_text("a,b\n1,2\n"), "bench_gemm.csv lacks the column(s)"),
-    (lambda r: (r / "cpu" / "events.csv").write_bytes(b"\x00" * 100), "NUL bytes"),
+    (lambda r: (r / "cpu_ws1" / "bench_gemm.csv").write_text("a,b\n1,2\n"), "bench_gemm.csv lacks the column(s)"),
+    (lambda r: (r / "cpu_ws1" / "events.csv").write_bytes(b"\x00" * 100), "NUL bytes"),
 ], ids=["no-folder", "no-steps", "empty-steps", "quote", "text-in-number", "cut", "foreign", "binary"])
 def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
     expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
@@ -89,10 +89,10 @@ def test_report_arguments(capsys):
 
 @pytest.mark.parametrize("run, needle", [
     ("nowhere", "expected DIR:RUN with RUN in DIR/steps.csv"),
-    (f"{LAB / 'results' / 'cpu'}:no-such-run", "expected DIR:RUN with RUN in DIR/steps.csv"),
+    (f"{LAB / 'results' / 'cpu_ws1'}:no-such-run", "expected DIR:RUN with RUN in DIR/steps.csv"),
     ("{tmp}:fp32-s0", "steps.csv: line 1601 has"),
 ], ids=["no-dir", "no-run", "damaged"])
 def test_dashboard_command(run, needle, tmp_path, capsys):
-    (tmp_path / "steps.csv").write_text((LAB / "results" / "cpu" / "steps.csv").read_text()[:-200])  # cut short
+    (tmp_path / "steps.csv").write_text((LAB / "results" / "cpu_ws1" / "steps.csv").read_text()[:-200])  # cut short
     argv = ["--run", run.format(tmp=tmp_path), "--out", str(tmp_path / "d.html")]
     expect_bad_input(lambda: dashboard.main(argv), needle, capsys, watch=[LAB, tmp_path])

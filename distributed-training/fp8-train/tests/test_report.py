@@ -12,7 +12,7 @@ import report
 from report_plots import speedups
 
 LAB = Path(report.__file__).resolve().parent
-H100 = ("h100", "h100-te", "h100-te-current")
+H100 = ("h100_ws1", "h100_ws1-te", "h100_ws1-te-current")
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +21,13 @@ def h100(tmp_path_factory):
     res = tmp_path_factory.mktemp("report") / "results"
     for name in H100:
         shutil.copytree(LAB / "results" / name, res / name, ignore=shutil.ignore_patterns("*.png", "*.html"))
-    steps = pd.read_csv(res / "h100" / "steps.csv", nrows=1)
+    steps = pd.read_csv(res / "h100_ws1" / "steps.csv", nrows=1)
     prov = steps[["hardware", "world_size", "git_commit", "timestamp_utc"]].iloc[0].to_dict()
     pd.DataFrame([dict(d_model=4096, n_layers=8, seq_len=1024, tokens_per_step=8192, bf16_step_ms=165.0,
                        bf16_gemm_ms=110.0, gemm_share=110 / 165, fp8_gemm_ms=60.0, bound_speedup=1.5, **prov),
                   dict(d_model=2048, n_layers=8, seq_len=1024, tokens_per_step=8192, bf16_step_ms=50.0,
                        bf16_gemm_ms=30.0, gemm_share=0.6, fp8_gemm_ms=18.0, bound_speedup=9.0, **prov)]
-                 ).to_csv(res / "h100" / "bound.csv", index=False)
+                 ).to_csv(res / "h100_ws1" / "bound.csv", index=False)
     out = res.parent / "REPORT.md"
     assert report.main(["--results", str(res), "--out", str(out)]) == 0
     return res, out.read_text()
@@ -38,24 +38,27 @@ def test_one_table_per_model_with_every_run(h100):
     assert text.count("| run | folder |") == 1  # three folders, one model: one table
     assert text.count("| target | measured |") == 1
     table = text.split("| run | folder |")[1].split("\n\n")[0]
-    for run, folder in (("bf16-s0", "h100"), ("bf16-s1", "h100"), ("bf16-s0", "h100-te"), ("fp8-torchao-s0", "h100"),
-                        ("fp8-native-s0", "h100"), ("fp8-te-s0", "h100-te"), ("fp8-te-s0", "h100-te-current")):
+    for run, folder in (("bf16-s0", "h100_ws1"), ("bf16-s1", "h100_ws1"), ("bf16-s0", "h100_ws1-te"),
+                        ("fp8-torchao-s0", "h100_ws1"), ("fp8-native-s0", "h100_ws1"), ("fp8-te-s0", "h100_ws1-te"),
+                        ("fp8-te-s0", "h100_ws1-te-current")):
         assert f"| {run} | {folder} |" in table, (run, folder)
     assert "not importable" not in text.split("could not run")[0]  # no folder claims TE never ran
-    assert text.count("- fp8-te-s0 (`h100`):") == 1 and "it ran in `h100-te`, `h100-te-current`" in text
+    assert text.count("- fp8-te-s0 (`h100_ws1`):") == 1 and "it ran in `h100_ws1-te`, `h100_ws1-te-current`" in text
     # TE current scaling vs delayed: told apart by the folder's config, in the table and the targets
-    assert "| fp8-te-s0 | h100-te-current | fp8, current |" in table
-    assert "| FP8 torchao (tensorwise dynamic, h100) / BF16 tokens/s >= 1.25 | 1.20x | **not met** |" in text
+    assert "| fp8-te-s0 | h100_ws1-te-current | fp8, current |" in table
+    assert "| FP8 torchao (tensorwise dynamic, h100_ws1) / BF16 tokens/s >= 1.25 | 1.20x | **not met** |" in text
     assert "| FP8 te-fused / BF16 tokens/s >= 1.30 | not measured (no run) |" in text  # a target without a run
-    assert "| fp8-te-s0 (h100-te-current) final val loss in the 2-seed BF16 band | 2.4446 (+0.0076 above) |" in text
+    assert ("| fp8-te-s0 (h100_ws1-te-current) final val loss in the 2-seed BF16 band | 2.4446 (+0.0076 above) |"
+            in text)
 
 
 def test_band_counts_distinct_seeds_once(h100):
     _, text = h100
-    assert "BF16 band over 2 distinct seeds (s0 from `h100`, s1 from `h100`): final val [2.4325, 2.4370]" in text
-    assert "bf16-s0 was run again in `h100-te`: final val 2.4343 against 2.4325" in text
-    assert "2.4343 (repeat of s0 from h100: +0.0018)" in text
-    assert "| fp8-torchao-s0 | h100 |" in text and "2.4392 (+0.0022 above)" in text
+    assert ("BF16 band over 2 distinct seeds (s0 from `h100_ws1`, s1 from `h100_ws1`): final val [2.4325, 2.4370]"
+            in text)
+    assert "bf16-s0 was run again in `h100_ws1-te`: final val 2.4343 against 2.4325" in text
+    assert "2.4343 (repeat of s0 from h100_ws1: +0.0018)" in text
+    assert "| fp8-torchao-s0 | h100_ws1 |" in text and "2.4392 (+0.0022 above)" in text
 
 
 def test_no_silent_cell(h100):
@@ -95,7 +98,7 @@ def test_no_bound_is_not_measured(tmp_path):
 
 
 def test_crossover_shows_the_tables_quantity():
-    b = pd.read_csv(LAB / "results" / "h100" / "bench_step.csv")
+    b = pd.read_csv(LAB / "results" / "h100_ws1" / "bench_step.csv")
     sp = speedups(b, "step_time_s").set_index(["d_model", "run"])
     ref = b[b.run == "bf16-s0"].set_index("d_model")["step_time_s"]
     te = b[b.run == "fp8-te-s0"].set_index("d_model")["step_time_s"]

@@ -32,7 +32,8 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (1, ["--gpu", "h900"], "unknown GPU preset 'h900'"),
     (1, ["--preflight", "--worlds", "4,6", "--hsdp-shard", "4", "--global-batch", "24"],
      "hsdp needs the world size (6) to be a multiple of its shard group (--hsdp-shard 4)"),
-    (4, ["--global-batch", "12", "--grad-accum", "2"], "--global-batch 12 is not divisible by world size 4"),
+    (4, ["--global-batch", "12", "--grad-accum", "2"],
+     "--global-batch 12 (sequences per step, in 2 micro-batches) does not split evenly over 4 ranks"),
     (2, ["--strategies", "single"], "one-process baseline; it cannot run at world size 2"),
     (1, ["--timeout-s", "0"], "--lr and --timeout-s > 0"),
     (1, ["--lr", "nan"], "expected a finite number"),
@@ -57,19 +58,19 @@ def test_studies(main, argv, needle, capsys):
 def test_projection_refuses_a_damaged_sweep(tmp_path, capsys):
     results = tmp_path / "results"
     results.mkdir()
-    (results / "scaling_cpu.csv").write_text("strategy,mode\nddp,weak\n")
-    expect_bad_input(lambda: project.main(["--results", str(results)]), "scaling_cpu.csv lacks the column(s)", capsys,
-                     watch=[tmp_path])
+    (results / "scaling_cpu_ws4.csv").write_text("strategy,mode\nddp,weak\n")
+    expect_bad_input(lambda: project.main(["--results", str(results)]), "scaling_cpu_ws4.csv lacks the column(s)",
+                     capsys, watch=[tmp_path])
 
 
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: shutil.rmtree(r), "results folder"),
     (lambda r: [p.unlink() for p in r.glob("*.csv")], "no scaling_*.csv, at_scale.csv or projection.csv"),
     (lambda r: (r / "at_scale.csv").write_text('strategy,"w\n'), "at_scale.csv is not a readable CSV"),
-    (lambda r: (r / "scaling_cpu.csv").write_text(""), "scaling_cpu.csv is empty"),
-    (lambda r: (r / "scaling_cpu.csv").write_text((r / "scaling_cpu.csv").read_text()[:-60]),
+    (lambda r: (r / "scaling_cpu_ws4.csv").write_text(""), "scaling_cpu_ws4.csv is empty"),
+    (lambda r: (r / "scaling_cpu_ws4.csv").write_text((r / "scaling_cpu_ws4.csv").read_text()[:-60]),
      "a half-written last row"),
-    (lambda r: (r / "comms_cpu.csv").write_bytes(b"\xff\xfe" + b"junk" * 30), "not UTF-8 text"),
+    (lambda r: (r / "comms_cpu_ws4.csv").write_bytes(b"\xff\xfe" + b"junk" * 30), "not UTF-8 text"),
     (lambda r: (r / "projection.csv").write_text("a,b\n1,2\n"), "projection.csv lacks the column(s)"),
     (lambda r: (r / "at_scale.csv").write_text((r / "at_scale.csv").read_text().replace(
         "\nddp,8,", "\nddp,eight,", 1)), "column world_size: 'eight' is not an int"),

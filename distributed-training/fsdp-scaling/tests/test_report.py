@@ -11,16 +11,16 @@ from common.testing import as_gpu_rows
 def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
     res = tmp_path / "results"
     shutil.copytree(report.RES, res)
-    cpu = pd.read_csv(res / "scaling_cpu.csv")
+    cpu = pd.read_csv(res / "scaling_cpu_ws4.csv")
     gpu = as_gpu_rows(cpu[cpu["world_size"] == 1], model="d1024-L24-h16-T1024-V256", mfu=0.41)
-    gpu.to_csv(res / "scaling_h100.csv", index=False)
+    gpu.to_csv(res / "scaling_h100_ws1.csv", index=False)
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "### 1x NVIDIA H100 80GB HBM3" in text and "(CPU: contention, not scaling)" in text
     assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank;" in text and "no result is committed yet" not in text
     h100 = text.split("### 1x NVIDIA H100 80GB HBM3")[1]
     assert "d1024-L24" in h100 and "41" in h100  # its own model and MFU, not the CPU rows'
-    assert not (res / "scaling_measured_1x-nvidia-h100-80gb-hbm3.png").exists()  # E(1) = 1: no information
+    assert not (res / "scaling_measured_h100_ws1.png").exists()  # E(1) = 1: no information
     assert "One rank: what it can and cannot show" in h100 and "no scaling plot is drawn" in h100
 
 
@@ -45,3 +45,27 @@ def test_a_sweep_of_one_scaling_mode_is_reported(tmp_path):
     assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "weak = " in text and "strong = " not in text
+
+
+def _section(text: str, name: str) -> str:
+    """The measured-scaling subsection of one result set (up to the next heading)."""
+    part = next(p for p in text.split("\n### ") if f"`{name}.csv`" in p.split("\n")[0])
+    return part.split("\n## ")[0]
+
+
+def test_each_result_set_has_its_own_table(tmp_path):
+    """A sweep to 2 ranks and a 2-node launch beside the sweep to 4, on the same machine: three tables, none
+    averaged into another, and the 2-node set (no world-size-1 run) says why it has no efficiency."""
+    res = tmp_path / "results"
+    shutil.copytree(report.RES, res)
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "alone.md")]) == 0
+    s = pd.read_csv(res / "scaling_cpu_ws4.csv", dtype={"git_commit": str})
+    s[s["world_size"] <= 2].assign(tokens_per_s=123456.0).to_csv(res / "scaling_cpu_ws2.csv", index=False)
+    s[s["world_size"] == 4].assign(nnodes=2, tokens_per_s=654321.0).to_csv(res / "scaling_cpu_ws4_n2.csv",
+                                                                          index=False)
+    assert report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")]) == 0
+    alone, text = (tmp_path / "alone.md").read_text(), (tmp_path / "REPORT.md").read_text()
+    assert _section(text, "scaling_cpu_ws4") == _section(alone, "scaling_cpu_ws4")  # untouched by the others
+    assert "123,456" in _section(text, "scaling_cpu_ws2") and "world size 1, 2" in text
+    multi = _section(text, "scaling_cpu_ws4_n2")
+    assert "world size 4 on 2 nodes" in multi and "654,321" in multi and "No efficiency here" in multi
