@@ -56,8 +56,9 @@ JOBS = [
         (f"bench_{TAG}.csv", f"bench_{TAG}.config.json"), TAG),
     Job("fp8-train", (f"ARGS={TINY_FP8} --promote replace",),
         tuple(f"{TAG}/{f}" for f in ("steps.csv", "steps.config.json", "fp8.csv", "layers.csv", "events.csv")), TAG),
-    Job("parallel-3d", ("TP=2", "PP=1", "DP=0", "ARGS=--zero 3 --recompute none --interleave 1 --steps 1 --warmup 0"),
-        ("runs_cpu.csv", "runs_cpu.config.json", "comms_cpu.csv", "comms_cpu.config.json"), None),
+    Job("parallel-3d", ("TP=2", "PP=1", "DP=0", "ARGS=--zero 3 --recompute none --interleave 1 --steps 1 --warmup 0 "
+                        "--promote merge"),
+        ("runs_cpu.csv", "runs_cpu.config.json", "comms_cpu.csv", "comms_cpu.config.json"), "cpu_ws4_n2_tp2pp1dp2"),
 ]
 
 
@@ -137,6 +138,6 @@ def test_a_two_node_slurm_job_publishes_one_complete_result_set(job, rehearsals)
     names = sorted(p.name for p in runs.iterdir())
     assert names == sorted([job.run_folder, job.run_folder + ".lock"]), names  # nothing set aside, one run
     manifest = json.loads((runs / job.run_folder / "run.json").read_text())
-    assert manifest["state"] == "promoted", manifest
+    assert manifest["state"] in ("promoted", "merged"), manifest  # parallel-3d merges its launches
     assert (runs / f"{job.run_folder}.lock").read_text() == ""  # released: the lock names no holder
     assert not [p for p in lab_dir.rglob("*.tmp")], "a temporary file was left behind"
