@@ -23,6 +23,7 @@ import pandas as pd
 
 import health_report
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, guard_report, results_folder
 from common.plotting import describe_runs, new_figure, save
 from tables import SCHEMAS, read as _read
@@ -354,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             "GPU runs: " + (", ".join(gpu_runs) if gpu_runs else "**none yet** -- no GPU number appears below; "
                            "`make fp8-train GPU=h100` on an H100/H200 adds them. Against the GPU targets ("
                            + "; ".join(TARGETS) + "): not measured."), ""]
+    sections += ["", predicted.section("fp8-train", results)]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(head + sections).rstrip() + "\n")
     print(f"wrote {out.name} ({len(dirs)} result folders)")
     return 0

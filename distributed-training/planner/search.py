@@ -72,6 +72,8 @@ class Workload:
     attention_kernel: str = "best"  # FlashAttention family: "best" of the GPU generation, or "fa2"
     tp_overlap: bool = True  # backward TP collectives overlap weight-gradient GEMMs (Megatron-Core)
     dp_overlap: bool = True  # DP/ZeRO collectives overlap compute (bucketed reduction, prefetched gathers)
+    tp_layout_copies: bool = False  # SP collectives on a batch-first layout copy their buffer (DTensor)
+    fsdp_copies: bool = False  # FSDP2's copy-in/copy-out around its all-gathers and reduce-scatters
 
     @property
     def fp8(self) -> bool:
@@ -181,7 +183,8 @@ def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bo
     """Times (s) and memory (bytes) for structures `s` crossed with the given zero/recompute arrays."""
     deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
-                       dp_overlap=w.dp_overlap, even_stages=even_stages)
+                       dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
+                       fsdp_copies=w.fsdp_copies)
     mem = memory_breakdown(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
                            flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
     return {"memory": mem, **times}

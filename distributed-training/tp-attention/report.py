@@ -17,6 +17,7 @@ import pandas as pd
 
 from comm_count import tp_bytes_per_layer
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
 from common.hardware import PRESETS
 from common.markdown import frame
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if not any((b["backend"] == "nccl").any() for b in benches.values()):
         lines += ["**No GPU run is committed yet.** `make tp-attention-gpu` (one GPU: wrapper overhead) and "
                   "`make tp-attention-run` on a GPU node (t up to the GPUs per node) add their CSVs here.", ""]
+    lines += [predicted.section("tp-attention", results), ""]  # the planner's prediction beside every GPU row
     lines += meaning_section()
     out.write_text("\n".join(lines))
     print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")
