@@ -7,6 +7,7 @@ modules that this imports share none with a lab).
 
     from common.predicted import section
     lines += ["", section("fp8-train", results_dir)]
+    step_seconds(gcfg, "h100", zero=3, sequences=2)     # the planner's compute model for a run not measured
 """
 
 from __future__ import annotations
@@ -17,9 +18,21 @@ from pathlib import Path
 PLANNER = Path(__file__).resolve().parent.parent / "planner"
 
 
-def section(lab: str, results: str | Path | None = None, heading: str = "##") -> str:
-    """Markdown: every GPU row of `lab` under `results` beside the planner's prediction (a note if none)."""
+def _planner():
     if str(PLANNER) not in sys.path:
         sys.path.append(str(PLANNER))
+
+
+def step_seconds(gcfg, gpu: str, zero: int, sequences: int) -> float:
+    """The planner's one-GPU step time for the labs' GPT (common.model.GPTConfig) as fsdp-scaling runs it (eager
+    bf16, fp32 master weights, AdamW), `sequences` in one micro-batch, the strategy's ZeRO stage on one rank."""
+    _planner()
+    import explain_rows
+    return explain_rows.one_gpu_step_s(gcfg, gpu, zero, sequences)
+
+
+def section(lab: str, results: str | Path | None = None, heading: str = "##") -> str:
+    """Markdown: every GPU row of `lab` under `results` beside the planner's prediction (a note if none)."""
+    _planner()
     import vs_measured
     return vs_measured.section(lab, results, heading)

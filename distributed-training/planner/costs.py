@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import fp8_cost
 from calibration import ATTENTION_EFFICIENCY, generation
 from cluster import Cluster
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
@@ -88,10 +89,12 @@ class DPCollectives(NamedTuple):
     all_gather: np.ndarray  # the bf16 weights, ZeRO >= 1 (ZeRO-3: before forward and backward)
 
 
-def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network) -> DPCollectives:
-    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS."""
+def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES
+                   ) -> DPCollectives:
+    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS.
+    weight_bytes: 2 for bf16 weight gathers, 1 where FSDP gathers FP8 weights (fp8_cost.Fp8Backend.fp8_all_gather)."""
     grads = grad_bytes * np.asarray(psi, float)  # nccl-tests' S of the gradient all-reduce / reduce-scatter
-    weights = WEIGHT_BYTES * np.asarray(psi, float)  # S of the weight all-gather
+    weights = weight_bytes * np.asarray(psi, float)  # S of the weight all-gather
     more_buckets = np.ceil(np.asarray(psi, float) / BUCKET_PARAMS) - 1
 
     def priced(kind: str, nbytes):
@@ -154,7 +157,9 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # slowest stage's backward (gradients) and forward (weights) when the stack overlaps them (dp_overlap).
     psi = stage_params(shape, t, p, split)
     n_dp = d * c
-    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net)
+    fp8_gather = kernels.fp8 and fp8_cost.backend(kernels.fp8_backend).fp8_all_gather
+    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
+                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES)
     slowest_layers = np.maximum(np.maximum(split.first, split.last), split.middle)
     fwd_mb = slowest_layers * lt["fwd"] if dp_overlap else 0.0 * ar
     bwd_mb = slowest_layers * (lt["bwd"] + rec) if dp_overlap else 0.0 * ar

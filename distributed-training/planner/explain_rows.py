@@ -148,6 +148,16 @@ class Compared(NamedTuple):
     error: float | None
 
 
+def one_gpu_step_s(gcfg, gpu: str, zero: int, sequences: int) -> float:
+    """A one-GPU training step of the labs' GPT (eager bf16 over fp32 weights, one micro-batch of `sequences`) as
+    predict prices a measured fsdp-scaling row: for projections of runs nobody measured."""
+    shape = own_runs.Shape(gcfg.n_layers, gcfg.d_model, gcfg.n_heads, gcfg.kv_heads, gcfg.vocab_size, gcfg.seq_len,
+                           gcfg.ffn)
+    run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape, own_runs.Stack("bf16"),
+              own_runs.Layout(zero=zero, microbatch=sequences))
+    return predict(run).step_s
+
+
 class Calibration(NamedTuple):
     """Compute constants measured per GPU (gemm_rates.py), with a note each; empty = the table's."""
 
