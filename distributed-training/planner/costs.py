@@ -147,7 +147,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     if even_stages:
         split = even_split(shape.layers, p)
     else:
-        split = balanced_split(shape.layers, p, layer_s, ht["embedding"], ht["head"])
+        split = balanced_split(shape.layers, p, layer_s, ht["embedding"], ht["head"], v)
     # PP (SC21 §3.2, §4.1): b·s·h per micro-batch per stage boundary, each way; every TP rank sends 1/t
     # of it (scatter/gather). One send forward and one backward per micro-batch and chunk.
     pp_bytes = ACT_BYTES * tokens * shape.hidden / t

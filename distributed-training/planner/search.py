@@ -5,8 +5,9 @@ the GPU count, and a configuration is kept only if it can run: t divides heads a
 tiles the NVLink domain (t | domain or domain | t), p <= L (stages.py chooses how many layers each
 stage gets, so p need not divide L), c leaves an even sequence chunk of at least MIN_CP_TOKENS
 tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, b divides the
-per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, v | the layers of a
-middle stage and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
+per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, a split whose middle
+stages hold a multiple of v layers (stages.py: fewer on the first and last stage, as Megatron places
+them) and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
 global batch, the replica batch is the nearest whole number of sequences, if that batch is within
 BATCH_TOLERANCE of the one asked for (992 GPUs as TP 8 x DP 124 run 992 of 1,024 sequences), and
 the plan says which global batch it runs (`global_batch`); plans are ranked by throughput, not
@@ -14,7 +15,8 @@ step time, since their batches may differ.
 
 Each structure is evaluated with every ZeRO stage and recompute setting allowed (vectorised over
 numpy arrays: thousands of configurations in milliseconds), and the fastest setting that fits in
-memory represents it; ties go to the smaller memory. With FlashAttention, selective recompute is
+memory represents it; ties go to the smaller memory. A TP group spanning NVLink domains is never chosen
+when a plan with TP inside one fits (unless --tp pins it). With FlashAttention, selective recompute is
 skipped unless pinned (it saves nothing that FlashAttention stores and costs time); without it the
 per-op mode is (it is torchtitan's, built around SDPA). Among the plans within the model's own
 error of the fastest, choose.py picks by the rules practitioners follow and names the runners-up.
@@ -36,6 +38,7 @@ from costs import step_costs
 from degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
 from shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from stages import interleave_fits
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8
@@ -105,10 +108,11 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def _interleaves(layers: int, p: int) -> list[int]:
-    """Interleaving degrees a p-stage pipeline of `layers` allows: v | the layers of a middle stage."""
+    """Interleaving degrees a p-stage pipeline of `layers` allows (stages.interleave_fits: equal middle stages of
+    a multiple of v layers, fewer on the first and last)."""
     if p == 1:
         return [1]
-    return [1] + [v for v in _divisors(layers // p) if 1 < v <= MAX_INTERLEAVE]
+    return [1] + [v for v in range(2, MAX_INTERLEAVE + 1) if interleave_fits(layers, p, v)]
 
 
 def replica_batch(batch: int, d: int) -> int:
@@ -166,8 +170,8 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                     m = per_replica // b
                     for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
-                               f"interleave {v} does not divide {sh.layers // p} layers per stage"
-                               if (sh.layers // p) % v else
+                               f"interleave {v}: no split of {sh.layers} layers on {p} stages puts a multiple "
+                               f"of {v} on every middle stage" if v > 1 and not interleave_fits(sh.layers, p, v) else
                                f"interleave {v} needs the {m} micro-batches to be a multiple of pp={p}"
                                if v > 1 and m % p else None)
                         if why:
@@ -227,6 +231,10 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     order = np.lexsort((g["v"][chosen], g["b"][chosen], g["c"][chosen], g["p"][chosen], g["t"][chosen],
                         total[chosen], per_token[chosen]))
     ranked = chosen[order]
+    if rules and pins.tp is None and cl.domain > 1 and (g["t"][ranked] <= cl.domain).any():
+        # TP inside the NVLink domain whenever a plan with it fits (choose.py's rule 2, made absolute): the model
+        # does not price NICs shared with DP/PP traffic or jitter, which practitioners keep TP off the network for.
+        ranked = ranked[g["t"][ranked] <= cl.domain]
     fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
     candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.
