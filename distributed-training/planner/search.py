@@ -77,6 +77,9 @@ class Workload:
     dp_overlap: bool = True  # DP/ZeRO collectives overlap compute (bucketed reduction, prefetched gathers)
     tp_layout_copies: bool = False  # SP collectives on a batch-first layout copy their buffer (DTensor)
     fsdp_copies: bool = False  # FSDP2's copy-in/copy-out around its all-gathers and reduce-scatters
+    fp8_backend: str = "te-fused"  # how FP8 linears run (fp8_cost.BACKENDS)
+    fp8_recipe: str = "delayed"  # FP8 scaling: delayed, current, tensorwise
+    qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE) or three Linears (torchtitan)
 
     @property
     def fp8(self) -> bool:
@@ -85,7 +88,7 @@ class Workload:
     @property
     def kernels(self) -> Kernels:
         return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
-                       self.rope, self.attention_kernel)
+                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused)
 
 
 @dataclass

@@ -33,6 +33,7 @@ which is SC21's (m + (p-1)/v) · t for equal stages (§2.2; the bubble is (p-1)/
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -78,14 +79,25 @@ def _allowed(layers: int, p, v, a, z):
     return ok & np.where(v > 1, np.where(p > 2, even_mid, True) & ends, True)
 
 
+@lru_cache(maxsize=None)
 def interleave_fits(layers: int, p: int, v: int) -> bool:
-    """True if some split in the window runs v chunks per stage (module docstring)."""
+    """True if some split in the window runs v chunks per stage (module docstring; integers, cached)."""
     if v == 1:
         return True
     if p == 1:
         return False
     base = layers // p
-    return any(bool(_allowed(layers, p, v, base + da, base + dz)) for da in WINDOW for dz in WINDOW)
+    for a in (base + d for d in WINDOW):
+        for z in (base + d for d in WINDOW):
+            rest = layers - a - z
+            if a < max(1, v - 1) or z < max(1, v - 1) or (a + 1) % v > 1 or (z + 1) % v > 1:
+                continue
+            if p == 2 and rest == 0:
+                return True
+            if p > 2 and rest >= p - 2 and rest % (p - 2) == 0 and (rest // (p - 2)) % v == 0 \
+                    and max(a, z) <= rest // (p - 2):
+                return True
+    return False
 
 
 def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s, v=1) -> StageSplit:

@@ -178,6 +178,47 @@ def collective_lines(rows: list[Compared]) -> list[str]:
     return lines
 
 
+def crossovers(rows: list[Compared]) -> list[str]:
+    """Per FP8 backend with benchmark rows at several hidden sizes: the smallest hidden size where FP8 is faster
+    than BF16, measured and predicted."""
+    out = []
+    by_backend: dict[str, list[tuple[int, Ratio]]] = {}
+    for c, r in _ratio_rows(rows):
+        by_backend.setdefault(c.run.stack.backend, []).append((c.run.shape.hidden, r))
+    for backend, points in sorted(by_backend.items()):
+        sizes = sorted({h for h, _ in points})
+        if len(sizes) < 2:
+            continue
+
+        def first(attr: str) -> str:
+            wins = sorted(h for h, r in points if getattr(r, attr) > 1.0)
+            return f"hidden {wins[0]}" if wins else "none of them"
+        out.append(f"{backend}: FP8 first faster than BF16 at {first('measured')} measured, {first('predicted')} "
+                   f"predicted (hidden {', '.join(map(str, sizes))})")
+    return out
+
+
+def _ratio_rows(rows: list[Compared]) -> list[tuple[Compared, Ratio]]:
+    ratios = {r.run: r for r in fp8_ratios(rows)}
+    return [(c, ratios[c.run.name]) for c in rows if c.run.name in ratios and c.run.file.endswith("bench_step.csv")]
+
+
+def reading(rows: list[Compared]) -> str:
+    """Generated sentences under the guide's table: the crossovers and the rows the notes single out."""
+    parts = []
+    cross = crossovers(rows)
+    if cross:
+        parts.append("Where FP8 starts to pay, by backend: " + "; ".join(cross) + ".")
+    noted: dict[str, int] = {}
+    for c in rows:
+        if note(c):
+            key = note(c).split(":")[0]
+            noted[key] = noted.get(key, 0) + 1
+    if noted:
+        parts.append("Rows with a note: " + "; ".join(f"{n} {k}" for k, n in noted.items()) + " (the table says why).")
+    return " ".join(parts)
+
+
 def guide_table(cal: explain.Calibration | None = None) -> str:
     """Section 5's "measured here": every lab's GPU rows in one table, and the targets."""
     runs = [r for r in own_runs.all_runs() if r.kind != "collective"]
@@ -189,4 +230,12 @@ def guide_table(cal: explain.Calibration | None = None) -> str:
     ratios = fp8_ratios(rows)
     if ratios:
         text += ["", ratio_table(ratios)]
+    said = reading(rows)
+    if said:
+        text += ["", explain_wrap(said)]
     return "\n".join(text)
+
+
+def explain_wrap(text: str) -> str:
+    import textwrap
+    return textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False)
