@@ -197,8 +197,8 @@ def fp8_published() -> str:
     rows = [[p.source, p.run, p.metric, f"{p.bf16:,.2f} → {p.fp8:,.2f}", f"{p.published_gain:.3f}",
              f"{p.predicted_bf16:,.2f} → {p.predicted_fp8:,.2f}", f"{p.predicted_gain:.3f}", f"{p.error:+.1%}"]
             for p in pairs]
-    return table(["source", "run", "metric", "published bf16 → FP8", "FP8 gain", "planner bf16 → FP8", "planner gain",
-                  "gain error"], rows)
+    return table(["source", "run", "metric", "published bf16 → FP8", "FP8 gain", "planner bf16 → FP8",
+                  "planner gain", "gain error"], rows)
 
 
 def measured_here() -> str:
@@ -212,6 +212,7 @@ def titan_tp8_error() -> str:
     return f"{row['error']:.0%}"
 
 
-SECTIONS = {"titan_tp8_error": titan_tp8_error, "fp8_published": fp8_published, "measured_here": measured_here, "fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary,
+SECTIONS = {"titan_tp8_error": titan_tp8_error, "fp8_published": fp8_published, "measured_here": measured_here,
+            "fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary,
             "error_sentence": error_sentence,
             "sc21_choices": sc21_choices, "sc21_matches": sc21_matches, "memory_accuracy": memory_accuracy}

@@ -299,7 +299,8 @@ def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
 
     Keys: fwd, bwd (without recompute), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
-    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides behind it),
+    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides
+    behind it),
     recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
     per-op selective AC: every memory-bound kernel and every second GEMM).
     """

@@ -41,7 +41,9 @@ from typing import NamedTuple
 import numpy as np
 
 FP8_BYTES = 1.0
-EAGER_CAST_BYTES = 4.0 + 8.0 + 8.0 + 4.0 + FP8_BYTES  # write fp32 copy; scale (r+w fp32); clamp (r+w); cast (r fp32, w 1)
+# Eager cast of a bf16 tensor (beyond reading it): write an fp32 copy, scale it (read + write fp32), clamp it
+# (read + write), cast it (read fp32, write 1 byte): 4 + 8 + 8 + 4 + 1 bytes per element in four kernels.
+EAGER_CAST_BYTES = 4.0 + 8.0 + 8.0 + 4.0 + FP8_BYTES
 EAGER_CAST_KERNELS = 4
 TRANSPOSE_BYTES = 2 * FP8_BYTES  # .t().contiguous() of an FP8 copy: read and write one byte per element
 

@@ -3,6 +3,7 @@ planner computes now (decision matrices, one experiment per rule, accuracy again
 
     make guide                                      # rewrite distributed-training/PARALLELISM_GUIDE.md
     python distributed-training/planner/guide.py --out guide-draft.md   # somewhere else
+    make guide CALIBRATE=results                    # for your cluster: PARALLELISM_GUIDE_<gpu>.md (calibrate.py)
 
 Deterministic: the same code gives the same bytes (no dates, no machine names, no timings; the cost
 model uses only +, -, x, / and exact frexp, so results do not depend on the CPU's math library).
@@ -170,7 +171,8 @@ def gpu_name() -> str:
 def setting() -> str:
     """The opening's "unless a table says otherwise" hardware, from the context's cluster."""
     cl, p = _context_cluster(), get_preset(experiments.CONTEXT.gpu)
-    link = "PCIe only" if cl.domain == 1 else f"{cl.domain} GPUs per NVLink domain at {p.nvlink_gbps:g} GB/s per direction"
+    link = "PCIe only" if cl.domain == 1 else \
+        f"{cl.domain} GPUs per NVLink domain at {p.nvlink_gbps:g} GB/s per direction"
     text = f"{p.label} (the `{p.name}` row of `common/hardware.py`), {link}, {p.net_gbits:g} Gb/s of network per GPU"
     return text + (" (figures your measurements replaced are listed above)" if experiments.CONTEXT.calibrate else "")
 
@@ -253,26 +255,28 @@ class GuideConfig:
             raise ValueError("--calibrate results: no allreduce-bench sweep, GEMM benchmark or parallel-3d runs CSV in "
                              "the labs' results folders")
         gpu = self.gpu or calibrate.gpu_of(paths) or "h100"
-        ctx = experiments.Context(gpu, tuple(paths), strict=not auto)
-        experiments.set_context(ctx)
-        experiments.cluster_for(gpu, 8)  # a file that cannot calibrate fails here, before anything is written
-        return ctx
+        return experiments.Context(gpu, tuple(paths), strict=not auto)
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(GuideConfig, argv, description=__doc__.split("\n\n")[0], prog="guide.py")
     try:
         ctx = cfg.context()
+        experiments.set_context(ctx)
+        experiments.cluster_for(ctx.gpu, 8)  # a file that cannot calibrate fails here, before anything is written
     except ValueError as e:
+        experiments.set_context(experiments.Context())
         print(f"guide.py: error: {e}", file=sys.stderr)
         return 2
-    experiments.set_context(ctx)
     default = OUT.with_name(f"PARALLELISM_GUIDE_{ctx.gpu}.md") if ctx.calibrate else OUT
     out = Path(cfg.out) if cfg.out else default
-    text = render()
+    try:
+        text = render()
+    finally:
+        experiments.set_context(experiments.Context())
     out.write_text(text)
-    print(f"wrote {out.name} ({len(text.splitlines())} lines)" + (f", calibrated for {ctx.gpu} with "
-                                                                  f"{len(ctx.calibrate)} file(s)" if ctx.calibrate else ""))
+    said = f", calibrated for {ctx.gpu} with {len(ctx.calibrate)} file(s)" if ctx.calibrate else ""
+    print(f"wrote {out.name} ({len(text.splitlines())} lines){said}")
     return 0
 
 

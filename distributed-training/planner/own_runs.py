@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,10 +123,11 @@ def gpt_shape(layers: int, d: int, heads: int, seq: int, vocab: int = 256) -> Sh
 
 # ---- fp8-train ------------------------------------------------------------------------------------
 
-STEPS = Schema("fp8-train steps", {"hardware": str, "git_commit": str, "run": str, "precision": str, "precision_backend": str,
-                                   "compiled": bool, "step": int, "tokens_per_s": float, "batch": int,
-                                   "grad_accum": int, "seq_len": int, "d_model": int, "n_layers": int})
-BENCH_STEP = Schema("fp8-train step-cost benchmark", {"hardware": str, "git_commit": str, "d_model": int, "n_layers": int, "run": str,
+STEPS = Schema("fp8-train steps", {"hardware": str, "timestamp_utc": str, "run": str, "precision": str,
+                                   "precision_backend": str, "compiled": bool, "step": int, "tokens_per_s": float,
+                                   "batch": int, "grad_accum": int, "seq_len": int, "d_model": int, "n_layers": int})
+BENCH_STEP = Schema("fp8-train step-cost benchmark", {"hardware": str, "timestamp_utc": str, "d_model": int,
+                                                      "n_layers": int, "run": str,
                                                       "precision": str, "precision_backend": str, "compiled": bool,
                                                       "tokens_per_step": int, "step_time_s": float,
                                                       "step_time_min_s": float})
@@ -136,24 +136,17 @@ BENCH_GEMM = Schema("fp8-train GEMM benchmark", {"hardware": str, "op": str, "m"
 WARM_FRACTION = 0.10  # fp8-train's report: tokens/s is the median after the first 10% of steps
 
 
-# Commits that changed what a backend runs, so a row measured before one ran differently from its columns' say:
-# before b992edb the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks the
-# graph, so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed).
-GRAPH_BREAK_FIXED = {"native": "b992edb"}
+# Commits that changed what a backend runs, so a row measured before one ran differently from what its columns
+# say: before b992edb the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks
+# the graph, so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed). A row
+# measured before the commit's date cannot have run it (no git needed: a shallow clone reads the same).
+GRAPH_BREAK_FIXED = {"native": ("b992edb", "2026-11-23T00:07:29Z")}
 
 
-def fp8_eager(backend: str, compiled: bool, commit: str) -> bool:
-    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured at a commit without the
-    fix of GRAPH_BREAK_FIXED (git decides; without git, or for an unknown commit, the columns are taken as is)."""
+def fp8_eager(backend: str, compiled: bool, measured_utc: str) -> bool:
+    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured before the fix."""
     fix = GRAPH_BREAK_FIXED.get(backend)
-    if not compiled or fix is None or not commit:
-        return False
-    try:
-        found = subprocess.run(["git", "merge-base", "--is-ancestor", fix, commit.split("+")[0]], cwd=LABS,
-                               capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return found.returncode == 1  # 0: the fix is in the commit's history; 128: git cannot tell
+    return bool(compiled and fix and measured_utc and str(measured_utc) < fix[1])
 
 
 def fp8_recipe(backend: str, cfg: dict) -> str:
@@ -189,7 +182,7 @@ def fp8_train_steps(results: Path) -> list[Run]:
             out.append(Run("fp8-train", "step", _rel(csv), f"{csv.parent.name}/{run}", gpu, "tokens/s",
                            float(warm["tokens_per_s"].median()), shape,
                            Stack(str(r["precision"]), backend, fp8_recipe(backend, cfg), bool(r["compiled"]),
-                                 fp8_eager=fp8_eager(backend, bool(r["compiled"]), str(r["git_commit"]))),
+                                 fp8_eager=fp8_eager(backend, bool(r["compiled"]), str(r["timestamp_utc"]))),
                            Layout(microbatch=int(r["batch"]) // accum, micro_batches=accum),
                            (float(warm["tokens_per_s"].min()), float(warm["tokens_per_s"].max()))))
     return out
@@ -211,7 +204,7 @@ def fp8_train_bench(results: Path) -> list[Run]:
             out.append(Run("fp8-train", "step", _rel(csv), f"{csv.parent.name} bench d{r.d_model} {r.run}", gpu,
                            "tokens/s", tokens / float(r.step_time_s), shape,
                            Stack(str(r.precision), backend, fp8_recipe(backend, cfg), bool(r.compiled),
-                                 fp8_eager=fp8_eager(backend, bool(r.compiled), str(r.git_commit))),
+                                 fp8_eager=fp8_eager(backend, bool(r.compiled), str(r.timestamp_utc))),
                            Layout(microbatch=tokens // seq, micro_batches=1),
                            (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s))))
     return out

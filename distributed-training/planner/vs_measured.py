@@ -22,10 +22,10 @@ from explain_rows import Compared
 
 TARGET = {"bf16": 0.05, "fp8": 0.08}  # |error| per row: BF16 within 5%, FP8 within 8% (issue 24)
 RATIO_TARGET = 0.05  # the FP8/BF16 speed ratio within 5%
-MODEL = ("[`planner/explain_rows.py`](../planner/explain_rows.py) prices every GPU row from its own columns (model shape, "
-         "precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) with the cost model `make plan` "
-         "uses; no row here was used to fit it. Error = predicted / measured throughput - 1 (+: the model is "
-         "faster than measured).")
+MODEL = ("[`planner/explain_rows.py`](../planner/explain_rows.py) prices every GPU row from its own columns "
+         "(model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) with the cost model "
+         "`make plan` uses; no row here was used to fit it. Error = predicted / measured throughput - 1 (+: the "
+         "model is faster than measured).")
 
 
 def fmt_value(value: float, unit: str) -> str:
@@ -39,7 +39,7 @@ def note(c: Compared) -> str:
     if c.predicted.note:
         return c.predicted.note
     if run.stack.fp8_eager:
-        return (f"measured before {own_runs.GRAPH_BREAK_FIXED[run.stack.backend]}: dynamo broke the graph at every "
+        return (f"measured before {own_runs.GRAPH_BREAK_FIXED[run.stack.backend][0]}: dynamo broke the graph at every "
                 "FP8 GEMM, so the layer's casts ran eagerly (priced so)")
     if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:
         return "FSDP2 at one rank: its per-module hooks run on the host, which the model does not price"
@@ -154,7 +154,8 @@ def section(lab: str, results: str | Path | None = None, heading: str = "##") ->
             parts += [targets_table(checks), ""]
         ratios = fp8_ratios(others)
         if ratios:
-            parts += ["FP8 speed over BF16 (the same model and benchmark, the BF16 runs' median):", "", ratio_table(ratios), ""]
+            parts += ["FP8 speed over BF16 (the same model and benchmark, the BF16 runs' median):", "",
+                      ratio_table(ratios), ""]
     if collectives:
         parts += collective_lines(collectives)
     return "\n".join(parts).rstrip() + "\n"
