@@ -124,7 +124,24 @@ def _collective(run: Run, cl: Cluster) -> Prediction:
     return Prediction(t * 1e6, t, note)
 
 
-PRICERS = {"step": _step, "block": _block, "gemm": _gemm, "collective": _collective}
+def _bound(run: Run, cl: Cluster) -> Prediction:
+    """fp8-train's FP8 bound (bound.csv): the BF16 step with its linear layers' GEMMs run in FP8 and nothing else
+    changed, over the BF16 step (Amdahl). The model's step, its GEMM share and its FP8 GEMMs, from the row's shape."""
+    bf16 = replace(run, kind="step", unit="tokens/s", stack=replace(run.stack, precision="bf16", backend="torch"))
+    bf16_cl = cluster_of(bf16, cl.compute)
+    step = _step(bf16, bf16_cl).step_s
+    deg, sh = degrees_of(run), run.shape
+    gemm = {}
+    for precision, c in (("bf16", bf16_cl), ("fp8", cl)):
+        ker = replace(kernels_of(bf16), fp8=precision == "fp8")
+        lt = layer_times(sh, deg.t, deg.c, deg.b, ker, rates_for(c, ker))
+        gemm[precision] = float(sh.layers * (lt["gemm_fwd"] + lt["gemm_bwd"])) * run.layout.micro_batches
+    bound = step / (step - gemm["bf16"] + gemm["fp8"])
+    return Prediction(bound, step, f"GEMM share of the BF16 step: predicted {gemm['bf16'] / step:.0%}, measured "
+                                   f"{run.detail.get('gemm_share', float('nan')):.0%}")
+
+
+PRICERS = {"step": _step, "block": _block, "gemm": _gemm, "collective": _collective, "bound": _bound}
 
 
 def predict(run: Run, consts: ComputeConstants | None = None) -> Prediction:
@@ -182,7 +199,7 @@ def compare(runs: list[Run], cal: Calibration | None = None) -> list[Compared]:
     """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some."""
     out = []
     for run in runs:
-        consts = cal.consts.get(run.gpu) if cal is not None and run.kind in ("step", "block") else None
+        consts = cal.consts.get(run.gpu) if cal is not None and run.kind in ("step", "block", "bound") else None
         pred = predict(run, consts)
         out.append(Compared(run, pred, error(run, pred)))
     return out

@@ -13,6 +13,7 @@ One reader per kind of row:
                                      (compile and warm-up), as fp8-train's report reads them
                 */bench_step.csv     the step-cost benchmark: tokens/s of its median step
                 */bench_gemm.csv     single GEMMs (bf16 torch.mm, FP8 _scaled_mm): time per GEMM
+                */bound.csv          the FP8 bound: the BF16 step with its GEMMs' time in FP8 (speed-up)
     fsdp-scaling  scaling_*.csv      one optimizer step per strategy: tokens/s (per rank)
     tp-attention  bench_*.csv        one transformer block, forward + backward: ms
     allreduce-bench sweep_*.csv      one collective: us
@@ -86,7 +87,7 @@ class Run:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.unit == "tokens/s"
+        return self.unit in ("tokens/s", "x")
 
 
 def _rel(path: Path) -> str:
@@ -210,6 +211,26 @@ def fp8_train_bench(results: Path) -> list[Run]:
     return out
 
 
+BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "seq_len": int,
+                                      "tokens_per_step": int, "gemm_share": float, "bound_speedup": float})
+
+
+def fp8_train_bound(results: Path) -> list[Run]:
+    """The measured FP8 bound: the BF16 step with its GEMMs' time replaced by the FP8 GEMMs' (bound.csv)."""
+    out = []
+    for csv in sorted(results.glob("*/bound.csv")):
+        for r in read_table(csv, BOUND).itertuples():
+            gpu = gpu_of(r.hardware)
+            if gpu is None:
+                continue
+            seq = int(r.seq_len)
+            shape = gpt_shape(int(r.n_layers), int(r.d_model), heads_for(int(r.d_model), {}), seq)
+            out.append(Run("fp8-train", "bound", _rel(csv), f"{csv.parent.name} FP8 bound d{r.d_model}", gpu, "x",
+                           float(r.bound_speedup), shape, Stack("fp8", "torch", compiled=True),
+                           Layout(microbatch=int(r.tokens_per_step) // seq), detail={"gemm_share": float(r.gemm_share)}))
+    return out
+
+
 GEMM_OPS = {"bf16 torch.mm": "bf16", "fp8 torch._scaled_mm": "fp8", "fp8 F.scaled_mm": "fp8"}
 
 
@@ -327,7 +348,7 @@ def parallel_3d(results: Path) -> list[Run]:
     return out
 
 
-READERS = {"fp8-train": (fp8_train_steps, fp8_train_bench, fp8_train_gemm), "fsdp-scaling": (fsdp_scaling,),
+READERS = {"fp8-train": (fp8_train_steps, fp8_train_bench, fp8_train_gemm, fp8_train_bound), "fsdp-scaling": (fsdp_scaling,),
            "tp-attention": (tp_attention,), "allreduce-bench": (allreduce_bench,), "parallel-3d": (parallel_3d,)}
 
 

@@ -5,7 +5,8 @@ the GPU count, and a configuration is kept only if it can run: t divides heads a
 tiles the NVLink domain (t | domain or domain | t), p <= L (stages.py chooses how many layers each
 stage gets, so p need not divide L), c leaves an even sequence chunk of at least MIN_CP_TOKENS
 tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, b divides the
-per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, a split whose middle
+per-replica batch (b <= MAX_MICROBATCH), a pipeline at least p micro-batches per step (1F1B idles most of
+its stages with fewer; PyTorch's schedules refuse them), and interleaving v > 1 needs p > 1, a split whose middle
 stages hold a multiple of v layers (stages.py: fewer on the first and last stage, as Megatron places
 them) and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
 global batch, the replica batch is the nearest whole number of sequences, if that batch is within
@@ -171,6 +172,11 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                                                    "sequences per replica"})
                         continue
                     m = per_replica // b
+                    if p > 1 and m < p:  # 1F1B idles most stages otherwise (PyTorch's schedules refuse it)
+                        rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b,
+                                         "reason": f"pp={p} needs at least {p} micro-batches, micro-batch {b} "
+                                                   f"gives {m}"})
+                        continue
                     for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
                                f"interleave {v}: no split of {sh.layers} layers on {p} stages puts a multiple "

@@ -137,3 +137,17 @@ def test_each_lab_report_section(lab, tmp_path):
         assert "At one rank no byte crosses a link" in text
     empty = vs_measured.section(lab, tmp_path)
     assert "No GPU rows in this lab's results yet" in empty
+
+
+def test_the_measured_fp8_bound_has_a_prediction(tmp_path):
+    # bound.csv (fp8-train, the lead's GPU session): the BF16 step with its GEMMs' time replaced by FP8 GEMMs'.
+    # The model's bound grows with the GEMMs' share of the step, which grows with the hidden size.
+    (tmp_path / "h100").mkdir()
+    rows = [{"d_model": d, "n_layers": 2, "seq_len": 1024, "tokens_per_step": 8192, "gemm_share": 0.7,
+             "bound_speedup": 1.3, "hardware": H100} for d in (1024, 4096, 8192)]
+    pd.DataFrame(rows).to_csv(tmp_path / "h100" / "bound.csv", index=False)
+    runs = own_runs.fp8_train_bound(tmp_path)
+    preds = [explain.predict(r).value for r in runs]
+    assert 1.0 < preds[0] < preds[1] < preds[2] < 2.0
+    assert "GEMM share of the BF16 step: predicted" in explain.predict(runs[0]).note
+    assert "| h100 FP8 bound d8192 |" in vs_measured.section("fp8-train", tmp_path)
