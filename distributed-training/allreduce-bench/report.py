@@ -21,6 +21,7 @@ from common import measured_on
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.hardware import PRESETS
 from common.markdown import number, table
@@ -273,6 +274,7 @@ def report(cfg: Config) -> str:
         df, nccl_tests)
     L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
         overhead)
+    L += ["", predicted.section("allreduce-bench", results)]  # the planner's prediction beside every GPU row
     L += ["", "## Plots", "", f"![busbw vs size]({rel(results / 'busbw.png')})", "",
           f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "",
           "The machines' links are in [TOPOLOGY.md](TOPOLOGY.md)."]

@@ -182,14 +182,24 @@ def detect_preset() -> GPUPreset:
     if not torch.cuda.is_available():
         return PRESETS["cpu"]
     device_name = torch.cuda.get_device_name(0)
-    upper = device_name.upper()
-    if not any(tag in upper for tag in _NOT_SXM):
-        for preset in PRESETS.values():
-            if any(tag.upper() in upper for tag in preset.device_names):
-                if preset.name == "h200" and "GH200" in upper:
-                    continue
-                return preset
+    found = preset_for(device_name)
+    if found is not None:
+        return found
     return GPUPreset(f"unknown:{device_name}", device_name, None, None, None, None, None, None, 1, None)
+
+
+def preset_for(device_name: str) -> GPUPreset | None:
+    """The GPU preset a device name selects ("NVIDIA H100 80GB HBM3", or a results row's hardware column
+    "1x NVIDIA H100 80GB HBM3"); None for a CPU, a non-SXM variant or a GPU the table does not know."""
+    upper = device_name.upper()
+    if any(tag in upper for tag in _NOT_SXM):
+        return None
+    for preset in PRESETS.values():
+        if any(tag.upper() in upper for tag in preset.device_names):
+            if preset.name == "h200" and "GH200" in upper:
+                continue
+            return preset
+    return None
 
 
 def fmt(value: float | None, spec: str = ".1f", unit: str = "") -> str:

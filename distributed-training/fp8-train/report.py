@@ -24,6 +24,7 @@ import comparison
 import health_report
 import scale_stats
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, guard_report, results_folder
 from common.markdown import table as md_table
 from common.plotting import describe_runs
@@ -195,8 +196,13 @@ def health(ctx: Context) -> list[str]:
     return [line for d in ctx.dirs for line in health_report.section(d, ctx.root)]
 
 
+def planner(ctx: Context) -> list[str]:
+    """The planner's prediction beside every GPU row (common.predicted: one pricing function for all labs)."""
+    return [predicted.section("fp8-train", ctx.results)]
+
+
 SECTIONS: dict[str, Callable[[Context], list[str]]] = {"head": head, "models": models, "benchmarks": benchmarks,
-                                                       "health": health}
+                                                       "planner": planner, "health": health}
 
 
 # ---- benchmarks --------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
     t_step(N) = t_compute(tokens per rank) (+ or max) t_comm(N)
 
-t_compute is the measured one-rank step time of the same strategy and model (scaling_<hw>.csv, world
-size 1: no collective runs there), scaled linearly with tokens per rank. Where no GPU has been
-measured, it is FLOPs / (peak x an assumed MFU of 0.40, within torchtitan's published 33-42% for
-1-D FSDP on 8-128 H100s, arXiv 2410.06511) and every row says so. t_comm sums, over the
+t_compute is the measured one-rank step time of the same strategy and model (scaling_<hw>*.csv,
+world size 1: no collective runs there), scaled linearly with tokens per rank: the run's measured MFU
+carried to every GPU count. Where no run of that model was measured on that GPU, it is the planner's
+compute model for the same one-rank step (planner/explain_rows.py, the function that prices every
+measured GPU row beside its measurement in the reports), and every row says which it is. t_comm sums, over the
 collectives of one optimizer step (memory_model.comm_plan, the plan the fake-PG study and the
 tests check count for count and byte for byte), the cost of common/collective_cost.py: the model the
 planner prices collectives with (a test checks the two agree), nccl-tests' bus factors, ring steps
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import glob
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +37,12 @@ import torch
 import memory_model as mm
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
 from common.collective_fit import calibrate
+from common import predicted
 from common.config import changed_flags, parse_config
 from common.csvread import BadResults, Schema, read_table
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
-from common.hardware import PRESETS, GPUPreset, get_preset, parse_run_tag
+from common.hardware import PRESETS, GPUPreset, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import provenance
 from common.runs import RunError, RunFolder, run_dir_for
@@ -50,9 +53,9 @@ LAB = Path(__file__).resolve().parent
 ALLREDUCE = LAB.parent / "allreduce-bench" / "results"
 GPU_N = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_N = (1, 2, 4, 8)
-ASSUMED_MFU = 0.40
 STRONG_GLOBAL = 1024  # sequences per step in the projected strong scaling
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
+ZERO = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hsdp": 3}  # each strategy's ZeRO stage, for the planner
 # The lab's GPU model, and an 8B dense model shaped like Llama 3.1 8B (d 4096, 32 layers, GQA 8;
 # d_ff 21504 gives SwiGLU's 3 x 14336 parameters in two matrices), for torchtitan's published anchor.
 PROJECTED = {"medium": (GPTConfig(vocab_size=256, **MODELS["medium"]), 8),
@@ -64,7 +67,8 @@ COLUMNS = ["target", "model", "n_params", "strategy", "mode", "n_gpus", "nodes",
 WORKED_COLUMNS = ["example", "psi", "n_d", "k", "baseline_GB", "zero1_GB", "zero2_GB", "zero3_GB"]
 # The inputs it reads, checked (common.csvread): this lab's sweep and allreduce-bench's (its stable columns).
 SCALING = Schema("fsdp-scaling sweep", {"strategy": str, "mode": str, "model": str, "world_size": int,
-                                        "step_time_ms": float, "effective_batch": int})
+                                        "step_time_ms": float, "effective_batch": int, "hardware": str,
+                                        "git_commit": str})
 SWEEP = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "world_size": int, "nnodes": int,
                                          "backend": str, "hardware": str, "time_us": float})
 USES = ("node_size",)  # what the projection uses from the shared config (--gpu picks the what-if target)
@@ -162,29 +166,44 @@ def project(t: Target, net: Network, ns: tuple[int, ...]) -> list[dict]:
     return rows
 
 
+def hardware_tag(csv: Path) -> str:
+    """The preset a scaling file was measured on: scaling_h100.csv, scaling_h100_ws1.csv -> h100."""
+    return re.sub(r"_ws\d+(_n\d+)?$", "", csv.stem.split("_", 1)[1])
+
+
+def _mfu(gcfg: GPTConfig, per_seq_s: float, peak_tflops: float | None) -> float | None:
+    return None if not peak_tflops else flops_per_token(gcfg) * gcfg.seq_len / per_seq_s / (peak_tflops * 1e12)
+
+
 def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
-    """One Target per model in a scaling CSV (scaling_<preset>_ws<N>[_n<nodes>].csv), from its world-size-1 rows."""
-    tag = parse_run_tag(csv.stem)
-    hw = tag.preset if tag else csv.stem.split("_", 1)[1]
+    """One Target per model in a scaling CSV, from its world-size-1 rows: their measured MFU, per strategy."""
+    hw = hardware_tag(csv)
     df = read_table(csv, SCALING)
     df = df[(df["world_size"] == 1) & df["strategy"].isin(STRATEGIES)]
+    peak = PRESETS[hw].bf16_tflops if hw in PRESETS else None
     out = []
     for model, g in df.groupby("model"):
+        gcfg = parse_model(model)
         per_seq = {(r.strategy, r.mode): r.step_time_ms / 1e3 / r.effective_batch for r in g.itertuples()}
         weak = g[g["mode"] == "weak"]["effective_batch"]
         strong = g[g["mode"] == "strong"]["effective_batch"]
-        out.append(Target(hw, model, parse_model(model), int(weak.iloc[0]) if len(weak) else 1,
+        mfus = [m for m in (_mfu(gcfg, v, peak) for v in per_seq.values()) if m is not None]
+        mfu = f"MFU {min(mfus):.2f}-{max(mfus):.2f} by strategy and mode, " if mfus else ""
+        commits = ", ".join(sorted(g["git_commit"].astype(str).unique()))
+        out.append(Target(hw, model, gcfg, int(weak.iloc[0]) if len(weak) else 1,
                           strong_global or (int(strong.iloc[0]) if len(strong) else 1), per_seq,
-                          f"measured 1-rank step, {csv.name} ({g['hardware'].iloc[0]})"))
+                          f"measured 1-rank steps ({mfu}{csv.name}, {g['hardware'].iloc[0]}, commit {commits})"))
     return out
 
 
-def assumed_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Target:
-    per_seq = flops_per_token(gcfg) * gcfg.seq_len / (p.bf16_tflops * 1e12 * ASSUMED_MFU)
-    return Target(p.name, name, gcfg, seqs, STRONG_GLOBAL, {(s, m): per_seq for s in STRATEGIES
-                                                           for m in ("strong", "weak")},
-                  f"ASSUMED MFU {ASSUMED_MFU:.2f} of {p.bf16_tflops:.0f} TFLOP/s "
-                  f"(this model was not measured on {p.name})")
+def planner_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Target:
+    """No run of this model on this GPU: the planner's compute model for each strategy's one-rank step."""
+    per_seq = {(s, m): predicted.step_seconds(gcfg, p.name, ZERO[s], seqs) / seqs for s in STRATEGIES
+               for m in ("strong", "weak")}
+    mfus = [x for x in (_mfu(gcfg, v, p.bf16_tflops) for v in per_seq.values()) if x is not None]
+    return Target(p.name, name, gcfg, seqs, STRONG_GLOBAL, per_seq,
+                  f"PLANNER's compute model (no run of this model measured on {p.name}): predicted MFU "
+                  f"{min(mfus):.2f}-{max(mfus):.2f} of {p.bf16_tflops:.0f} TFLOP/s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,10 +234,9 @@ def main(argv: list[str] | None = None) -> int:
 def projection_rows(cfg: Config) -> list[dict]:
     """Every projected row, from the measured CSVs (checked) and the hardware table."""
     rows: list[dict] = []
-    measured_gpus = set()
-    measured_cpu = set()
+    measured_gpus, measured_cpu = set(), set()
     for csv in sorted(results_dir(cfg).glob("scaling_*.csv")):
-        cpu = csv.stem.startswith("scaling_cpu_") or csv.stem == "scaling_cpu"
+        cpu = hardware_tag(csv) == "cpu"
         for t in measured_targets(csv, None if cpu else STRONG_GLOBAL):
             seen = measured_cpu if cpu else measured_gpus
             if (t.name, t.model) in seen:  # two sweeps (to 1 and to 8 ranks) share their world-size-1 rows' meaning
@@ -234,7 +252,7 @@ def projection_rows(cfg: Config) -> list[dict]:
     net = measured_network(what_if.name, cfg.node_size, table_network(what_if, cfg.node_size))
     for name, (gcfg, seqs) in PROJECTED.items():
         if (what_if.name, describe_model(gcfg)) not in measured_gpus:
-            rows += project(assumed_target(what_if, name, gcfg, seqs), net, GPU_N)
+            rows += project(planner_target(what_if, name, gcfg, seqs), net, GPU_N)
     return rows
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.hardware import parse_run_tag
 from common.markdown import frame, number
@@ -446,6 +447,7 @@ def _report(cfg: ReportConfig) -> int:
         "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
         "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
     lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:]]
+    lines += ["", predicted.section("fsdp-scaling", RES)]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
     return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 import against_planner as ap
 from common import measured_on
 from common.config import parse_config
+from common import predicted
 from common.csvread import BadResults, guard_report
 from common.plotting import new_figure, save
 
@@ -221,7 +222,8 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
                 "runs": runs_section(results), "comms": comms_section(results),
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
-                "conclusions": conclusions(results)}
+                "conclusions": conclusions(results),
+                "predicted": [predicted.section("parallel-3d", results)]}  # beside every GPU row
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 

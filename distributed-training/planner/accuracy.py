@@ -19,6 +19,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import published
+import published_fp8
+import vs_measured
 from calibration import FITTED
 from cluster import make_cluster
 from compute import tensor_rate
@@ -189,6 +191,28 @@ def memory_accuracy() -> str:
     return table(["source", "quantity", "published", "planner", "error"], rows)
 
 
-SECTIONS = {"fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary,
+def fp8_published() -> str:
+    """Published FP8/BF16 pairs (published_fp8.py): the gain each measured and the one the planner predicts."""
+    pairs = published_fp8.compare()
+    rows = [[p.source, p.run, p.metric, f"{p.bf16:,.2f} → {p.fp8:,.2f}", f"{p.published_gain:.3f}",
+             f"{p.predicted_bf16:,.2f} → {p.predicted_fp8:,.2f}", f"{p.predicted_gain:.3f}", f"{p.error:+.1%}"]
+            for p in pairs]
+    return table(["source", "run", "metric", "published bf16 → FP8", "FP8 gain", "planner bf16 → FP8",
+                  "planner gain", "gain error"], rows)
+
+
+def measured_here() -> str:
+    """This repository's own GPU rows beside the planner's predictions (vs_measured.py)."""
+    return vs_measured.guide_table()
+
+
+def titan_tp8_error() -> str:
+    """The projected excess of torchtitan's TP-8 run of an 8B model (quoted in section 5's reading)."""
+    (row,) = [r for r in _rows() if r["source"] == published.TITAN and "TP8, 64" in r["name"]]
+    return f"{row['error']:.0%}"
+
+
+SECTIONS = {"titan_tp8_error": titan_tp8_error, "fp8_published": fp8_published, "measured_here": measured_here,
+            "fit_constants": fit_constants, "accuracy_table": accuracy_table, "accuracy_summary": accuracy_summary,
             "error_sentence": error_sentence,
             "sc21_choices": sc21_choices, "sc21_matches": sc21_matches, "memory_accuracy": memory_accuracy}

@@ -63,7 +63,7 @@ class ComputeConstants:
 
 
 # Frozen output of `python distributed-training/planner/fit_compute.py` (see results/compute_fit.csv).
-FITTED = ComputeConstants(sustained_ampere=0.749, sustained_hopper=0.663, hbm_efficiency=0.816)
+FITTED = ComputeConstants(sustained_ampere=0.749, sustained_hopper=0.674, hbm_efficiency=0.818)
 
 
 def generation(preset: str) -> str:

@@ -46,8 +46,11 @@ All of this is a projection: no number here was measured on a GPU in this reposi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+import fp8_cost
 
 from calibration import ComputeConstants
 from shapes import Shape
@@ -72,9 +75,15 @@ class Kernels:
     fused: bool = True  # fused norm / activation / dropout-add kernels (Megatron, TE, torch.compile)
     sequence_parallel: bool = True  # norms and dropout on s/t tokens per TP rank (Korthikanti §4.2.2)
     dropout: bool = False  # dropout masks and kernels (Megatron's GPT default 0.1; LLMs today: none)
-    fp8: bool = False  # linear layers in FP8 (TransformerEngine): FP8 rate, amax and cast kernels
+    fp8: bool = False  # linear layers in FP8: FP8 GEMMs, and the amax and cast kernels of fp8_cost.py
     rope: bool = False  # rotary position embedding on q and k (Llama); else learned positions (GPT)
     attention: str = "best"  # FlashAttention family: "best" of the GPU's generation, or "fa2" (PyTorch SDPA)
+    fp8_backend: str = "te-fused"  # how FP8 linears run (fp8_cost.BACKENDS): TE's fused modules, as Megatron runs
+    fp8_recipe: str = "delayed"  # FP8 scaling: delayed (TE's Hopper default), or current / tensorwise
+    qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE); False: three Linears (torchtitan, the labs' GPT)
+    autocast: bool = False  # torch.autocast over fp32 weights: a bf16 copy of every weight cast in each forward,
+    #                         an fp32 residual stream, norms in fp32 (the labs' single-GPU runs, DDP)
+    fp8_eager: bool = False  # the FP8 layers ran outside the compiled graph (a graph break at their GEMM): eager casts
 
 
 # Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
@@ -107,24 +116,39 @@ EAGER = (ElementwiseOp("norm", "h", 2, 6, 24.0, 8, 48.0),
          ElementwiseOp("residual add", "h", 2, 1, 6.0, 0, 0.0),
          ElementwiseOp("activation", "f", 1, 2, 10.0, 3, 16.0),
          ElementwiseOp("rotary", "qk", 1, 3, 16.0, 3, 16.0))
+# Eager PyTorch under torch.autocast with fp32 weights (the labs' GPT: ATen's LayerNorm and GELU are one kernel
+# each, but the residual stream is fp32, the norm runs in fp32 and autocast casts its output to bf16 for each
+# Linear that reads it, twice per norm on average with q, k, v as three modules): norm 1 + 2 casts forward
+# (4 + 4 B, then 2 x (4 + 2) B), backward the casts' gradients (2 x 6 B), their sum and the norm's
+# backward (~18 B); residual add fp32 + bf16 -> fp32 (10 B), its gradient cast to bf16 for the branch (6 B).
+EAGER_AUTOCAST = (ElementwiseOp("norm", "h", 2, 3, 20.0, 5, 30.0),
+                  ElementwiseOp("residual add", "h", 2, 1, 10.0, 1, 6.0),
+                  ElementwiseOp("activation", "f", 1, 1, 4.0, 1, 6.0))
 DROPOUT = ElementwiseOp("dropout", "h", 2, 0, 1.0, 1, 5.0)  # fused into the residual add: +1 B mask; bwd dy*mask
-# Each linear layer's input under FP8: read 2 B, write 1 B (counted on hidden-sized tensors for all four).
-FP8_CAST = ElementwiseOp("fp8 amax+cast", "h", 4, 1, 3.0, 1, 3.0)
+# torch.autocast casts each fp32 weight to bf16 in the forward (read 4, write 2 B) and the bf16 weight gradient
+# back to fp32 (read 2, write 4 B, 2 B more than a GEMM writing fp32 directly): one kernel per weight matrix.
+AUTOCAST_WEIGHTS = ElementwiseOp("autocast weight casts", "w", 1, 1, 6.0, 1, 4.0)
 
 
-def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1):
-    """η of a (batch x) M x N x K GEMM: wave quantization x K-loop prologue/epilogue, in (0, 1]."""
+def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes: float = 2.0):
+    """η of a (batch x) M x N x K GEMM: wave quantization x K-loop prologue/epilogue, in (0, 1].
+
+    elem_bytes: operand width. A tile's K step covers twice the elements in 1-byte FP8 (the tensor cores'
+    K per instruction doubles), so the same prologue/epilogue time is worth twice the K elements: FP8 needs
+    a longer K than bf16 to reach the same efficiency.
+    """
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
     tiles = batch * np.ceil(m / TILE) * np.ceil(n / TILE)
     padding = batch * m * n / (tiles * TILE * TILE)  # tile quantization: partial edge tiles
     waves = tiles / sms
-    return padding * waves / (waves + c.wave_allowance) * k / (k + c.k_overhead)
+    k0 = c.k_overhead * 2.0 / elem_bytes
+    return padding * waves / (waves + c.wave_allowance) * k / (k + k0)
 
 
 def tensor_rate(preset: str, precision: str, mamf_tflops: float, c: ComputeConstants) -> float:
     """Sustained tensor-core FLOP/s at η = 1: the measured MAMF over η at its shape, times the clock factor."""
     m, n, k = MAMF_SHAPE.get((preset, precision), DEFAULT_MAMF_SHAPE)
-    eta = float(gemm_efficiency(m, n, k, SM_COUNT.get(preset, 132), c))
+    eta = float(gemm_efficiency(m, n, k, SM_COUNT.get(preset, 132), c, elem_bytes=1.0 if precision == "fp8" else 2.0))
     return mamf_tflops * 1e12 / eta * c.sustained(preset)
 
 
@@ -149,16 +173,60 @@ def gemm_time(m, n, k, rate: float, r: Rates, batch=1, in_bytes: float = 2.0, ou
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
     flops = 2.0 * batch * m * n * k
     moved = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch))
+    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch, elem_bytes=in_bytes))
     return np.maximum(compute, moved / r.hbm) + r.kernel_s
 
 
-def linear_times(m, k, n, rate: float, r: Rates):
+def linear_times(m, k, n, rate: float, r: Rates, fp8: bool = False):
     """Forward, activation-gradient and weight-gradient GEMMs of a linear layer y[m,n] = x[m,k] W[k,n]."""
-    fwd = gemm_time(m, n, k, rate, r)
-    dgrad = gemm_time(m, k, n, rate, r)
-    wgrad = gemm_time(k, n, m, rate, r, out_bytes=4.0)  # fp32 weight-gradient accumulation (main_grad)
+    elem = 1.0 if fp8 else 2.0  # FP8 operands (the casts that make them are fp8_cost.py's)
+    fwd = gemm_time(m, n, k, rate, r, in_bytes=elem)
+    dgrad = gemm_time(m, k, n, rate, r, in_bytes=elem)
+    wgrad = gemm_time(k, n, m, rate, r, in_bytes=elem, out_bytes=4.0)  # fp32 weight-gradient accumulation
     return fwd, dgrad + wgrad
+
+
+class Linear(NamedTuple):
+    """One linear layer of a block on one GPU: y[m, n] = x[m, k] W, and where its input x comes from."""
+
+    name: str
+    m: np.ndarray
+    k: np.ndarray
+    n: np.ndarray
+    source: str  # "norm", "act" (the MLP activation), "own" or "shared" (q/k/v's second and third use)
+
+
+def block_linears(shape: Shape, t, c, b, ker: Kernels) -> list[Linear]:
+    """The linear layers of one block after TP slicing: q, k, v (one GEMM when fused), o, MLP up and down."""
+    t, c, b = (np.asarray(x, float) for x in (t, c, b))
+    tokens, h, d = b * shape.seq / c, shape.hidden, shape.head_dim
+    fused_qkv = ker.qkv_fused or (ker.fp8 and fp8_cost.backend(ker.fp8_backend).fused_qkv)
+    if fused_qkv:
+        qkv = [Linear("qkv", tokens, h, (shape.heads + 2 * shape.kv_heads) * d / t, "norm")]
+    else:
+        qkv = [Linear("q", tokens, h, shape.heads * d / t, "norm"), Linear("k", tokens, h, shape.kv_heads * d / t,
+                                                                           "shared"),
+               Linear("v", tokens, h, shape.kv_heads * d / t, "shared")]
+    return qkv + [Linear("o", tokens, shape.heads * d / t, h, "own"), Linear("up", tokens, h, shape.ffn / t, "norm"),
+                  Linear("down", tokens, shape.ffn / t, h, "act")]
+
+
+def fp8_cast_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> tuple:
+    """The FP8 amax/cast kernels of one block for one micro-batch (fp8_cost.py): forward (x, W), backward (dy)."""
+    be = fp8_cost.backend(ker.fp8_backend)
+    weight_bytes = 4.0 if ker.autocast else 2.0  # fp32 master weights are cast straight to FP8
+    fwd = bwd = 0.0
+    for lin in block_linears(shape, t, c, b, ker):
+        ops_f = fp8_cost.LinearOperands(lin.m * lin.k, lin.k * lin.n, 0.0, lin.source)
+        ops_b = fp8_cost.LinearOperands(0.0, 0.0, lin.m * lin.n, lin.source)
+        for ops, acc in ((ops_f, "f"), (ops_b, "b")):
+            cost = fp8_cost.cast_cost([ops], be, ker.fp8_recipe, ker.fused and not ker.fp8_eager, weight_bytes)
+            seconds = cost.bytes / r.hbm + cost.kernels * r.kernel_s
+            if acc == "f":
+                fwd = fwd + seconds
+            else:
+                bwd = bwd + seconds
+    return fwd, bwd
 
 
 def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
@@ -196,38 +264,51 @@ def elementwise_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> tuple:
     # Without sequence parallelism every TP rank repeats the norms and residual work on all tokens.
     norm_tokens = np.where(ker.sequence_parallel & (t > 1), tokens / t, tokens)
     elements = {"h": norm_tokens * shape.hidden, "f": tokens * shape.ffn / t,
-                "qk": tokens * (shape.heads + shape.kv_heads) * shape.head_dim / t}
-    ops = [op for op in (FUSED if ker.fused else EAGER) if op.name != "rotary" or ker.rope]
+                "qk": tokens * (shape.heads + shape.kv_heads) * shape.head_dim / t,
+                "w": shape.layer_matmul_params / t}
+    ops = [op for op in elementwise_ops(ker) if op.name != "rotary" or ker.rope]
     if ker.dropout:
         ops.append(DROPOUT)
-    if ker.fp8:
-        ops.append(FP8_CAST)
+    if ker.autocast and not ker.fp8:  # FP8 linears cast their fp32 weights themselves (fp8_cost.py)
+        ops.append(AUTOCAST_WEIGHTS)
+    weight_matrices = 6 if not ker.qkv_fused else 4
     fwd = bwd = 0.0
     for op in ops:
         n = elements[op.tensor] * op.count
-        fwd = fwd + n * op.fwd_bytes / r.hbm + op.count * op.fwd_kernels * r.kernel_s
-        bwd = bwd + n * op.bwd_bytes / r.hbm + op.count * op.bwd_kernels * r.kernel_s
+        launches = weight_matrices if op.tensor == "w" else op.count
+        fwd = fwd + n * op.fwd_bytes / r.hbm + launches * op.fwd_kernels * r.kernel_s
+        bwd = bwd + n * op.bwd_bytes / r.hbm + launches * op.bwd_kernels * r.kernel_s
+    if ker.fp8:
+        cast_fwd, cast_bwd = fp8_cast_times(shape, t, c, b, ker, r)
+        fwd, bwd = fwd + cast_fwd, bwd + cast_bwd
     return fwd, bwd
+
+
+def elementwise_ops(ker: Kernels) -> tuple:
+    """The memory-bound kernel table of a stack: fused; eager Llama (torchtitan's composite RMSNorm, SwiGLU and
+    rotary); eager GPT under autocast; eager GPT in plain bf16 (ATen's LayerNorm and GELU are one kernel each
+    and move what fused ones do)."""
+    if ker.fused:
+        return FUSED
+    if ker.rope:
+        return EAGER
+    return EAGER_AUTOCAST if ker.autocast else FUSED
 
 
 def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
 
     Keys: fwd, bwd (without recompute), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
-    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides behind it),
+    collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides
+    behind it),
     recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
     per-op selective AC: every memory-bound kernel and every second GEMM).
     """
     t, c, b = (np.asarray(x, float) for x in (t, c, b))
-    h, f = shape.hidden, shape.ffn
-    tokens = b * shape.seq / c
-    rate = r.matmul
-    qkv = linear_times(tokens, h, (shape.heads + 2 * shape.kv_heads) * shape.head_dim / t, rate, r)
-    proj = linear_times(tokens, shape.heads * shape.head_dim / t, h, rate, r)
-    up = linear_times(tokens, h, f / t, rate, r)
-    down = linear_times(tokens, f / t, h, rate, r)
-    gemm_fwd = qkv[0] + proj[0] + up[0] + down[0]
-    gemm_bwd = qkv[1] + proj[1] + up[1] + down[1]
+    gemm_fwd = gemm_bwd = 0.0
+    for lin in block_linears(shape, t, c, b, ker):
+        fwd_s, bwd_s = linear_times(lin.m, lin.k, lin.n, r.matmul, r, fp8=ker.fp8)
+        gemm_fwd, gemm_bwd = gemm_fwd + fwd_s, gemm_bwd + bwd_s
     attn = attention_times(shape, t, c, b, ker, r)
     ew_fwd, ew_bwd = elementwise_times(shape, t, c, b, ker, r)
     fwd = gemm_fwd + attn["fwd"] + ew_fwd
@@ -254,8 +335,12 @@ def head_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     return {"embedding": embed, "head": fwd + bwd + loss, "head_fwd": fwd}
 
 
-def optimizer_time(params, grad_bytes: float, r: Rates):
+def optimizer_time(params, grad_bytes: float, r: Rates, bf16_copy: bool = True):
     """Adam over `params` local parameters: read fp32 master, m, v and the gradient; write master, m, v
-    and the bf16 weights (26 + g bytes); the gradient-norm clip reads the gradients once more."""
+    and the bf16 weights (26 + g bytes); the gradient-norm clip reads the gradients once more (Megatron
+    folds the clip's scale into the optimizer's read). bf16_copy=False: fp32 weights and no bf16 copy
+    (torch.autocast, FSDP2's sharded fp32 parameters), 24 + g bytes, and the clip of
+    torch.nn.utils.clip_grad_norm_ reads the gradients for the norm and rewrites them scaled (3g)."""
     params = np.asarray(params, float)
-    return params * (26.0 + 2 * grad_bytes) / r.hbm + 4 * r.kernel_s
+    per_param = 26.0 + 2 * grad_bytes if bf16_copy else 24.0 + 4 * grad_bytes
+    return params * per_param / r.hbm + 4 * r.kernel_s

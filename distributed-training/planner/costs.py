@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import fp8_cost
 from calibration import ATTENTION_EFFICIENCY, generation
 from cluster import Cluster
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
@@ -52,7 +53,6 @@ from memory import WEIGHT_BYTES, stage_params
 from shapes import Shape
 from stages import balanced_split, even_split, pipeline_step, stage_times
 
-FP8_CAST_OVERHEAD = 1.1  # FP8 GEMM time multiplier: scaling in the GEMM epilogue (amax/cast kernels: compute.py)
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
 ACT_BYTES = 2.0  # bf16 activations between layers
 
@@ -62,11 +62,24 @@ def rates_for(cl: Cluster, kernels: Kernels) -> Rates:
     consts = cl.compute
     matmul = tensor_rate(cl.gpu, cl.precision, cl.matmul_tflops, consts)
     bf16 = matmul if cl.precision == "bf16" else tensor_rate(cl.gpu, "bf16", cl.bf16_matmul_tflops, consts)
-    if kernels.fp8:
-        matmul = matmul / FP8_CAST_OVERHEAD
     attention = ATTENTION_EFFICIENCY[generation(cl.gpu), kernels.attention] * cl.bf16_peak_tflops * 1e12
     return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, SM_COUNT.get(cl.gpu, 132),
                  consts)
+
+
+def fsdp_copy_time(psi, n, zero, r: Rates):
+    """FSDP2's local copies around its collectives, per micro-batch (ZeRO-2/3; seconds at the HBM rate).
+
+    Every all-gather first casts this rank's fp32 shard into the bf16 send buffer (MixedPrecisionPolicy: read 4,
+    write 2 B per shard element) and then copies the gathered buffer out into the parameters (read and write 2 B
+    per element of the whole unit: split_with_sizes_copy); every reduce-scatter copies the bf16 gradients into
+    an fp32 input buffer (read 2, write 4 B per element) and accumulates its output shard into the sharded
+    gradient (read 4 + 4, write 4 B). ZeRO-3 gathers before the forward and the backward, ZeRO-2 once.
+    """
+    psi, n = np.asarray(psi, float), np.asarray(n, float)
+    gathers = np.select([zero == 3, zero == 2], [2.0, 1.0], 0.0)
+    per_param = gathers * (6.0 / n + 4.0) + np.where(zero >= 2, 6.0 + 12.0 / n, 0.0)
+    return psi * per_param / r.hbm
 
 
 class DPCollectives(NamedTuple):
@@ -76,10 +89,12 @@ class DPCollectives(NamedTuple):
     all_gather: np.ndarray  # the bf16 weights, ZeRO >= 1 (ZeRO-3: before forward and backward)
 
 
-def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network) -> DPCollectives:
-    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS."""
+def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES
+                   ) -> DPCollectives:
+    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS.
+    weight_bytes: 2 for bf16 weight gathers, 1 where FSDP gathers FP8 weights (fp8_cost.Fp8Backend.fp8_all_gather)."""
     grads = grad_bytes * np.asarray(psi, float)  # nccl-tests' S of the gradient all-reduce / reduce-scatter
-    weights = WEIGHT_BYTES * np.asarray(psi, float)  # S of the weight all-gather
+    weights = weight_bytes * np.asarray(psi, float)  # S of the weight all-gather
     more_buckets = np.ceil(np.asarray(psi, float) / BUCKET_PARAMS) - 1
 
     def priced(kind: str, nbytes):
@@ -89,7 +104,8 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network) -> DPCollec
 
 
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
-               tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False) -> dict:
+               tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
+               tp_layout_copies: bool = False, fsdp_copies: bool = False) -> dict:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose ("split", a stages.StageSplit), so memory is priced on the
@@ -112,6 +128,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # overlaps them (tp_overlap).
     tp_bytes = ACT_BYTES * tokens * shape.hidden  # S of one all-reduce: b·s·h on one CP rank
     ar_tp = collective_time_s("all_reduce", tp_bytes, t, members_per_domain(t, 1, dom), net)
+    # DTensor's sequence parallelism shards a batch-first (b, s, h) tensor on s, not its leading dimension: NCCL
+    # gathers and scatters along the leading one, so each collective also copies its full b·s·h buffer in HBM
+    # (read + write), where Megatron's sequence-first (s, b, h) layout needs none (tp_layout_copies).
+    copies = np.where((t > 1) & tp_layout_copies, 2 * 2 * tp_bytes / rt.hbm, 0.0)  # AG copy-out + RS copy-in
+    ar_tp = ar_tp + copies
     tp_layer = (4 + 2 * full) * ar_tp
     tp_hidden_layer = np.minimum(2 * ar_tp, 0.5 * lt["gemm_bwd"]) if tp_overlap else 0.0 * ar_tp
     # CP (ring attention): this rank's K and V chunks, c-1 ring steps forward and 2(c-1) backward.
@@ -126,7 +147,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     if even_stages:
         split = even_split(shape.layers, p)
     else:
-        split = balanced_split(shape.layers, p, layer_s, ht["embedding"], ht["head"])
+        split = balanced_split(shape.layers, p, layer_s, ht["embedding"], ht["head"], v)
     # PP (SC21 §3.2, §4.1): b·s·h per micro-batch per stage boundary, each way; every TP rank sends 1/t
     # of it (scatter/gather). One send forward and one backward per micro-batch and chunk.
     pp_bytes = ACT_BYTES * tokens * shape.hidden / t
@@ -136,7 +157,9 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # slowest stage's backward (gradients) and forward (weights) when the stack overlaps them (dp_overlap).
     psi = stage_params(shape, t, p, split)
     n_dp = d * c
-    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net)
+    fp8_gather = kernels.fp8 and fp8_cost.backend(kernels.fp8_backend).fp8_all_gather
+    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
+                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES)
     slowest_layers = np.maximum(np.maximum(split.first, split.last), split.middle)
     fwd_mb = slowest_layers * lt["fwd"] if dp_overlap else 0.0 * ar
     bwd_mb = slowest_layers * (lt["bwd"] + rec) if dp_overlap else 0.0 * ar
@@ -148,8 +171,9 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     dp_mb_exposed = np.select([zero == 2, zero == 3], [np.maximum(0, rs - bwd_mb),
                                                        np.maximum(0, 2 * ag + rs - fwd_mb - bwd_mb)], 0.0)
 
-    optimizer = optimizer_time(psi / np.where(zero >= 1, n_dp, 1.0), grad_bytes, rt)
-    per_mb = pp_mb + dp_mb_exposed  # paid by every stage for every micro-batch
+    optimizer = optimizer_time(psi / np.where(zero >= 1, n_dp, 1.0), grad_bytes, rt, bf16_copy=not kernels.autocast)
+    fsdp_mb = fsdp_copy_time(psi, n_dp, zero, rt) if fsdp_copies else 0.0 * psi
+    per_mb = pp_mb + dp_mb_exposed + fsdp_mb  # paid by every stage for every micro-batch
     slowest, total = stage_times(split, shape.layers, p, layer_s, ht["embedding"], ht["head"])
     slowest, total = slowest + per_mb, total + p * per_mb
     step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer
@@ -157,7 +181,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])
     layers = slowest_layers
     return {
-        "compute_s": (layers * layer_compute + head) * m + optimizer,
+        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer,
         "tp_comm_s": layers * tp_layer * m, "tp_hidden_s": layers * tp_hidden_layer * m,
         "cp_comm_s": layers * cp_layer * m, "cp_hidden_s": layers * (cp_layer - cp_exposed_layer) * m,
         "pp_comm_s": pp_mb * m, "pp_hidden_s": 0.0 * pp_mb,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 import textwrap
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import calibrate
 from choose import NEAR_TIE
 from cluster import make_cluster
 from common import markdown
@@ -32,12 +34,47 @@ def batch_for(gpus: int, seq: int = SEQ) -> int:
     return max(2**20, 2**10 * gpus) // seq
 
 
+@dataclass(frozen=True)
+class Context:
+    """What the guide is written for: the hardware table's H100 (the committed guide), or a GPU calibrated with
+    the files of `make guide CALIBRATE=...` (calibrate.py), which then replace the table's figures."""
+
+    gpu: str = "h100"
+    calibrate: tuple[str, ...] = ()
+    strict: bool = True  # False for CALIBRATE=results: sweeps that cannot calibrate are skipped, with a note
+
+
+CONTEXT = Context()
+
+
+def set_context(ctx: Context) -> None:
+    """Write the guide for `ctx` from now on (the cached plans of another context are dropped)."""
+    global CONTEXT
+    CONTEXT = ctx
+    plan.cache_clear()
+    _calibrated_node.cache_clear()
+
+
 @lru_cache(maxsize=None)
-def plan(model: str, gpus: int, gpu: str = "h100", net: float | None = None, domain: int | None = None,
+def _calibrated_node(gpu: str, precision: str, domain: int | None, net: float | None):
+    """One node of the context's GPU, calibrated with the context's files (read once per network variant)."""
+    cl = make_cluster(get_preset(gpu), 8, precision, domain, inter_node_gbps=net)
+    return calibrate.calibrated(cl, list(CONTEXT.calibrate), CONTEXT.strict)
+
+
+def cluster_for(gpu: str, gpus: int, precision: str = "bf16", domain: int | None = None, net: float | None = None):
+    """The hardware table's cluster, calibrated with the context's files where it is the context's GPU."""
+    if CONTEXT.calibrate and gpu == CONTEXT.gpu:
+        return replace(_calibrated_node(gpu, precision, domain, net), gpus=gpus)
+    return make_cluster(get_preset(gpu), gpus, precision, domain, inter_node_gbps=net)
+
+
+@lru_cache(maxsize=None)
+def plan(model: str, gpus: int, gpu: str | None = None, net: float | None = None, domain: int | None = None,
          seq: int = SEQ, tokens: int | None = None, precision: str = "bf16", pins: Pins = Pins()):
     """One planner search with the guide's defaults (cached); returns the Result."""
     batch = batch_for(gpus, seq) if tokens is None else max(1, tokens // seq)
-    cl = make_cluster(get_preset(gpu), gpus, precision, domain, inter_node_gbps=net)
+    cl = cluster_for(gpu or CONTEXT.gpu, gpus, precision, domain, net)
     return search(Workload(shape_of(model, seq), batch, precision), cl, pins, top=1, max_rejected=1)
 
 

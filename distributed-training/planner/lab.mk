@@ -10,7 +10,9 @@ planner: $(SETUP) ## the planner lab: regenerate PARALLELISM_GUIDE.md (make plan
 plan: $(SETUP) ## pick TP/PP/DP/CP, ZeRO, micro-batch, recompute: make plan ARGS="--params 70B --gpus 512"
 	@$(PYRUN) $(PLANNER_DIR)/plan.py $(ARGS)
 
-guide: $(SETUP) ## regenerate distributed-training/PARALLELISM_GUIDE.md from the planner (seconds, CPU)
-	$(PYRUN) $(PLANNER_DIR)/guide.py $(ARGS)
+# CALIBRATE=results (every calibration CSV the labs hold) or CALIBRATE='a.csv,b*.csv': the guide for your
+# cluster, written to PARALLELISM_GUIDE_<gpu>.md (planner/calibrate.py says what each kind of CSV replaces).
+guide: $(SETUP) ## regenerate distributed-training/PARALLELISM_GUIDE.md (CALIBRATE=results: for your cluster)
+	$(PYRUN) $(PLANNER_DIR)/guide.py $(if $(CALIBRATE),--calibrate "$(CALIBRATE)") $(ARGS)
 
 REPORT_TARGETS += guide

@@ -53,6 +53,14 @@ def ratios(cluster: Cluster, paths: list[str]) -> list[float]:
     return out
 
 
+def gpus(paths: list[str]) -> set[str]:
+    """The GPU presets of the runs with a planner prediction in these files."""
+    from common.csvread import read_rows
+    from common.csvread import Schema
+    schema = Schema("parallel-3d runs", {"planner_step_s": float, "preset": str})
+    return {r["preset"] for path in paths for r in read_rows(path, schema) if r["planner_step_s"]}
+
+
 def calibrate_from_runs(cluster: Cluster, paths: list[str]) -> Cluster:
     found = ratios(cluster, paths)
     if not found:

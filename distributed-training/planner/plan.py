@@ -24,7 +24,6 @@ memory, 2 for bad input (one line on stderr).
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 import statistics
@@ -33,9 +32,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import calibrate
 import launch
-import measured_runs
-from cluster import Cluster, calibrate, make_cluster
+from cluster import Cluster, make_cluster
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 from choose import NEAR_TIE
@@ -60,6 +59,11 @@ class PlanConfig:
     ffn: int | None = _f(None, "MLP width; default 4*hidden (a SwiGLU of width F plans as 1.5*F)")
     global_batch: int | None = _f(None, "sequences per optimizer step; default ~1M tokens")
     precision: str = _f("bf16", "matmul precision", choices=("bf16", "fp8"))
+    fp8_backend: str = _f("te-fused", "how FP8 linears run: TransformerEngine's fused modules or te.Linear, torchao, "
+                                      "the lab's native layer (fp8_cost.py)", choices=("te-fused", "te", "torchao",
+                                                                                       "native"))
+    fp8_recipe: str = _f("delayed", "FP8 scaling: delayed (TE's default), current or tensorwise (an amax pass more)",
+                         choices=("delayed", "current", "tensorwise"))
     gpus: int = _f(8, "GPUs in the job")
     gpu: str = _f("h100", "GPU preset from common/hardware.py (a100-40gb, a100-80gb, h100, h100-gt, h200, b200, "
                              "gb200)")
@@ -69,8 +73,9 @@ class PlanConfig:
     peak_tflops: float | None = _f(None, "dense peak TFLOP/s of --precision (MFU denominator); default from --gpu")
     matmul_tflops: float | None = _f(None, "achievable large-GEMM TFLOP/s; default the measured MAMF of --gpu")
     memory_gb: float | None = _f(None, "GPU memory in GB; default from --gpu")
-    calibrate: str | None = _f(None, "allreduce-bench sweep CSV(s) (measured busbw) and/or parallel-3d runs CSV(s) "
-                                  "(measured step times), comma-separated or a glob")
+    calibrate: str | None = _f(None, "allreduce-bench sweep CSV(s) (measured busbw), fp8-train bench_gemm.csv "
+                                  "(measured matmul rate) and/or parallel-3d runs CSV(s) (measured step times), "
+                                  "comma-separated or a glob")
     tp: int | None = _f(None, "pin tensor-parallel degree")
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
@@ -119,16 +124,10 @@ class PlanConfig:
         cl = make_cluster(get_preset(self.gpu), self.gpus, self.precision, self.gpus_per_node, self.nvlink_gbps,
                           self.inter_node_gbps, self.peak_tflops, self.matmul_tflops, self.memory_gb)
         if self.calibrate:
-            paths = sorted({p for pat in self.calibrate.split(",") for p in (glob.glob(pat.strip()) or [pat.strip()])})
-            runs = [p for p in paths if measured_runs.is_runs_csv(p)]  # parallel-3d's measured runs
-            sweeps = [p for p in paths if p not in runs]  # allreduce-bench sweeps
-            if sweeps:
-                cl = calibrate(cl, sweeps)
-            if runs:
-                cl = measured_runs.calibrate_from_runs(cl, runs)
+            cl = calibrate.calibrated(cl, calibrate.expand(self.calibrate))
         w = Workload(shape, batch, self.precision, float(self.grad_bytes), self.sequence_parallel,
                      self.flash_attention, self.dropout, self.fused_kernels, self.rope, self.attention_kernel,
-                     self.tp_overlap, self.dp_overlap)
+                     self.tp_overlap, self.dp_overlap, fp8_backend=self.fp8_backend, fp8_recipe=self.fp8_recipe)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         structures, rejected = enumerate_structures(w, cl, pins)
         if len(structures["t"]) == 0:

@@ -86,6 +86,11 @@ class Software:
     attention_kernel: str = "best"
     tp_overlap: bool = True
     dp_overlap: bool = True
+    tp_layout_copies: bool = False
+    fsdp_copies: bool = False
+    fp8_backend: str = "te-fused"
+    fp8_recipe: str = "delayed"
+    qkv_fused: bool = True
 
 
 # Megatron-LM 2021-22 and DeepSpeed-Megatron: fp32 gradients, dropout, no FlashAttention, no overlap.
@@ -96,7 +101,8 @@ MEGATRON_2021 = Software(grad_bytes=4.0, sequence_parallel=False, flash_attentio
 # (LinearWithGradAccumulationAndAsyncCommunication, Megatron-LM 3.0).
 MEGATRON_2022 = replace(MEGATRON_2021, tp_overlap=True)
 # torchtitan (FSDP2 + TP, Llama): fp32 gradient reduction, SDPA's FlashAttention-2, vanilla TP.
-TORCHTITAN = Software(grad_bytes=4.0, rope=True, attention_kernel="fa2", tp_overlap=False)
+TORCHTITAN = Software(grad_bytes=4.0, rope=True, attention_kernel="fa2", tp_overlap=False, tp_layout_copies=True,
+                      fsdp_copies=True, qkv_fused=False)
 # Llama 3 (pre-trained in the first half of 2024, before FlashAttention-3): FlashAttention-2 kernels.
 LLAMA3_STACK = Software(rope=True, attention_kernel="fa2")
 

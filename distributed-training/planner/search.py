@@ -5,8 +5,10 @@ the GPU count, and a configuration is kept only if it can run: t divides heads a
 tiles the NVLink domain (t | domain or domain | t), p <= L (stages.py chooses how many layers each
 stage gets, so p need not divide L), c leaves an even sequence chunk of at least MIN_CP_TOKENS
 tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, b divides the
-per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, v | the layers of a
-middle stage and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
+per-replica batch (b <= MAX_MICROBATCH), a pipeline at least p micro-batches per step (1F1B idles most of
+its stages with fewer; PyTorch's schedules refuse them), and interleaving v > 1 needs p > 1, a split whose middle
+stages hold a multiple of v layers (stages.py: fewer on the first and last stage, as Megatron places
+them) and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
 global batch, the replica batch is the nearest whole number of sequences, if that batch is within
 BATCH_TOLERANCE of the one asked for (992 GPUs as TP 8 x DP 124 run 992 of 1,024 sequences), and
 the plan says which global batch it runs (`global_batch`); plans are ranked by throughput, not
@@ -14,7 +16,8 @@ step time, since their batches may differ.
 
 Each structure is evaluated with every ZeRO stage and recompute setting allowed (vectorised over
 numpy arrays: thousands of configurations in milliseconds), and the fastest setting that fits in
-memory represents it; ties go to the smaller memory. With FlashAttention, selective recompute is
+memory represents it; ties go to the smaller memory. A TP group spanning NVLink domains is never chosen
+when a plan with TP inside one fits (unless --tp pins it). With FlashAttention, selective recompute is
 skipped unless pinned (it saves nothing that FlashAttention stores and costs time); without it the
 per-op mode is (it is torchtitan's, built around SDPA). Among the plans within the model's own
 error of the fastest, choose.py picks by the rules practitioners follow and names the runners-up.
@@ -36,6 +39,7 @@ from costs import step_costs
 from degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
 from shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from stages import interleave_fits
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8
@@ -72,6 +76,11 @@ class Workload:
     attention_kernel: str = "best"  # FlashAttention family: "best" of the GPU generation, or "fa2"
     tp_overlap: bool = True  # backward TP collectives overlap weight-gradient GEMMs (Megatron-Core)
     dp_overlap: bool = True  # DP/ZeRO collectives overlap compute (bucketed reduction, prefetched gathers)
+    tp_layout_copies: bool = False  # SP collectives on a batch-first layout copy their buffer (DTensor)
+    fsdp_copies: bool = False  # FSDP2's copy-in/copy-out around its all-gathers and reduce-scatters
+    fp8_backend: str = "te-fused"  # how FP8 linears run (fp8_cost.BACKENDS)
+    fp8_recipe: str = "delayed"  # FP8 scaling: delayed, current, tensorwise
+    qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE) or three Linears (torchtitan)
 
     @property
     def fp8(self) -> bool:
@@ -80,7 +89,7 @@ class Workload:
     @property
     def kernels(self) -> Kernels:
         return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
-                       self.rope, self.attention_kernel)
+                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused)
 
 
 @dataclass
@@ -103,10 +112,11 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def _interleaves(layers: int, p: int) -> list[int]:
-    """Interleaving degrees a p-stage pipeline of `layers` allows: v | the layers of a middle stage."""
+    """Interleaving degrees a p-stage pipeline of `layers` allows (stages.interleave_fits: equal middle stages of
+    a multiple of v layers, fewer on the first and last)."""
     if p == 1:
         return [1]
-    return [1] + [v for v in _divisors(layers // p) if 1 < v <= MAX_INTERLEAVE]
+    return [1] + [v for v in range(2, MAX_INTERLEAVE + 1) if interleave_fits(layers, p, v)]
 
 
 def replica_batch(batch: int, d: int) -> int:
@@ -162,10 +172,15 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                                                    "sequences per replica"})
                         continue
                     m = per_replica // b
+                    if p > 1 and m < p:  # 1F1B idles most stages otherwise (PyTorch's schedules refuse it)
+                        rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b,
+                                         "reason": f"pp={p} needs at least {p} micro-batches, micro-batch {b} "
+                                                   f"gives {m}"})
+                        continue
                     for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
-                               f"interleave {v} does not divide {sh.layers // p} layers per stage"
-                               if (sh.layers // p) % v else
+                               f"interleave {v}: no split of {sh.layers} layers on {p} stages puts a multiple "
+                               f"of {v} on every middle stage" if v > 1 and not interleave_fits(sh.layers, p, v) else
                                f"interleave {v} needs the {m} micro-batches to be a multiple of pp={p}"
                                if v > 1 and m % p else None)
                         if why:
@@ -181,7 +196,8 @@ def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bo
     """Times (s) and memory (bytes) for structures `s` crossed with the given zero/recompute arrays."""
     deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
-                       dp_overlap=w.dp_overlap, even_stages=even_stages)
+                       dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
+                       fsdp_copies=w.fsdp_copies)
     mem = memory_breakdown(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
                            flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
     return {"memory": mem, **times}
@@ -224,6 +240,10 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     order = np.lexsort((g["v"][chosen], g["b"][chosen], g["c"][chosen], g["p"][chosen], g["t"][chosen],
                         total[chosen], per_token[chosen]))
     ranked = chosen[order]
+    if rules and pins.tp is None and cl.domain > 1 and (g["t"][ranked] <= cl.domain).any():
+        # TP inside the NVLink domain whenever a plan with it fits (choose.py's rule 2, made absolute): the model
+        # does not price NICs shared with DP/PP traffic or jitter, which practitioners keep TP off the network for.
+        ranked = ranked[g["t"][ranked] <= cl.domain]
     fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
     candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.

@@ -13,6 +13,15 @@ over a window of a and z around L/p, keeping the split whose slowest stage is fa
 equally fast ones the fewest layers on the first stage (it holds p micro-batches' activations).
 With p | L and a head cheaper than a layer this is the even split.
 
+Interleaved schedules (v model chunks per GPU) need every middle stage's layers to split into v equal
+chunks, and no longer need L/p to: Megatron places fewer layers on the first and the last stage
+(`--decoder-first/last-pipeline-num-layers`, or NeMo's account_for_embedding/loss_in_pipeline_split,
+which count the embedding and the loss as layers), as NVIDIA's Llama 3.1 405B recipes run 126 layers
+on 8 stages with 8 chunks: 15 + 16 x 6 + 15. So with v > 1 the middle stages take the same multiple of
+v, and the first and the last at most that many, a multiple of v or one layer short of one (that
+stage's first or last chunk holds the embedding or the loss in place of a layer); `interleave_fits`
+says whether any split in the window allows it.
+
 Step time of a pipeline whose stage i takes t_i per micro-batch (forward + backward), 1F1B with
 v interleaved chunks: the slowest stage sets the pace for m micro-batches and the others' fill
 and drain add the rest,
@@ -24,6 +33,7 @@ which is SC21's (m + (p-1)/v) · t for equal stages (§2.2; the bubble is (p-1)/
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -55,31 +65,70 @@ def even_split(layers: int, p) -> StageSplit:
     return StageSplit(ends, np.where(p > 2, per, 0.0), ends)
 
 
-def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s) -> StageSplit:
+def _allowed(layers: int, p, v, a, z):
+    """Which first/last stage sizes (a, z) are a valid split of `layers` on p stages with v chunks per stage."""
+    rest = layers - a - z
+    inner = np.maximum(p - 2, 1)
+    ok = (a >= 1) & (z >= 1) & np.where(p > 2, rest >= p - 2, rest == 0)
+    # Interleaving: every middle stage the same multiple of v; the first and the last a multiple of v or one
+    # layer short of it (its first or last chunk holds the embedding or the loss instead), at most a middle's.
+    mid = rest / inner
+    even_mid = (np.mod(rest, inner) == 0) & (np.mod(mid, v) == 0)
+    ends = ((a >= v - 1) & (z >= v - 1) & (np.mod(a + 1, v) <= 1) & (np.mod(z + 1, v) <= 1)
+            & np.where(p > 2, (a <= mid) & (z <= mid), True))
+    return ok & np.where(v > 1, np.where(p > 2, even_mid, True) & ends, True)
+
+
+@lru_cache(maxsize=None)
+def interleave_fits(layers: int, p: int, v: int) -> bool:
+    """True if some split in the window runs v chunks per stage (module docstring; integers, cached)."""
+    if v == 1:
+        return True
+    if p == 1:
+        return False
+    base = layers // p
+    for a in (base + d for d in WINDOW):
+        for z in (base + d for d in WINDOW):
+            rest = layers - a - z
+            if a < max(1, v - 1) or z < max(1, v - 1) or (a + 1) % v > 1 or (z + 1) % v > 1:
+                continue
+            if p == 2 and rest == 0:
+                return True
+            if p > 2 and rest >= p - 2 and rest % (p - 2) == 0 and (rest // (p - 2)) % v == 0 \
+                    and max(a, z) <= rest // (p - 2):
+                return True
+    return False
+
+
+def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s, v=1) -> StageSplit:
     """The split minimising the slowest stage's time (see the module docstring); arrays over configurations.
 
     layer_s: time of one layer per micro-batch; first_extra_s / last_extra_s: the embedding's and the
-    LM head's time on the first and last stage.
+    LM head's time on the first and last stage; v: interleaved chunks per stage (the split must allow them).
     """
-    p = np.asarray(p, float)
+    p, v = np.asarray(p, float), np.asarray(v, float)
     layer_s, e, hd = np.broadcast_arrays(*(np.asarray(x, float) for x in (layer_s, first_extra_s, last_extra_s)))
     base = np.floor(layers / np.maximum(p, 1))
-    best_key, best = None, None
+    best_key = best_bad = best = None
     for da in WINDOW:
         for dz in WINDOW:
             a, z = base + da, base + dz
             rest = layers - a - z
             inner = np.maximum(p - 2, 1)
             mid = np.where(p > 2, np.ceil(rest / inner), 0.0)
-            ok = (a >= 1) & (z >= 1) & np.where(p > 2, rest >= p - 2, rest == 0)
+            ok = _allowed(layers, p, 1.0, a, z)
             slowest = np.maximum(np.maximum(a * layer_s + e, z * layer_s + hd), mid * layer_s)
             key = np.where(ok, slowest, np.inf)
+            # Splits that do not allow v chunks rank after every split that does (a configuration the search
+            # rejects, priced directly, still gets a split).
+            bad = ~_allowed(layers, p, v, a, z)
             if best_key is None:
-                best_key, best = key, (a, mid, z)
+                best_key, best_bad, best = key, bad, (a, mid, z)
                 continue
-            # Faster, or as fast (to 1e-9 relative) with fewer layers on the first stage.
-            better = (key < best_key * (1 - 1e-9)) | ((key <= best_key * (1 + 1e-9)) & (a < best[0]))
-            best_key = np.where(better, key, best_key)
+            # Allowed first; then faster, or as fast (to 1e-9 relative) with fewer layers on the first stage.
+            faster = (key < best_key * (1 - 1e-9)) | ((key <= best_key * (1 + 1e-9)) & (a < best[0]))
+            better = (best_bad & ~bad) | ((bad == best_bad) & faster)
+            best_key, best_bad = np.where(better, key, best_key), np.where(better, bad, best_bad)
             best = tuple(np.where(better, new, old) for new, old in zip((a, mid, z), best))
     single = p == 1
     first, mid, last = best

@@ -76,12 +76,26 @@ def test_projection_and_planner_price_the_same_collective_alike(planner, gpu, n)
 
 def test_projection_rows_and_bounds():
     p = PRESETS["h100"]
-    t = project.assumed_target(p, "tiny", CFG, seqs=4)
+    t = project.planner_target(p, "tiny", CFG, seqs=4)
     rows = project.project(t, project.table_network(p, 8), (1, 8, 64))
     assert {r["efficiency_no_overlap"] for r in rows if r["n_gpus"] == 1} == {1.0}
     for r in rows:
         assert r["efficiency_no_overlap"] <= r["efficiency_full_overlap"] <= 1.0 + 1e-12
-        assert "ASSUMED MFU" in r["compute_source"]
+        assert "PLANNER's compute model" in r["compute_source"]
+    # The planner's one-rank step, per strategy: ZeRO-3 gathers before forward and backward, ZeRO-2 once.
+    assert t.per_seq_s[("zero3", "weak")] > t.per_seq_s[("zero2", "weak")] > 0
+
+
+def test_projection_uses_the_measured_mfu_of_a_matching_run(tmp_path):
+    # A one-rank H100 row of a model: the projection carries its measured step (its MFU) and says so, with the
+    # file's hardware and commit; the file's name may carry the world size (scaling_h100_ws1.csv).
+    row = {"strategy": "zero3", "mode": "weak", "model": "d128-L2-h4-T128-V256", "world_size": 1,
+           "step_time_ms": 50.0, "effective_batch": 8, "hardware": "1x NVIDIA H100 80GB HBM3",
+           "git_commit": "abc123"}
+    pd.DataFrame([row]).to_csv(tmp_path / "scaling_h100_ws1.csv", index=False)
+    (t,) = project.measured_targets(tmp_path / "scaling_h100_ws1.csv", 1024)
+    assert t.name == "h100" and t.per_seq_s == {("zero3", "weak"): 0.05 / 8}
+    assert "measured 1-rank steps (MFU" in t.compute_source and "commit abc123" in t.compute_source
 
 
 def test_network_from_allreduce_bench_csvs(tmp_path, monkeypatch):

@@ -108,8 +108,9 @@ def test_tp_slices_the_gemms_and_recompute_modes():
     assert float(one["recompute_full"]) == float(one["fwd"])
     assert float(one["recompute_selective"]) == float(one["attn_fwd"])
     assert float(one["recompute_op"]) == pytest.approx(float(one["elementwise_fwd"]) + 0.5 * float(one["gemm_fwd"]))
-    # Eager kernels move more bytes than fused ones.
-    assert float(layer_times(SH, 1, 1, 4, Kernels(fused=False), r)["fwd"]) > float(one["fwd"])
+    # Eager kernels move more bytes than fused ones: torchtitan's composite RMSNorm, the GPT under autocast.
+    assert float(layer_times(SH, 1, 1, 4, Kernels(fused=False, rope=True), r)["fwd"]) > float(one["fwd"])
+    assert float(layer_times(SH, 1, 1, 4, Kernels(fused=False, autocast=True), r)["fwd"]) > float(one["fwd"])
 
 
 def test_head_and_optimizer_by_hand():

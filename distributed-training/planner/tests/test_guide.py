@@ -22,3 +22,29 @@ def test_guide_is_deterministic_and_committed(tmp_path):
     assert guide.OUT.read_text() == text, "PARALLELISM_GUIDE.md is stale: run `make guide`"
     assert "{{" not in text and "projection" in text
     assert not re.search(r"/(work|tmp|root|home)/", text)  # no machine paths in a committed file
+
+
+def test_a_calibrated_guide_from_the_committed_csvs(tmp_path, capsys):
+    # Issue 24: gloo rows calibrate a CPU "cluster"'s network, the H100 GEMM benchmark its compute. The guide says
+    # which figures came from the measurements and which stayed the table's, and its plans follow them.
+    labs = HERE.parent
+    files = f"{labs}/allreduce-bench/results/sweep_cpu_ws4.csv,{labs}/fp8-train/results/h100_ws1/bench_gemm.csv"
+    out = tmp_path / "calibrated.md"
+    assert guide.main(["--calibrate", files, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "**Calibrated for your cluster**" in text and "planned on H100 SXM 80GB" in text
+    assert "- in-domain rate and latency from a 4-rank all_reduce sweep" in text
+    assert "- sustained matmul fraction 0.734" in text
+    assert "the per-GPU network rate" in text.split("Everything else is")[1][:200]  # stayed the table's
+    default = guide.render()  # main() restored the hardware table's context
+    assert "Calibrated" not in default
+    matrix = lambda t: t.split("## 1. The decision matrix")[1].split("### 1.1")[0]  # noqa: E731
+    assert matrix(text) != matrix(default)  # a 1 GB/s "NVLink" plans differently
+    assert "{{" not in text and not re.search(r"/(tmp|root|home)/", text.split("## 1.")[1])
+
+
+def test_calibrating_with_a_bad_file_is_one_line(tmp_path, capsys):
+    assert guide.main(["--calibrate", str(tmp_path / "nowhere.csv"), "--out", str(tmp_path / "g.md")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nowhere.csv" in err and not (tmp_path / "g.md").exists()
+    assert "Calibrated" not in guide.render()  # the context is restored

@@ -28,7 +28,7 @@ def check_divides_and_fits(w: Workload, cl, c: dict, pins: Pins) -> None:
     assert sh.heads % t == 0 and sh.kv_heads % t == 0 and p <= sh.layers
     assert t * p * d * cp == cl.gpus and c["global_batch"] == d * b * m
     assert abs(c["global_batch"] - w.global_batch) <= BATCH_TOLERANCE * w.global_batch
-    assert (sh.layers // p) % v == 0 and (v == 1 or (p > 1 and m % p == 0))
+    assert v == 1 or (p > 1 and m % p == 0)
     assert cp == 1 or sh.seq % (2 * cp) == 0
     layers = [int(x) for x in re.split(r"[+x]", c["layers_per_stage"])]
     if p == 1:
@@ -40,6 +40,11 @@ def check_divides_and_fits(w: Workload, cl, c: dict, pins: Pins) -> None:
     else:  # first + busiest middle x (p-2) + last: the middle stages hold the rest, the busiest ceil of it
         first, mid, _, last = layers
         assert (p - 2) * (mid - 1) < sh.layers - first - last <= (p - 2) * mid
+    if v > 1:  # interleaved: equal middle stages of a multiple of v, the ends one short of a multiple at most
+        ends = (layers[0], layers[-1]) if p > 1 and len(layers) != 2 or p == 2 else (layers[0], layers[0])
+        middle = layers[0] if "x" in c["layers_per_stage"] and len(layers) == 2 else layers[1] if p > 2 else None
+        assert middle is None or middle % v == 0
+        assert all(n >= v - 1 and (n + 1) % v <= 1 for n in ends)
     assert c["memory_gb"]["total"] <= MEMORY_HEADROOM * cl.memory_gb + 1e-6
     parts = sum(c["memory_gb"][k] for k in ("params", "grads", "optimizer", "activations", "buffers"))
     assert parts == pytest.approx(c["memory_gb"]["total"], abs=0.01)

@@ -6,7 +6,7 @@ import pytest
 from degrees import Degrees
 from memory import activation_bytes, stage_params
 from shapes import Shape
-from stages import balanced_split, even_split, pipeline_step, stage_times
+from stages import balanced_split, even_split, interleave_fits, pipeline_step, stage_times
 
 
 def split_of(layers, p, head_layers, embed_layers=0.0):
@@ -70,3 +70,31 @@ def test_memory_follows_the_split():
     acts = float(activation_bytes(sh, deg, split=split)[0])
     per_layer = float(activation_bytes(sh, Degrees.of(p=1, m=64))) - 4.0 * sh.seq * (sh.hidden + sh.vocab)
     assert acts == pytest.approx(15 * 8 * per_layer / 126)
+
+
+def test_interleaved_pipelines_need_not_divide_the_layers():
+    # NVIDIA's Llama 3.1 405B recipe: 126 layers on 8 stages with 8 chunks each. 126 / 8 is not a whole number,
+    # so the chunks cannot be equal; Megatron puts fewer layers on the first and last stage: 15 + 16 x 6 + 15,
+    # every middle stage 8 chunks of 2, the ends one chunk of 1.
+    assert interleave_fits(126, 8, 8) and interleave_fits(126, 8, 2) and not interleave_fits(10, 4, 4)
+    s = balanced_split(126, np.array([8]), 1.0, 0.05, 0.65, np.array([8]))
+    assert (int(s.first[0]), int(s.middle[0]), int(s.last[0])) == (15, 16, 15)
+    # A head worth four layers: without interleaving the last stage sheds layers to the middle ones (uneven
+    # middles); with 4 chunks the middle stages stay equal multiples of 4 and the ends take the difference.
+    first, mid, last = split_of(126, 8, 4.0, 0.05)
+    assert 6 * mid > 126 - first - last
+    s = balanced_split(126, np.array([8]), 1.0, 0.05, 4.0, np.array([4]))
+    f, m, z = int(s.first[0]), int(s.middle[0]), int(s.last[0])
+    assert m % 4 == 0 and f + 6 * m + z == 126 and (f + 1) % 4 <= 1 and (z + 1) % 4 <= 1
+
+
+def test_the_uneven_interleaved_layout_plans():
+    # The planner prices and chooses it: pinned TP 8 x PP 8 with 8 chunks on 405B, where 8 does not divide 126/8.
+    from cluster import make_cluster
+    from common.hardware import get_preset
+    from search import Pins, Workload, search
+    shape = Shape(126, 16384, 128, 8, 128256, 8192, 53248 * 3 // 2)
+    res = search(Workload(shape, 2048), make_cluster(get_preset("h100"), 2048),
+                 Pins(tp=8, pp=8, cp=1, interleave=8, recompute="full"), top=1)
+    assert res.best is not None and res.best["interleave"] == 8
+    assert res.best["layers_per_stage"] == "15+16x6+15"

@@ -1,0 +1,223 @@
+"""The planner beside what this repository measured: every GPU row with the cost model's prediction.
+
+    python distributed-training/planner/explain_rows.py            # every lab's GPU rows, measured vs predicted
+    python distributed-training/planner/explain_rows.py fp8-train  # one lab
+
+`predict` is the one function that prices a measured row: own_runs.py reads each row's own columns
+(model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) into a Run, and
+predict hands them to the same cost model `make plan` uses (costs.step_costs for a training step,
+compute.layer_times for one block, compute.gemm_time for one GEMM, common/collective_cost.py for one
+collective). Nothing is fitted to these rows: they are held out, like section 5's held-out published
+runs. `section(lab)` is the markdown a lab's report embeds ("predicted vs measured"), `table()` the
+guide's "measured here" table; both come from `compare`, so a GPU run that lands in a results folder
+appears in both with no hand work.
+
+Every prediction is a cost-model projection; every measured number is the row's own.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+import gemm_rates
+import own_runs
+from calibration import FITTED, ComputeConstants
+from cluster import Cluster, make_cluster
+from common.collective_cost import collective_time_s, members_per_domain
+from common.hardware import get_preset
+from compute import Kernels, gemm_time, layer_times
+from costs import rates_for, step_costs
+from degrees import RECOMPUTE, Degrees
+from own_runs import Run
+from stages import StageSplit
+
+# How this repository's labs run: PyTorch's SDPA (FlashAttention-2 kernels on Hopper), learned positions, no
+# dropout; DTensor / hand-rolled TP without asynchronous overlap; FSDP2 and DDP overlap their collectives.
+TP_OVERLAP, DP_OVERLAP = False, True
+
+
+class Prediction(NamedTuple):
+    value: float  # in the Run's unit
+    step_s: float  # seconds of what the row timed
+    note: str = ""
+
+
+def kernels_of(run: Run) -> Kernels:
+    """The compute model's kernel flags for the software a row ran (own_runs.Stack)."""
+    s = run.stack
+    fp8 = s.precision == "fp8"
+    return Kernels(flash=True, fused=s.compiled, sequence_parallel=run.layout.sequence_parallel, dropout=False,
+                   fp8=fp8, rope=False, attention="fa2", fp8_backend=s.backend if fp8 else "te-fused",
+                   fp8_recipe=s.recipe or "delayed", qkv_fused=False,
+                   autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager)
+
+
+def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:
+    """The hardware table's cluster for a row (its GPU, its world size), with `consts` if given."""
+    precision = "fp8" if run.stack.precision == "fp8" else "bf16"
+    cl = make_cluster(get_preset(run.gpu), run.layout.world, precision)
+    return cl if consts is None else replace(cl, compute=consts)
+
+
+def degrees_of(run: Run) -> Degrees:
+    lay = run.layout
+    return Degrees.of(t=lay.tp, p=lay.pp, c=1, d=lay.dp, b=lay.microbatch, v=lay.interleave, m=lay.micro_batches,
+                      zero=lay.zero, recompute=RECOMPUTE.index(lay.recompute))
+
+
+def split_of(run: Run) -> StageSplit | None:
+    """The stage split a pipelined row ran (its stage_layers), as the planner's StageSplit; None = the planner's."""
+    lay = run.layout
+    if lay.pp == 1 or not lay.stage_layers:
+        return None
+    per_rank = [sum(lay.stage_layers[r::lay.pp]) for r in range(lay.pp)]
+    middle = max(per_rank[1:-1], default=0)
+    return StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
+
+
+def _step(run: Run, cl: Cluster) -> Prediction:
+    lay = run.layout
+    grad_bytes = 4.0 if run.stack.weights == "fp32" else 2.0
+    times = step_costs(run.shape, cl, degrees_of(run), grad_bytes=grad_bytes, kernels=kernels_of(run),
+                       tp_overlap=TP_OVERLAP, dp_overlap=DP_OVERLAP, tp_layout_copies=True,
+                       fsdp_copies=lay.zero >= 2)
+    step = float(times["step_s"])
+    tokens = lay.microbatch * lay.micro_batches * lay.dp * run.shape.seq
+    if run.unit == "ms":
+        return Prediction(step * 1e3, step)
+    return Prediction(tokens / step / lay.world, step)
+
+
+def _block(run: Run, cl: Cluster) -> Prediction:
+    """One block forward + backward (tp-attention): the layer's compute and its TP collectives, no optimizer."""
+    lay, sh = run.layout, run.shape
+    deg = degrees_of(run)
+    lt = layer_times(sh, deg.t, deg.c, deg.b, kernels_of(run), rates_for(cl, kernels_of(run)))
+    tp_bytes = 2.0 * lay.microbatch * sh.seq * sh.hidden
+    comm = 4 * collective_time_s("all_reduce", tp_bytes, lay.tp, members_per_domain(lay.tp, 1, cl.domain), cl.net)
+    step = float(lt["fwd"] + lt["bwd"] + comm)
+    return Prediction(step * 1e3, step)
+
+
+def _gemm(run: Run, cl: Cluster) -> Prediction:
+    """One GEMM timed alone (best of its iterations): the model's burst rate, sustained fraction 1."""
+    d = run.detail
+    burst = replace(cl, compute=replace(cl.compute, sustained_ampere=1.0, sustained_hopper=1.0))
+    rt = rates_for(burst, Kernels(fp8=run.stack.precision == "fp8"))
+    rate = rt.matmul if run.stack.precision == "fp8" else rt.bf16_matmul
+    in_bytes = 1.0 if run.stack.precision == "fp8" else 2.0
+    t = float(gemm_time(d["m"], d["n"], d["k"], rate, rt, in_bytes=in_bytes))
+    return Prediction(t * 1e6, t)
+
+
+def _collective(run: Run, cl: Cluster) -> Prediction:
+    d, n = run.detail, run.layout.dp
+    n_local = members_per_domain(n, 1, cl.domain)
+    t = float(collective_time_s(d["collective"], d["bytes"], n, n_local, cl.net))
+    note = "one rank: no byte crosses a link; the model prices no transfer" if n == 1 else ""
+    return Prediction(t * 1e6, t, note)
+
+
+def _bound(run: Run, cl: Cluster) -> Prediction:
+    """fp8-train's FP8 bound (bound.csv): the BF16 step with its linear layers' GEMMs run in FP8 and nothing else
+    changed, over the BF16 step (Amdahl). The model's step, its GEMM share and its FP8 GEMMs, from the row's shape."""
+    bf16 = replace(run, kind="step", unit="tokens/s", stack=replace(run.stack, precision="bf16", backend="torch"))
+    bf16_cl = cluster_of(bf16, cl.compute)
+    step = _step(bf16, bf16_cl).step_s
+    deg, sh = degrees_of(run), run.shape
+    gemm = {}
+    for precision, c in (("bf16", bf16_cl), ("fp8", cl)):
+        ker = replace(kernels_of(bf16), fp8=precision == "fp8")
+        lt = layer_times(sh, deg.t, deg.c, deg.b, ker, rates_for(c, ker))
+        gemm[precision] = float(sh.layers * (lt["gemm_fwd"] + lt["gemm_bwd"])) * run.layout.micro_batches
+    bound = step / (step - gemm["bf16"] + gemm["fp8"])
+    return Prediction(bound, step, f"GEMM share of the BF16 step: predicted {gemm['bf16'] / step:.0%}, measured "
+                                   f"{run.detail.get('gemm_share', float('nan')):.0%}")
+
+
+PRICERS = {"step": _step, "block": _block, "gemm": _gemm, "collective": _collective, "bound": _bound}
+
+
+def predict(run: Run, consts: ComputeConstants | None = None) -> Prediction:
+    """The cost model's number for a measured row, from the row's own columns (see the module docstring);
+    `consts` replaces calibration.py's constants (a calibration measured on the row's GPU)."""
+    return PRICERS[run.kind](run, cluster_of(run, consts))
+
+
+def error(run: Run, pred: Prediction) -> float | None:
+    """Signed error of the model in throughput terms: + means the model is faster than measured."""
+    if not pred.value or not run.measured:
+        return None
+    if run.higher_is_better:
+        return pred.value / run.measured - 1
+    return run.measured / pred.value - 1
+
+
+class Compared(NamedTuple):
+    run: Run
+    predicted: Prediction
+    error: float | None
+
+
+def one_gpu_step_s(gcfg, gpu: str, zero: int, sequences: int) -> float:
+    """A one-GPU training step of the labs' GPT (eager bf16 over fp32 weights, one micro-batch of `sequences`) as
+    predict prices a measured fsdp-scaling row: for projections of runs nobody measured."""
+    shape = own_runs.Shape(gcfg.n_layers, gcfg.d_model, gcfg.n_heads, gcfg.kv_heads, gcfg.vocab_size, gcfg.seq_len,
+                           gcfg.ffn)
+    run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape, own_runs.Stack("bf16"),
+              own_runs.Layout(zero=zero, microbatch=sequences))
+    return predict(run).step_s
+
+
+class Calibration(NamedTuple):
+    """Compute constants measured per GPU (gemm_rates.py), with a note each; empty = the table's."""
+
+    consts: dict[str, ComputeConstants]
+    notes: dict[str, str]
+
+
+def measured_calibration(paths: list[str] | None = None) -> Calibration:
+    """Per GPU, the sustained matmul fraction of its GEMM benchmark rows (default: every bench_gemm.csv under
+    fp8-train/results/), the rest of calibration.py's constants unchanged."""
+    if paths is None:
+        paths = [str(p) for p in sorted((own_runs.LABS / "fp8-train" / "results").glob("*/bench_gemm.csv"))]
+    consts, notes = {}, {}
+    for gpu, rows in gemm_rates.gpu_rows(paths).items():
+        found = gemm_rates.calibrated_constants(gpu, FITTED, rows)
+        if found:
+            consts[gpu], notes[gpu] = found
+    return Calibration(consts, notes)
+
+
+def compare(runs: list[Run], cal: Calibration | None = None) -> list[Compared]:
+    """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some."""
+    out = []
+    for run in runs:
+        consts = cal.consts.get(run.gpu) if cal is not None and run.kind in ("step", "block", "bound") else None
+        pred = predict(run, consts)
+        out.append(Compared(run, pred, error(run, pred)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    labs = (argv if argv is not None else sys.argv[1:]) or list(own_runs.READERS)
+    for lab in labs:
+        rows = compare(own_runs.runs(lab), measured_calibration())
+        for c in rows:
+            err = "" if c.error is None else f"{c.error:+7.1%}"
+            print(f"{lab:15s} {c.run.name:48s} {c.run.measured:>12,.1f} {c.predicted.value:>12,.1f} {c.run.unit:8s} "
+                  f"{err}")
+        errs = [abs(c.error) for c in rows if c.error is not None and c.run.kind != "collective"]
+        if errs:
+            print(f"{lab}: {len(errs)} rows, median |error| {statistics.median(errs):.1%}, max {max(errs):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
