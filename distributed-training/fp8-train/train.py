@@ -95,13 +95,13 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
                 skipped.append(f"{s.name}: {e}")
                 continue
         keep.append(s)
-    selected(keep, cfg.only)  # an --only item that names no planned run fails here
+    selected(keep, cfg.only, skipped)  # an --only item that names no runnable planned run fails here
     # The base seed's runs first: they share one set of initial weights (precision.initial_gpt caches it).
     keep.sort(key=lambda s: s.seed != cfg.seed)
     return keep, skipped
 
 
-def selected(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
+def selected(specs: list[RunSpec], only: tuple[str, ...], skipped: list[str] = ()) -> list[RunSpec]:
     """The planned runs that --only names (all of them without --only); `bf16` means every bf16 seed."""
     if not only:
         return specs
@@ -110,7 +110,10 @@ def selected(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
         prec, _, backend = item.partition(":")
         hits = [s for s in specs if s.precision == prec and (not backend or s.backend == backend)]
         if not hits:
-            raise ValueError(f"--only {item}: not one of this plan's runs ({', '.join(s.name for s in specs)})")
+            name = "-".join(x for x in (prec, backend) if x)
+            why = next((n.partition(": ")[2] for n in skipped if n.startswith(name + "-")), "")
+            raise ValueError(f"--only {item}: " + (f"that run cannot run here ({why})" if why else
+                             f"not one of this plan's runs ({', '.join(s.name for s in specs)})"))
         chosen += [s for s in hits if s not in chosen]
     return chosen
 

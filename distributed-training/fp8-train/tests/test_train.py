@@ -220,3 +220,20 @@ def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, 
     steps = pd.read_csv(out / "steps.csv")
     assert steps.groupby("run")["step"].apply(list).to_dict() == {"bf16-s0": [0, 1, 2, 3],
                                                                   "fp8-emulated-s0": [0, 1, 2, 3]}
+
+
+def test_only_names_a_preset_run_that_cannot_run_here(tmp_path, tiny, capsys, monkeypatch):
+    import backends
+    real = backends.resolve
+
+    def no_native(precision, backend, device):
+        if backend == "native":
+            raise backends.BackendUnavailable("--fp8-backend native for fp8: not on this machine")
+        return real(precision, backend, device)
+
+    monkeypatch.setattr(backends, "resolve", no_native)
+    with pytest.raises(SystemExit) as e:
+        train.main(tiny.TINY + ["--only", "fp8:native", "--out", str(tmp_path / "results" / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--only fp8:native: that run cannot run here (--fp8-backend native" in err
+    assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
