@@ -151,11 +151,11 @@ class RunLoop:
         row = tr.train_step(step)
         events: list[Alert] = []
         if tr.monitor:
-            fp8 = tr.fp8_state()  # (module, role, format, [amax, scale], ...) per tensor
-            keys = [f"{n}.{r}" for n, r, *_ in fp8]
-            scales = dict(zip(keys, torch.stack([s[3][1] for s in fp8]).tolist() if fp8 else []))
+            fp8 = tr.fp8_state()  # fp8_state.Fp8Tensor per tensor
+            keys = [f"{t.module}.{t.role}" for t in fp8]
+            scales = dict(zip(keys, torch.stack([t.values[1] for t in fp8]).tolist() if fp8 else []))
             events += self.alerts.step(step, row["loss"], row["grad_norm"], scales,
-                                       dict(zip(keys, (s[2] for s in fp8))))
+                                       dict(zip(keys, (t.format for t in fp8))))
         if row["action"]:
             hit = [a for a in events if a.kind == "nonfinite"]
             if hit:

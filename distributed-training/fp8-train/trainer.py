@@ -31,13 +31,14 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 import backends
 import checkpoint
+import fp8_state
 import te_adapter
 from common.data import TokenData
 from common.dist import DistInfo
@@ -45,7 +46,7 @@ from common.model import GPTConfig, flops_per_token, lm_loss
 from common.results import ResultsWriter
 from common.timing import StepTimer
 from faults import Injector
-from fp8_linear import Fp8Linear, fp8_modules, scrub_histories, update_scales
+from fp8_linear import fp8_modules, scrub_histories, update_scales
 from health import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
 from precision import Prepared, RunSpec
 
@@ -82,16 +83,6 @@ class StepPlan:
     health: bool  # per-layer norms and activation ranges (--health-every)
     snr: bool  # gradient SNR across micro-batches (health steps with --grad-accum > 1)
     faults: tuple[str, ...]  # injected this step
-
-
-class Fp8Tensor(NamedTuple):
-    """One FP8 tensor's state after a step: what fp8.csv and the scale alerts read."""
-    module: str
-    role: str  # input | weight | grad_output
-    format: str
-    values: torch.Tensor  # (2,): amax, scale used
-    scale_kind: str  # delayed | current | derived
-    fractions: torch.Tensor | None  # (2,): underflow, saturation, when counted
 
 
 class Trainer:
@@ -348,44 +339,16 @@ class Trainer:
         return total.item() / cfg.val_batches
 
     # ---- FP8 state ---------------------------------------------------------------------------
-    def fp8_state(self) -> list[Fp8Tensor]:
+    def fp8_state(self) -> list[fp8_state.Fp8Tensor]:
         """Every FP8 tensor's (amax, scale used) after the last step, as device tensors."""
-        if self.p.backend not in backends.TE_BACKENDS:  # fixed modules and buffers: look them up once
-            if self._fp8_state is None:
-                self._fp8_state = self._find_fp8_state()
-            return self._fp8_state
-        return self._find_fp8_state()
-
-    def _find_fp8_state(self) -> list[Fp8Tensor]:
-        out = []
-        fmts = ("e4m3", "e4m3", "e5m2") if self.spec.precision == "fp8" else (self.spec.precision,) * 3
-        for name in self.p.low_modules:
-            m = self.p.raw.get_submodule(name)
-            last = getattr(m, "last", None)
-            if last is None:
-                continue
-            kind = getattr(m, "scale_kind", "delayed" if isinstance(m, Fp8Linear) and not m.current else "current")
-            frac = m.fractions if isinstance(m, Fp8Linear) else None
-            for r, role in enumerate(("input", "weight", "grad_output")):
-                out.append(Fp8Tensor(name, role, fmts[r], last[r], kind, None if frac is None else frac[r]))
-        if self.p.backend in backends.TE_BACKENDS and not out:
-            for t in te_adapter.delayed_state(self.p.raw):
-                fmt = "e5m2" if t.role == "grad_output" else "e4m3"
-                out.append(Fp8Tensor(t.module, t.role, fmt, torch.stack([t.amax.float(), t.scale.float()]),
-                                     "delayed", None))
-        return out
+        if self.p.backend in backends.TE_BACKENDS:  # TE creates its state at the first forward
+            return fp8_state.find(self.p, self.spec.precision)
+        if self._fp8_state is None:  # the modules and their state buffers are fixed: look them up once
+            self._fp8_state = fp8_state.find(self.p, self.spec.precision)
+        return self._fp8_state
 
     def fp8_rows(self, step: int, with_fractions: bool) -> list[dict[str, Any]]:
-        state = self.fp8_state()
-        if not state:
-            return []
-        nan2 = torch.full((2,), float("nan"), device=state[0].values.device)
-        vals = torch.stack([torch.cat([t.values.float(), t.fractions if t.fractions is not None and with_fractions
-                                       else nan2]) for t in state]).tolist()
-        return [dict(step=step, module=t.module, role=t.role, format=t.format, amax=v[0], scale=v[1],
-                     scale_kind=t.scale_kind, underflow_frac=None if math.isnan(v[2]) else v[2],
-                     saturation_frac=None if math.isnan(v[3]) else v[3])
-                for t, v in zip(state, vals)]
+        return fp8_state.rows(self.fp8_state(), step, with_fractions)
 
     # ---- checkpoints -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
