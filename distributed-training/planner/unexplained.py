@@ -42,8 +42,8 @@ def outside(run: Run) -> str:
         return (f"graph break: measured before {GRAPH_BREAK_FIXED[run.stack.backend][0]}, dynamo broke the graph at "
                 "every FP8 GEMM (priced as eager casts; the break itself is not)")
     if run.kind == "step" and fastest_gain(run) >= HOST_JITTER:
-        return (f"host-limited: its fastest step was {fastest_gain(run):.0%} faster than its median (GPU-paced steps "
-                f"repeat within {HOST_JITTER:.0%}); the model prices no host time")
+        return (f"host-limited: its fastest step beat its median by {HOST_JITTER:.0%} or more (GPU-paced steps repeat "
+                "within a few percent, host-paced ones vary with the host); the model prices no host time")
     if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:
         return ("FSDP2 at one rank: its hooks, copies and DTensor optimizer run with no collective to hide behind "
                 "(profiled GPU time above the model's FSDP2 pricing); the model is built for 2+ ranks")
@@ -64,9 +64,9 @@ MISSES = {
         "explains half of it",
 }
 # Classes the model claims and misses on some rows, with the reason they share.
-TP_BLOCKS = ("faster than priced: its GEMMs run nearer the burst rate than the sustained fraction of the GEMM "
-             "benchmark's slowest GEMM, which the training steps match; why one block holds a higher clock than "
-             "a training step is not measured")
+TP_BLOCKS = ("faster than priced: with its attention and memory-bound kernels priced right, its GEMMs ran nearer "
+             "the burst rate than the sustained fraction the GEMM benchmark's slowest GEMM sets (which the training "
+             "steps match); why one block holds a higher clock than a training step is not measured")
 EAGER_ONE_RANK = ("eager at one rank: the GPU idles between the host's launches (fsdp-scaling's profile: GPU busy "
                   "below the step time), and host time is not priced")
 

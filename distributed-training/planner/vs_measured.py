@@ -60,14 +60,33 @@ def note(c: Compared) -> str:
     return ""
 
 
+LONG_NOTE = 60  # a note longer than this goes under the table once, numbered, and the cell names it
+
+
+def with_legend(notes: list[str]) -> tuple[list[str], list[str]]:
+    """Cells for `notes` and the legend under the table: a long note is written once, "(n) text", and each row
+    that carries it shows its label (the text before the first colon) and "(n)"."""
+    numbered: dict[str, int] = {}
+    cells = []
+    for text in notes:
+        if len(text) <= LONG_NOTE:
+            cells.append(text)
+            continue
+        n = numbered.setdefault(text, len(numbered) + 1)
+        cells.append(f"{text.split(':')[0]} ({n})")
+    return cells, [f"({n}) {text}" for text, n in numbered.items()]
+
+
 def rows_table(rows: list[Compared]) -> str:
     body = []
-    for c in rows:
+    cells, legend = with_legend([note(c) for c in rows])
+    for c, cell in zip(rows, cells):
         r = c.run
         err = "–" if c.error is None else f"{c.error:+.1%}"
         body.append([r.name, r.file, r.unit, fmt_value(r.measured, r.unit), fmt_value(c.predicted.value, r.unit), err,
-                     note(c)])
-    return markdown.table(["run", "file", "unit", "measured", "predicted", "error", "note"], body, align="lllrrrl")
+                     cell])
+    table = markdown.table(["run", "file", "unit", "measured", "predicted", "error", "note"], body, align="lllrrrl")
+    return "\n\n".join([table, "\n".join(legend)]) if legend else table
 
 
 class Ratio(NamedTuple):
@@ -112,9 +131,11 @@ def fp8_ratios(rows: list[Compared], claimed_only: bool = True) -> list[Ratio]:
 
 
 def ratio_table(ratios: list[Ratio]) -> str:
-    return markdown.table(["model", "FP8 run", "measured FP8/BF16", "predicted", "error", "note"],
-                          [[r.group, r.run, f"{r.measured:.3f}", f"{r.predicted:.3f}", f"{r.error:+.1%}", r.note]
-                           for r in ratios], align="llrrrl")
+    cells, legend = with_legend([r.note for r in ratios])
+    table = markdown.table(["model", "FP8 run", "measured FP8/BF16", "predicted", "error", "note"],
+                           [[r.group, r.run, f"{r.measured:.3f}", f"{r.predicted:.3f}", f"{r.error:+.1%}", cell]
+                            for r, cell in zip(ratios, cells)], align="llrrrl")
+    return "\n\n".join([table, "\n".join(legend)]) if legend else table
 
 
 class Check(NamedTuple):
