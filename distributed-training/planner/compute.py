@@ -38,7 +38,8 @@ Everything is vectorised over numpy arrays of (t, c, b) so the search prices tho
 configurations at once; `layer_times` returns the forward, backward and recompute seconds of one
 layer for one micro-batch on one GPU, with the pieces (GEMM, attention, memory-bound, kernel
 overhead) for the breakdown. `head_times` does the same for the embedding, LM head and loss,
-`optimizer_time` for the Adam step.
+`optimizer_time` for the Adam step (Megatron's fused Adam for the published stacks, torch's fused or foreach
+AdamW as the labs run it: OPTIMIZER_KERNELS).
 
 All of this is a projection: no number here was measured on a GPU in this repository.
 """
@@ -84,6 +85,7 @@ class Kernels:
     autocast: bool = False  # torch.autocast over fp32 weights: a bf16 copy of every weight cast in each forward,
     #                         an fp32 residual stream, norms in fp32 (the labs' single-GPU runs, DDP)
     fp8_eager: bool = False  # the FP8 layers ran outside the compiled graph (a graph break at their GEMM): eager casts
+    optimizer: str = "megatron"  # the Adam step's implementation (OPTIMIZER_KERNELS): megatron, fused, foreach
 
 
 # Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
@@ -335,12 +337,35 @@ def head_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     return {"embedding": embed, "head": fwd + bwd + loss, "head_fwd": fwd}
 
 
-def optimizer_time(params, grad_bytes: float, r: Rates, bf16_copy: bool = True):
-    """Adam over `params` local parameters: read fp32 master, m, v and the gradient; write master, m, v
-    and the bf16 weights (26 + g bytes); the gradient-norm clip reads the gradients once more (Megatron
-    folds the clip's scale into the optimizer's read). bf16_copy=False: fp32 weights and no bf16 copy
-    (torch.autocast, FSDP2's sharded fp32 parameters), 24 + g bytes, and the clip of
-    torch.nn.utils.clip_grad_norm_ reads the gradients for the norm and rewrites them scaled (3g)."""
+# How many bytes per parameter an Adam step moves, by implementation (g: gradient bytes); the step's kernels.
+# "megatron": Megatron's fused Adam, the clip's scale folded into its read of the gradients (which the norm
+#   reads once more); with bf16_copy=False the fp32 weights need no bf16 copy, and torch.nn.utils.
+#   clip_grad_norm_ reads the gradients for the norm and rewrites them scaled (the published runs).
+# "fused": torch.optim.AdamW(fused=True) with the clip factor passed as its grad_scale (fp8-train on CUDA,
+#   trainer.py): one kernel reads master, m, v and g and writes master, m, v (24 + g), the norm reads g once.
+# "foreach": torch.optim.AdamW's default on CUDA tensors (fsdp-scaling, parallel-3d: no clipping), eight
+#   foreach passes over fp32 tensors (torch/optim/adam.py _multi_tensor_adam): decoupled weight decay
+#   p *= 1 - lr*wd (8), m.lerp_(g) (8 + g), v *= beta2 (8), v.addcmul_(g, g) (8 + g), s = sqrt(v) (8),
+#   s /= bias correction (8), s += eps (8), p.addcdiv_(m, s) (16): 72 + 2g.
+OPTIMIZER_KERNELS = {"megatron": 4, "fused": 2, "foreach": 8}
+
+
+def optimizer_bytes(impl: str, grad_bytes: float, bf16_copy: bool = True) -> float:
+    """Bytes per local parameter of one Adam step as `impl` runs it (table above)."""
+    if impl == "fused":
+        return 24.0 + 2 * grad_bytes
+    if impl == "foreach":
+        return 72.0 + 2 * grad_bytes
+    return 26.0 + 2 * grad_bytes if bf16_copy else 24.0 + 4 * grad_bytes
+
+
+def optimizer_time(params, grad_bytes: float, r: Rates, bf16_copy: bool = True, impl: str = "megatron"):
+    """Adam over `params` local parameters, as `impl` runs it (optimizer_bytes), at the HBM rate.
+
+    Megatron's: read fp32 master, m, v and the gradient; write master, m, v and the bf16 weights (26 + g
+    bytes); the gradient-norm clip reads the gradients once more (Megatron folds the clip's scale into the
+    optimizer's read). bf16_copy=False: fp32 weights and no bf16 copy (torch.autocast, FSDP2's sharded fp32
+    parameters), 24 + g bytes, and the clip of torch.nn.utils.clip_grad_norm_ reads the gradients for the
+    norm and rewrites them scaled (3g)."""
     params = np.asarray(params, float)
-    per_param = 26.0 + 2 * grad_bytes if bf16_copy else 24.0 + 4 * grad_bytes
-    return params * per_param / r.hbm + 4 * r.kernel_s
+    return params * optimizer_bytes(impl, grad_bytes, bf16_copy) / r.hbm + OPTIMIZER_KERNELS[impl] * r.kernel_s

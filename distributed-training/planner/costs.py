@@ -171,7 +171,8 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     dp_mb_exposed = np.select([zero == 2, zero == 3], [np.maximum(0, rs - bwd_mb),
                                                        np.maximum(0, 2 * ag + rs - fwd_mb - bwd_mb)], 0.0)
 
-    optimizer = optimizer_time(psi / np.where(zero >= 1, n_dp, 1.0), grad_bytes, rt, bf16_copy=not kernels.autocast)
+    optimizer = optimizer_time(psi / np.where(zero >= 1, n_dp, 1.0), grad_bytes, rt, bf16_copy=not kernels.autocast,
+                               impl=kernels.optimizer)
     fsdp_mb = fsdp_copy_time(psi, n_dp, zero, rt) if fsdp_copies else 0.0 * psi
     per_mb = pp_mb + dp_mb_exposed + fsdp_mb  # paid by every stage for every micro-batch
     slowest, total = stage_times(split, shape.layers, p, layer_s, ht["embedding"], ht["head"])

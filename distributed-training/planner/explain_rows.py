@@ -8,9 +8,13 @@
 predict hands them to the same cost model `make plan` uses (costs.step_costs for a training step,
 compute.layer_times for one block, compute.gemm_time for one GEMM, common/collective_cost.py for one
 collective). Nothing is fitted to these rows: they are held out, like section 5's held-out published
-runs. `section(lab)` is the markdown a lab's report embeds ("predicted vs measured"), `table()` the
-guide's "measured here" table; both come from `compare`, so a GPU run that lands in a results folder
-appears in both with no hand work.
+runs. Two of a row's columns enter as measured facts of what ran, not as fits: the Adam step its lab's code
+runs (own_runs.Stack.optimizer: fused AdamW with the clip folded in, or torch's default foreach AdamW), and,
+where the step's profiler counted its kernels (fp8-train's kernels_per_step), the per-kernel fixed cost paid
+for that count instead of the model's shorter op list. vs_measured.section(lab) is the markdown a lab's report
+embeds ("predicted vs measured"), vs_measured.guide_table() the guide's "measured here" table; both come from
+`compare`, so a GPU run that lands in a results folder appears in both with no hand work, and unexplained.py
+says which rows the model does not claim, and why.
 
 Every prediction is a cost-model projection; every measured number is the row's own.
 """
@@ -55,7 +59,8 @@ def kernels_of(run: Run) -> Kernels:
     return Kernels(flash=True, fused=s.compiled, sequence_parallel=run.layout.sequence_parallel, dropout=False,
                    fp8=fp8, rope=False, attention="fa2", fp8_backend=s.backend if fp8 else "te-fused",
                    fp8_recipe=s.recipe or "delayed", qkv_fused=False,
-                   autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager)
+                   autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager,
+                   optimizer=s.optimizer if s.optimizer != "none" else "megatron")
 
 
 def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:
@@ -81,13 +86,23 @@ def split_of(run: Run) -> StageSplit | None:
     return StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
 
 
-def _step(run: Run, cl: Cluster) -> Prediction:
-    lay = run.layout
+def _step_s(run: Run, cl: Cluster) -> float:
     grad_bytes = 4.0 if run.stack.weights == "fp32" else 2.0
     times = step_costs(run.shape, cl, degrees_of(run), grad_bytes=grad_bytes, kernels=kernels_of(run),
                        tp_overlap=TP_OVERLAP, dp_overlap=DP_OVERLAP, tp_layout_copies=True,
-                       fsdp_copies=lay.zero >= 2)
-    step = float(times["step_s"])
+                       fsdp_copies=run.layout.zero >= 2)
+    return float(times["step_s"])
+
+
+def _step(run: Run, cl: Cluster) -> Prediction:
+    lay = run.layout
+    step = _step_s(run, cl)
+    counted = run.detail.get("kernels_per_step")
+    if counted:
+        # The row counted the kernels its step launched (the profiler): the per-kernel fixed cost is paid for
+        # those, not for the kernels the model's op list has (it knows the big ones, not every small one).
+        no_fixed = _step_s(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0)))
+        step = no_fixed + counted * cl.compute.kernel_us * 1e-6
     tokens = lay.microbatch * lay.micro_batches * lay.dp * run.shape.seq
     if run.unit == "ms":
         return Prediction(step * 1e3, step)
@@ -170,8 +185,8 @@ def one_gpu_step_s(gcfg, gpu: str, zero: int, sequences: int) -> float:
     predict prices a measured fsdp-scaling row: for projections of runs nobody measured."""
     shape = own_runs.Shape(gcfg.n_layers, gcfg.d_model, gcfg.n_heads, gcfg.kv_heads, gcfg.vocab_size, gcfg.seq_len,
                            gcfg.ffn)
-    run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape, own_runs.Stack("bf16"),
-              own_runs.Layout(zero=zero, microbatch=sequences))
+    run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape,
+              own_runs.Stack("bf16", optimizer=own_runs.TORCH_ADAMW), own_runs.Layout(zero=zero, microbatch=sequences))
     return predict(run).step_s
 
 

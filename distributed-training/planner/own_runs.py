@@ -11,10 +11,11 @@ One reader per kind of row:
 
     fp8-train   */steps.csv          training runs: tokens/s, median after the first 10% of steps
                                      (compile and warm-up), as fp8-train's report reads them
-                */bench_step.csv     the step-cost benchmark: tokens/s of its median step
+                */bench_step.csv     the step-cost benchmark: tokens/s of its median step, its fastest, and
+                                     the kernels the step launched (kernels_per_step, counted by the profiler)
                 */bench_gemm.csv     single GEMMs (bf16 torch.mm, FP8 _scaled_mm): time per GEMM
                 */bound.csv          the FP8 bound: the BF16 step with its GEMMs' time in FP8 (speed-up)
-    fsdp-scaling  scaling_*.csv      one optimizer step per strategy: tokens/s (per rank)
+    fsdp-scaling  scaling_*.csv      one optimizer step per strategy: tokens/s (per rank), slowest and fastest
     tp-attention  bench_*.csv        one transformer block, forward + backward: ms
     allreduce-bench sweep_*.csv      one collective: us
     parallel-3d   runs_*.csv         one optimizer step of a (tp, pp, dp) layout: ms
@@ -45,7 +46,7 @@ class Stack:
     backend: str = "torch"  # FP8: te | te-fused | torchao | native | emulated; else torch
     recipe: str = ""  # FP8 scaling: delayed | current | tensorwise | rowwise
     compiled: bool = False  # torch.compile around the blocks (fused elementwise kernels)
-    optimizer: bool = True  # an optimizer step is part of what was timed
+    optimizer: str = "megatron"  # the Adam step timed with it, as the lab runs it (compute.OPTIMIZER_KERNELS), or none
     weights: str = "fp32"  # dtype of the parameters: fp32 master weights (autocast / FSDP2) or bf16
     fp8_eager: bool = False  # the FP8 layer fell out of the compiled graph (GRAPH_BREAK_FIXED)
 
@@ -134,6 +135,10 @@ BENCH_STEP = Schema("fp8-train step-cost benchmark", {"hardware": str, "timestam
                                                       "step_time_min_s": float})
 BENCH_GEMM = Schema("fp8-train GEMM benchmark", {"hardware": str, "op": str, "m": int, "k": int, "n": int,
                                                  "time_us": float})
+# The Adam step each lab times (compute.optimizer_bytes): fp8-train's trainer runs torch.optim.AdamW(fused=True) on
+# CUDA with the clip factor folded into its grad_scale; fsdp-scaling and parallel-3d run torch.optim.AdamW's default
+# (foreach on CUDA, DTensors included) without clipping.
+FP8_TRAIN_ADAM, TORCH_ADAMW = "fused", "foreach"
 WARM_FRACTION = 0.10  # fp8-train's report: tokens/s is the median after the first 10% of steps
 
 
@@ -183,6 +188,7 @@ def fp8_train_steps(results: Path) -> list[Run]:
             out.append(Run("fp8-train", "step", _rel(csv), f"{csv.parent.name}/{run}", gpu, "tokens/s",
                            float(warm["tokens_per_s"].median()), shape,
                            Stack(str(r["precision"]), backend, fp8_recipe(backend, cfg), bool(r["compiled"]),
+                                 optimizer=FP8_TRAIN_ADAM,
                                  fp8_eager=fp8_eager(backend, bool(r["compiled"]), str(r["timestamp_utc"]))),
                            Layout(microbatch=int(r["batch"]) // accum, micro_batches=accum),
                            (float(warm["tokens_per_s"].min()), float(warm["tokens_per_s"].max()))))
@@ -205,10 +211,22 @@ def fp8_train_bench(results: Path) -> list[Run]:
             out.append(Run("fp8-train", "step", _rel(csv), f"{csv.parent.name} bench d{r.d_model} {r.run}", gpu,
                            "tokens/s", tokens / float(r.step_time_s), shape,
                            Stack(str(r.precision), backend, fp8_recipe(backend, cfg), bool(r.compiled),
+                                 optimizer=FP8_TRAIN_ADAM,
                                  fp8_eager=fp8_eager(backend, bool(r.compiled), str(r.timestamp_utc))),
                            Layout(microbatch=tokens // seq, micro_batches=1),
-                           (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s))))
+                           (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s)),
+                           detail=counted(getattr(r, "kernels_per_step", float("nan")))))
     return out
+
+
+def counted(kernels) -> dict:
+    """The kernels a row's step launched, where its profiler counted them (GPU rows; an optional column, empty on
+    CPU and absent from older files), for the per-kernel cost."""
+    try:
+        kernels = float(kernels)
+    except (TypeError, ValueError):
+        return {}
+    return {"kernels_per_step": int(kernels)} if kernels == kernels and kernels > 0 else {}
 
 
 BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "seq_len": int,
@@ -227,7 +245,8 @@ def fp8_train_bound(results: Path) -> list[Run]:
             shape = gpt_shape(int(r.n_layers), int(r.d_model), heads_for(int(r.d_model), {}), seq)
             out.append(Run("fp8-train", "bound", _rel(csv), f"{csv.parent.name} FP8 bound d{r.d_model}", gpu, "x",
                            float(r.bound_speedup), shape, Stack("fp8", "torch", compiled=True),
-                           Layout(microbatch=int(r.tokens_per_step) // seq), detail={"gemm_share": float(r.gemm_share)}))
+                           Layout(microbatch=int(r.tokens_per_step) // seq),
+                           detail={"gemm_share": float(r.gemm_share)}))
     return out
 
 
@@ -242,7 +261,7 @@ def fp8_train_gemm(results: Path) -> list[Run]:
             if gpu is None or precision is None:  # fp32 torch.mm: no fp32 rate in the hardware table
                 continue
             out.append(Run("fp8-train", "gemm", _rel(csv), f"{r.op} {r.m}x{r.k}x{r.n}", gpu, "us", float(r.time_us),
-                           stack=Stack(precision, optimizer=False),
+                           stack=Stack(precision, optimizer="none"),
                            detail={"m": int(r.m), "k": int(r.k), "n": int(r.n)}))
     return out
 
@@ -268,7 +287,7 @@ def fsdp_scaling(results: Path) -> list[Run]:
             per_rank = int(r.tokens_per_step) / n / r.step_time_ms * 1e3
             out.append(Run("fsdp-scaling", "step", _rel(csv), f"{r.strategy} {r.mode}, {n} GPU" + "s" * (n > 1),
                            gpu, "tokens/s", per_rank, parse_model(str(r.model)),
-                           Stack(str(r.precision), compiled=False),
+                           Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW),
                            Layout(dp=n, zero=ZERO[r.strategy], microbatch=int(r.micro_batch),
                                   micro_batches=int(r.grad_accum)),
                            (per_rank * r.step_time_ms / r.step_time_max_ms, per_rank * r.step_time_ms /
@@ -293,7 +312,7 @@ def tp_attention(results: Path) -> list[Run]:
             shape = gpt_shape(1, int(r.d_model), int(r.n_heads), int(r.seq_len))
             sp = " SP" if r.sp and r.tp > 1 else ""
             out.append(Run("tp-attention", "block", _rel(csv), f"t={r.tp}{sp} s={r.seq_len} d={r.d_model}", gpu, "ms",
-                           float(r.ours_ms), shape, Stack("bf16", compiled=False, optimizer=False, weights="bf16"),
+                           float(r.ours_ms), shape, Stack("bf16", compiled=False, optimizer="none", weights="bf16"),
                            Layout(tp=int(r.tp), microbatch=int(r.batch), sequence_parallel=bool(r.sp))))
     return out
 
@@ -343,12 +362,13 @@ def parallel_3d(results: Path) -> list[Run]:
                             stage_layers=layers)
             out.append(Run("parallel-3d", "step", _rel(csv), f"{r.tp}·{r.pp}·{r.dp} Z{r.zero} {r.recompute}", gpu,
                            "ms", float(r.step_time_ms), parse_model(str(r.model)),
-                           Stack(str(r.precision), compiled=False), layout,
+                           Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW), layout,
                            (float(r.step_time_min_ms), float(r.step_time_max_ms))))
     return out
 
 
-READERS = {"fp8-train": (fp8_train_steps, fp8_train_bench, fp8_train_gemm, fp8_train_bound), "fsdp-scaling": (fsdp_scaling,),
+READERS = {"fp8-train": (fp8_train_steps, fp8_train_bench, fp8_train_gemm, fp8_train_bound),
+           "fsdp-scaling": (fsdp_scaling,),
            "tp-attention": (tp_attention,), "allreduce-bench": (allreduce_bench,), "parallel-3d": (parallel_3d,)}
 
 

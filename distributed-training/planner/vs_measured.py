@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import explain_rows as explain
 import own_runs
+import unexplained
 from common import markdown
 from explain_rows import Compared
 
@@ -34,26 +35,58 @@ def fmt_value(value: float, unit: str) -> str:
     return f"{value:,.0f}" if unit == "tokens/s" else f"{value:,.2f}"
 
 
+def bound_of(c: Compared) -> float | None:
+    """The issue's |error| bound for a training step or block (by its precision), None for other rows."""
+    if c.run.kind not in ("step", "block") or c.error is None:
+        return None
+    return TARGET.get(c.run.stack.precision)
+
+
+def misses(c: Compared) -> bool:
+    """A row the model claims (not outside it by rule) whose error is beyond its target."""
+    bound = bound_of(c)
+    return bound is not None and not unexplained.outside(c.run) and abs(c.error) > bound
+
+
 def note(c: Compared) -> str:
-    run = c.run
+    """Why a row is not explained, in one line: outside the model by rule, or a miss and what is known of it."""
     if c.predicted.note:
         return c.predicted.note
-    if run.stack.fp8_eager:
-        return (f"measured before {own_runs.GRAPH_BREAK_FIXED[run.stack.backend][0]}: dynamo broke the graph at every "
-                "FP8 GEMM, so the layer's casts ran eagerly (priced so)")
-    if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:
-        return "FSDP2 at one rank: its per-module hooks run on the host, which the model does not price"
+    why = unexplained.outside(c.run)
+    if why:
+        return why
+    if misses(c):
+        return "miss: " + (unexplained.miss_reason(c.run) or "no reason recorded")
     return ""
+
+
+LONG_NOTE = 60  # a note longer than this goes under the table once, numbered, and the cell names it
+
+
+def with_legend(notes: list[str]) -> tuple[list[str], list[str]]:
+    """Cells for `notes` and the legend under the table: a long note is written once, "(n) text", and each row
+    that carries it shows its label (the text before the first colon) and "(n)"."""
+    numbered: dict[str, int] = {}
+    cells = []
+    for text in notes:
+        if len(text) <= LONG_NOTE:
+            cells.append(text)
+            continue
+        n = numbered.setdefault(text, len(numbered) + 1)
+        cells.append(f"{text.split(':')[0]} ({n})")
+    return cells, [f"({n}) {text}" for text, n in numbered.items()]
 
 
 def rows_table(rows: list[Compared]) -> str:
     body = []
-    for c in rows:
+    cells, legend = with_legend([note(c) for c in rows])
+    for c, cell in zip(rows, cells):
         r = c.run
         err = "–" if c.error is None else f"{c.error:+.1%}"
         body.append([r.name, r.file, r.unit, fmt_value(r.measured, r.unit), fmt_value(c.predicted.value, r.unit), err,
-                     note(c)])
-    return markdown.table(["run", "file", "unit", "measured", "predicted", "error", "note"], body, align="lllrrrl")
+                     cell])
+    table = markdown.table(["run", "file", "unit", "measured", "predicted", "error", "note"], body, align="lllrrrl")
+    return "\n\n".join([table, "\n".join(legend)]) if legend else table
 
 
 class Ratio(NamedTuple):
@@ -61,18 +94,26 @@ class Ratio(NamedTuple):
     run: str
     measured: float
     predicted: float
+    why: str = ""  # what is known of the FP8 row's miss (unexplained.miss_reason), shown if the ratio misses
 
     @property
     def error(self) -> float:
         return self.predicted / self.measured - 1
 
+    @property
+    def note(self) -> str:
+        if abs(self.error) <= RATIO_TARGET:
+            return ""
+        return "miss: " + (self.why or "no reason recorded")
 
-def fp8_ratios(rows: list[Compared]) -> list[Ratio]:
-    """Each FP8 training row's speed over the BF16 rows of the same model and kind of file (their median)."""
+
+def fp8_ratios(rows: list[Compared], claimed_only: bool = True) -> list[Ratio]:
+    """Each FP8 training row's speed over the BF16 rows of the same model and kind of file (their median); of the
+    rows the model claims (not outside it by rule), unless claimed_only=False (the crossovers: every measured row)."""
     out = []
     groups: dict[tuple, list[Compared]] = {}
     for c in rows:
-        if c.run.kind == "step" and c.run.lab == "fp8-train":
+        if c.run.kind == "step" and c.run.lab == "fp8-train" and not (claimed_only and unexplained.outside(c.run)):
             kind = Path(c.run.file).name  # steps.csv or bench_step.csv: sibling folders' BF16 runs count
             key = (c.run.gpu, c.run.shape, c.run.layout.microbatch, c.run.layout.micro_batches, kind)
             groups.setdefault(key, []).append(c)
@@ -85,47 +126,53 @@ def fp8_ratios(rows: list[Compared]) -> list[Ratio]:
         for c in group:
             if c.run.stack.precision == "fp8":
                 out.append(Ratio(f"d{key[1].hidden} L{key[1].layers}", c.run.name, c.run.measured / meas,
-                                 c.predicted.value / pred))
+                                 c.predicted.value / pred, unexplained.miss_reason(c.run)))
     return out
 
 
 def ratio_table(ratios: list[Ratio]) -> str:
-    return markdown.table(["model", "FP8 run", "measured FP8/BF16", "predicted", "error"],
-                          [[r.group, r.run, f"{r.measured:.3f}", f"{r.predicted:.3f}", f"{r.error:+.1%}"]
-                           for r in ratios], align="llrrr")
+    cells, legend = with_legend([r.note for r in ratios])
+    table = markdown.table(["model", "FP8 run", "measured FP8/BF16", "predicted", "error", "note"],
+                           [[r.group, r.run, f"{r.measured:.3f}", f"{r.predicted:.3f}", f"{r.error:+.1%}", cell]
+                            for r, cell in zip(ratios, cells)], align="llrrrl")
+    return "\n\n".join([table, "\n".join(legend)]) if legend else table
 
 
 class Check(NamedTuple):
     what: str
-    n: int
+    n: int  # rows the model claims
     within: int
     median_abs: float | None
     worst: float | None
+    outside: int = 0  # rows set apart by rule (unexplained.outside), not in n
 
 
-def _check(what: str, errors: list[float], bound: float) -> Check:
+def _check(what: str, errors: list[float], bound: float, outside: int = 0) -> Check:
     if not errors:
-        return Check(what, 0, 0, None, None)
+        return Check(what, 0, 0, None, None, outside)
     return Check(what, len(errors), sum(abs(e) <= bound for e in errors), statistics.median(abs(e) for e in errors),
-                 max(errors, key=abs))
+                 max(errors, key=abs), outside)
 
 
 def targets(rows: list[Compared]) -> list[Check]:
-    """Rows within the issue's bounds: training steps and blocks by precision, and the FP8/BF16 ratios."""
+    """Rows within the issue's bounds: training steps and blocks by precision, and the FP8/BF16 ratios; rows outside
+    the model by rule are counted apart (their notes say why)."""
     out = []
     for precision, bound in TARGET.items():
-        errs = [c.error for c in rows if c.error is not None and c.run.kind in ("step", "block")
-                and c.run.stack.precision == precision]
-        out.append(_check(f"{precision.upper()} rows within {bound:.0%}", errs, bound))
+        mine = [c for c in rows if bound_of(c) is not None and c.run.stack.precision == precision]
+        claimed = [c.error for c in mine if not unexplained.outside(c.run)]
+        out.append(_check(f"{precision.upper()} rows within {bound:.0%}", claimed, bound, len(mine) - len(claimed)))
     out.append(_check(f"FP8/BF16 ratios within {RATIO_TARGET:.0%}", [r.error for r in fp8_ratios(rows)],
                       RATIO_TARGET))
     return out
 
 
 def targets_table(checks: list[Check]) -> str:
-    return markdown.table(["target", "rows", "within", "median abs. error", "worst"],
+    return markdown.table(["target", "rows the model claims", "within", "median abs. error", "worst",
+                           "outside the model (by rule)"],
                           [[c.what, c.n, c.within, "–" if c.median_abs is None else f"{c.median_abs:.1%}",
-                            "–" if c.worst is None else f"{c.worst:+.1%}"] for c in checks if c.n], align="lrrrr")
+                            "–" if c.worst is None else f"{c.worst:+.1%}", c.outside] for c in checks if c.n],
+                          align="lrrrrr")
 
 
 def _calibration_line(cal: explain.Calibration, gpus: set[str]) -> str:
@@ -200,7 +247,7 @@ def crossovers(rows: list[Compared]) -> list[str]:
 
 
 def _ratio_rows(rows: list[Compared]) -> list[tuple[Compared, Ratio]]:
-    ratios = {r.run: r for r in fp8_ratios(rows)}
+    ratios = {r.run: r for r in fp8_ratios(rows, claimed_only=False)}
     return [(c, ratios[c.run.name]) for c in rows if c.run.name in ratios and c.run.file.endswith("bench_step.csv")]
 
 

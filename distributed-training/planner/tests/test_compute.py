@@ -117,6 +117,11 @@ def test_head_and_optimizer_by_hand():
     r = rates(consts=replace(FITTED, kernel_us=0.0))
     # Adam: 26 + 2g bytes per parameter (fp32 master, m, v, gradient read; master, m, v, bf16 written; clip).
     assert float(optimizer_time(1e9, 4.0, r)) == pytest.approx(1e9 * 34 / 1e12)
+    # As the labs run it, fp32 gradients (g = 4): torch's fused AdamW with the clip folded in (fp8-train) reads
+    # master, m, v, g and writes master, m, v (28 B), the norm reads g (4 B); the default foreach AdamW without a
+    # clip (fsdp-scaling, parallel-3d) makes eight passes: 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 = 80 B.
+    assert float(optimizer_time(1e9, 4.0, r, bf16_copy=False, impl="fused")) == pytest.approx(1e9 * 32 / 1e12)
+    assert float(optimizer_time(1e9, 4.0, r, bf16_copy=False, impl="foreach")) == pytest.approx(1e9 * 80 / 1e12)
     head = head_times(SH, 2, 1, 1, Kernels(), r)
     # Cross-entropy: 16 B per fp32 logit fused, V/t logits per token on each TP rank.
     loss = SH.seq * SH.vocab / 2 * 16 / 1e12
