@@ -6,7 +6,8 @@
                 tokens per step, every mode's blocks compiled alike (TransformerEngine runs eager
                 and says so in the `compiled` column), modes one after another (each owns the
                 GPU, and the biggest sizes do not fit twice), steps timed with CUDA events, and
-                the kernels one step launches counted with the profiler. The hidden size where an
+                the kernels one step launches counted with the profiler, with the time the GPU was busy
+                running them (gpu_busy_ms: a step well above it waited on the host, not the GPU). The hidden size where an
                 FP8 mode overtakes BF16 is the crossover (fp8-anchors.md section 5). On CPU: the
                 modes interleaved step by step so that a noisy machine slows all of them alike;
                 target (issue 6): the emulated FP8 step costs at most 1.5x the fp32 step.
@@ -143,20 +144,38 @@ def runnable_specs(runs: tuple[str, ...], device: torch.device) -> tuple[list, l
     return keep, skipped
 
 
-def kernels_per_step(tr: Trainer, step: int) -> int | None:
-    """GPU kernels one training step launches, counted by the profiler (None on CPU)."""
+class KernelCount(NamedTuple):
+    kernels: int  # GPU kernels one step launches
+    busy_ms: float  # the time at least one of them ran (their intervals merged): what the GPU itself needed
+
+
+def kernels_per_step(tr: Trainer, step: int) -> KernelCount | None:
+    """One training step under the profiler (None on CPU). A step whose time is well above busy_ms
+    waited on the host: launch overhead and Python, not GPU work, paced it."""
     if tr.env.device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         tr.train_step(step)
-    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type.name == "CUDA")
+    return KernelCount(len(spans), merged_us(spans) / 1e3)
+
+
+def merged_us(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals sorted by start (microseconds)."""
+    total, end = 0.0, float("-inf")
+    for s, e in spans:
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
 
 
 class ModeInfo(NamedTuple):
     backend: str
     compiled: bool
-    kernels_per_step: int | None
+    kernels: KernelCount | None
     peak_mem_MiB: float | None
 
 
@@ -184,7 +203,8 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: 
                         times[name].append(t)
             for name, tr in trainers.items():
                 mem = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.device.type == "cuda" else None
-                info[name] = ModeInfo(tr.p.backend, tr.p.compiled, kernels_per_step(tr, cfg.warmup + cfg.iters), mem)
+                counted = kernels_per_step(tr, cfg.warmup + cfg.iters)
+                info[name] = ModeInfo(tr.p.backend, tr.p.compiled, counted, mem)
                 if bound_writer is not None and tr.spec.precision == "bf16" and env.device.type == "cuda":
                     write_bound(tcfg, tr, cfg.warmup + cfg.iters + 1, bound_writer)
             del trainers, tr
@@ -209,19 +229,23 @@ def write_step_rows(cfg, d, tcfg, specs, times, info: dict[str, ModeInfo], env, 
     base = statistics.median(times[specs[0].name])
     for s in specs:
         med = statistics.median(times[s.name])
-        backend, compiled, n_kernels, mem = info[s.name]  # ModeInfo
+        backend, compiled, counted, mem = info[s.name]  # ModeInfo
         ratio = med / base
         target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
             and env.device.type == "cpu" else None
+        q1, _, q3 = statistics.quantiles(times[s.name], n=4) if len(times[s.name]) > 1 else (med, med, med)
         writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
                           precision_backend=backend, precision_backend_version=backends.backend_version(backend),
                           compiled=compiled, tokens_per_step=tokens, step_time_s=med,
-                          step_time_min_s=min(times[s.name]), tokens_per_s=tokens / med,
-                          model_tflops=tokens / med * fpt / 1e12, kernels_per_step=n_kernels, peak_mem_MiB=mem,
+                          step_time_min_s=min(times[s.name]), step_time_p25_s=q1, step_time_p75_s=q3,
+                          tokens_per_s=tokens / med, model_tflops=tokens / med * fpt / 1e12,
+                          kernels_per_step=counted.kernels if counted else None,
+                          gpu_busy_ms=counted.busy_ms if counted else None, peak_mem_MiB=mem,
                           ratio_to_first=ratio, target_ratio=target,
                           meets_target=None if target is None else ratio <= target))
         print0(f"d_model {d:5d}  {s.name:18s} {med * 1e3:8.2f} ms/step  {tokens / med * fpt / 1e12:7.1f} TFLOP/s  "
-               f"x{ratio:4.2f} vs {specs[0].name}" + ("" if n_kernels is None else f"  {n_kernels} kernels")
+               f"x{ratio:4.2f} vs {specs[0].name}"
+               + ("" if counted is None else f"  {counted.kernels} kernels, GPU busy {counted.busy_ms:.1f} ms")
                + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
 
 
@@ -349,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                 step_cost(cfg, env, data, w("bench_step.csv", [
                     "d_model", "n_layers", "run", "precision", "precision_backend", "precision_backend_version",
                     "compiled", "tokens_per_step",
-                    "step_time_s", "step_time_min_s", "tokens_per_s", "model_tflops", "kernels_per_step",
+                    "step_time_s", "step_time_min_s", "step_time_p25_s", "step_time_p75_s", "tokens_per_s",
+                    "model_tflops", "kernels_per_step", "gpu_busy_ms",
                     "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
                     config=saved), bounds)
             if "gemm" in cfg.parts:
