@@ -6,9 +6,10 @@
                 tokens per step, every mode's blocks compiled alike (TransformerEngine runs eager
                 and says so in the `compiled` column), modes one after another (each owns the
                 GPU, and the biggest sizes do not fit twice), steps timed with CUDA events, and
-                the kernels one step launches counted with the profiler, with the time the GPU was busy
-                running them (gpu_busy_ms: a step well above it waited on the host, not the GPU). The hidden size where an
-                FP8 mode overtakes BF16 is the crossover (fp8-anchors.md section 5). On CPU: the
+                the kernels one step launches counted with the profiler, with the time the GPU was
+                busy running them (gpu_busy_ms: a step well above it waited on the host, not the
+                GPU). The hidden size where an FP8 mode overtakes BF16 is the crossover
+                (fp8-anchors.md section 5). On CPU: the
                 modes interleaved step by step so that a noisy machine slows all of them alike;
                 target (issue 6): the emulated FP8 step costs at most 1.5x the fp32 step.
     monitor     the training-health monitoring (issue 7): per-step norms, FP8 scale reads, alerts,
