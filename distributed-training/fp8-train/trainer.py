@@ -18,7 +18,9 @@ The step (every mode the same, so modes differ only in arithmetic), in named pha
         stop       checkpoint and end the run (exit code 3)
     finish         untimed: param and update norms, one host sync, the CSV row.
 Only forward_backward, grad_norm and step_or_recover are timed: what a training run without this
-lab's monitoring would run (the monitoring's own cost is measured by bench.py's monitor part).
+lab's monitoring would run. One exception: a compiled model cannot add hooks per step, so its
+activation and input-amax probes ride inside its forward on every step; bench.py's monitor part
+measures what all the monitoring costs.
 Counters of NaN steps and skipped steps go into every row (Megatron logs the same two).
 The learning rate is a pure function of the step (linear warm-up, cosine decay to 10%), and the
 batch a pure function of (seed, step) (common.data): every mode sees the same tokens, and a run
