@@ -222,9 +222,11 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         print0(f"   resumed from its checkpoint at step {start}")
     elif cfg.resume and rows == "complete":
         print0("   complete, nothing to resume")
+        # An earlier launch may have stopped between this run and its bound; GEMM times do not depend on
+        # the weights' values, so the bound taken on the initial weights is the same measurement.
         if "bound" in writers.extra and spec.precision == "bf16" and spec.seed == cfg.seed:
-            measure_bound(cfg, tr, writers.extra["bound"])  # an earlier launch stopped before it (GEMM times do
-        return None  # not depend on the weights' values: the initial ones do as well)
+            measure_bound(cfg, tr, writers.extra["bound"])
+        return None
     elif cfg.resume and rows == "partial":
         if cfg.ckpt_every:
             raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
