@@ -132,6 +132,20 @@ def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[
                                  f"{'an' if kind is int else 'a'} {kind.__name__}")
 
 
+def has_columns(path: str | Path, columns: set[str]) -> bool:
+    """True if `path` is a readable CSV whose header holds `columns`; False for anything else (a missing file,
+    binary, another CSV): for telling which kind of result a user passed before reading it with its schema."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        with open(p, newline="") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error):
+        return False
+    return columns <= set(header)
+
+
 def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     """One results CSV as a DataFrame, after every check above; BadResults naming the file otherwise."""
     path = Path(path)

@@ -74,14 +74,19 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        # Heads are read off the projection width (-1), not self.n_heads, so a module whose wq/wk/wv
-        # were sliced to a subset of heads (tensor parallelism) runs unchanged on its local heads.
-        q = self.wq(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, Hq, T, hd)
-        k = self.wk(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.wv(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
-        return self.wo(y.transpose(1, 2).reshape(B, T, -1))  # (B, T, Hq*hd) -> (B, T, d)
+        return self.wo(causal_attention(self.wq(x), self.wk(x), self.wv(x), self.head_dim))  # (B, T, d)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Causal SDPA over projected q (B, T, Hq*hd), k and v (B, T, Hkv*hd) -> (B, T, Hq*hd).
+
+    Heads are read off the projection width (-1), not a head count, so a module whose wq/wk/wv were
+    sliced to a subset of heads (tensor parallelism) runs unchanged on its local heads.
+    """
+    B, T, _ = q.shape
+    q, k, v = (t.view(B, T, -1, head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    return y.transpose(1, 2).reshape(B, T, -1)
 
 
 class MLP(nn.Module):

@@ -72,13 +72,22 @@ def preflight(version: tuple[int, int] = sys.version_info[:2], has_ensurepip: bo
     return None
 
 
-def pinned_torch(requirements: Path) -> str:
-    """The torch version requirements.txt pins ('2.13.0'); SystemExit 2 when it pins none exactly."""
-    for line in requirements.read_text().splitlines():
-        m = re.match(r"\s*torch\s*==\s*([\w.]+)\s*(?:;.*)?(?:#.*)?$", line)
+def pinned(requirements: Path, package: str) -> str:
+    """The version a requirements file pins exactly (`package==X.Y.Z`), or '' when it pins none."""
+    text = requirements.read_text() if requirements.is_file() else ""
+    for line in text.splitlines():
+        m = re.match(rf"\s*{re.escape(package)}\s*==\s*([\w.]+)\s*(?:;.*)?(?:#.*)?$", line)
         if m:
             return m.group(1)
-    raise SystemExit(f"torch_install: error: {requirements} pins no torch==X.Y.Z")
+    return ""
+
+
+def pinned_torch(requirements: Path) -> str:
+    """The torch version requirements.txt pins ('2.13.0'); SystemExit when it pins none exactly."""
+    version = pinned(requirements, "torch")
+    if not version:
+        raise SystemExit(f"torch_install: error: {requirements} pins no torch==X.Y.Z")
+    return version
 
 
 def wheel_pattern(version: str, variant: str, py: tuple[int, int] = sys.version_info[:2],

@@ -36,6 +36,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from .torch_install import pinned
+
 PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64")
 RUNTIME_DEPS = ("pydantic", "importlib-metadata", "wheel", "packaging", "setuptools", "ninja")
@@ -44,8 +46,7 @@ FP8_REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-fp8.txt"
 
 def pinned_torchao(requirements: Path = FP8_REQUIREMENTS) -> str:
     """The torchao version requirements-fp8.txt pins ('' when it pins none)."""
-    m = re.search(r"^torchao==([\w.]+)", requirements.read_text(), re.M) if requirements.is_file() else None
-    return m.group(1) if m else ""
+    return pinned(requirements, "torchao")
 
 
 def local_te_cuda() -> str:

@@ -226,7 +226,8 @@ class AmaxProbe:
 BLOCK_MAX = {"mxfp8": E4M3.max, "mxfp4": 6.0, "nvfp4": E4M3.max * 6.0}  # element max (x per-tensor scale max)
 
 
-def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+def parent_of(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """(the module holding `name`, the attribute it holds it under): where a swap puts the new module."""
     path, _, attr = name.rpartition(".")
     return (model.get_submodule(path) if path else model), attr
 

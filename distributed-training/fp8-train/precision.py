@@ -193,12 +193,12 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
         round_out = hp if cpu else None
         if backend in ("native", "emulated") and spec.precision == "fp8":
             for n in names:
-                parent, attr = backends._parent(model, n)
+                parent, attr = backends.parent_of(model, n)
                 setattr(parent, attr, Fp8Linear(getattr(parent, attr), backend, s.recipe, s.scaling, round_out))
             share_scaling_state(model)  # one amax history for every layer: one update per step
         elif backend == "emulated":
             for n in names:
-                parent, attr = backends._parent(model, n)
+                parent, attr = backends.parent_of(model, n)
                 setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out,
                                                         s.mx_scale_rule))
     te_recipe = None

@@ -33,7 +33,9 @@ from typing import Callable, ContextManager, Iterator, NamedTuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from backends import parent_of
+from common.model import causal_attention
 
 FUSED_BLOCK = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w2")  # what te-fused takes per block
 
@@ -81,11 +83,6 @@ def _autocast(te, fp8_recipe) -> Callable[[], ContextManager]:
     return lambda: te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe)
 
 
-def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
-    path, _, attr = name.rpartition(".")
-    return (model.get_submodule(path) if path else model), attr
-
-
 @torch.no_grad()
 def _linear_like(te, lin: nn.Linear):
     new = te.Linear(lin.in_features, lin.out_features, bias=lin.bias is not None, params_dtype=lin.weight.dtype,
@@ -101,7 +98,7 @@ def convert_linear(model: nn.Module, names: list[str], fp8_recipe) -> Callable[[
     import transformer_engine.pytorch as te
     _reset_global_state()
     for name in names:
-        parent, attr = _parent(model, name)
+        parent, attr = parent_of(model, name)
         setattr(parent, attr, _linear_like(te, getattr(parent, attr)))
     return _autocast(te, fp8_recipe)
 
@@ -122,11 +119,8 @@ class FusedAttention(nn.Module):
         self.wo = _linear_like(te, attn.wo)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
         q, k, v = self.wqkv(x).split(self.splits, dim=-1)  # (B, T, Hq*hd), (B, T, Hkv*hd) x2
-        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, H, T, hd)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
-        return self.wo(y.transpose(1, 2).reshape(B, T, -1))  # (B, T, d)
+        return self.wo(causal_attention(q, k, v, self.head_dim))  # (B, T, d)
 
 
 def _fused_mlp(te, norm: nn.LayerNorm, mlp: nn.Module):

@@ -20,7 +20,7 @@ Beside each measurement, two predictions per block for one micro-batch:
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -30,13 +30,13 @@ import planner_bridge as pb
 from common.config import changed_flags, parse_config
 from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
-from common.hardware import GPUPreset, get_preset
+from common.hardware import GPUPreset
 from common.model import GPT, GPTConfig
 from common.results import NoWriter, provenance
 from common.runs import PROMOTE_CHOICES, RunError, run_dir_for
 from footprint import PeakTracker
 from parallelize import apply_recompute, apply_tp
-from settings import RECOMPUTE
+from settings import RECOMPUTE, resolve
 from pipeline_stages import StageModule, StageSpec
 from run_folders import PROMOTE_HELP, check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
@@ -149,14 +149,6 @@ def measure(sh: Shape, t: int, recompute: str, mesh, device, dtype) -> dict:
             "torch_terms_bytes": torch_terms(sh, t, recompute, e, ln_stat_bytes(device, dtype)),
             "planner_bytes": planner, "measured_over_planner": per_block / planner,
             "measured_coef_bf16": per_block / sbh * 2 / e, "planner_coef_bf16": planner / sbh * 2 / e}
-
-
-def resolve(cfg: ActConfig) -> tuple[ActConfig, GPUPreset]:
-    preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
-    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
-    return replace(cfg, gpu=preset.name, precision=precision), preset
 
 
 def shape_of(cfg: ActConfig, preset: GPUPreset) -> Shape:

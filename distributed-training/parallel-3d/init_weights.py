@@ -30,7 +30,6 @@ import copy
 from typing import Callable, Iterator
 
 import torch
-import torch.nn as nn
 from torch.distributed.tensor import DTensor, Replicate
 
 from common.model import GPT, GPTConfig

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, TypeVar
 
-from common.hardware import CHOICES
+import torch
+
+from common.hardware import CHOICES, GPUPreset, get_preset
 from common.model import GPTConfig
 from common.runs import PROMOTE_CHOICES
 from pipeline_stages import split_layers
@@ -150,6 +152,19 @@ class Layout(NamedTuple):
     @property
     def global_batch(self) -> int:
         return self.microbatch * self.num_microbatches * self.dp
+
+
+C = TypeVar("C")
+
+
+def resolve(cfg: C) -> tuple[C, GPUPreset]:
+    """A runner's config (train.py's or activations.py's: both have `gpu` and `precision`) with its preset
+    resolved and `--precision auto` made concrete: fp32 on the CPU preset, bf16 on a GPU one."""
+    preset = get_preset(cfg.gpu)
+    if preset.name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
+    return replace(cfg, gpu=preset.name, precision=precision), preset
 
 
 def gpt_config(cfg: Config, vocab_from_data: int = 256) -> GPTConfig:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -44,7 +43,7 @@ from common.config import changed_flags, parse_config
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
-from common.hardware import GPUPreset, get_preset
+from common.hardware import GPUPreset
 from common.model import count_params, mfu
 from common.results import NoWriter, provenance
 from common.runs import RunError, RunFolder, run_dir_for
@@ -53,7 +52,7 @@ from design import predicted_counts
 from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
-from settings import Config, Layout, Variant, check, gpt_config, torchrun_world, variants
+from settings import Config, Layout, Variant, check, gpt_config, resolve, torchrun_world, variants
 from pipeline_stages import split_layers
 from run_folders import check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
@@ -87,14 +86,6 @@ def result_files(preset: GPUPreset) -> list[tuple[str, list[str]]]:
 def changed(cfg: Config) -> list[str]:
     """Measurement flags that differ from the preset's (then the launch is an experiment: it stays in runs/)."""
     return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
-
-
-def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
-    preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
-    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
-    return replace(cfg, gpu=preset.name, precision=precision), preset
 
 
 class Run:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import statistics
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np

@@ -17,14 +17,12 @@ and FP8 alike (a power limit caps the clock, whatever the precision).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
-from pathlib import Path
 from typing import NamedTuple
 
 from calibration import ComputeConstants, generation
 from cluster import Cluster
-from common.csvread import BadResults, Schema, read_rows
+from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
 from compute import SM_COUNT, gemm_efficiency, tensor_rate
 
@@ -36,15 +34,7 @@ PRECISION = {"bf16 torch.mm": "bf16", "fp8 torch._scaled_mm": "fp8", "fp8 F.scal
 
 def is_gemm_csv(path: str) -> bool:
     """True for a GEMM benchmark CSV (by its header)."""
-    p = Path(path)
-    if not p.is_file():
-        return False
-    try:
-        with open(p, newline="") as f:
-            header = next(csv.reader(f), [])
-    except (UnicodeDecodeError, csv.Error):
-        return False
-    return COLUMNS <= set(header)
+    return has_columns(path, COLUMNS)
 
 
 class Sustained(NamedTuple):

@@ -14,27 +14,18 @@ a file with none for this cluster is an error, not a silent no-op.
 
 from __future__ import annotations
 
-import csv
 import statistics
 from dataclasses import replace
-from pathlib import Path
 
 from cluster import Cluster
+from common.csvread import has_columns
 
 COLUMNS = {"step_time_ms", "planner_step_s", "preset"}
 
 
 def is_runs_csv(path: str) -> bool:
     """True for a parallel-3d runs CSV (by its header); False for anything else, missing files included."""
-    p = Path(path)
-    if not p.is_file():
-        return False
-    try:
-        with open(p, newline="") as f:
-            header = next(csv.reader(f), [])
-    except (UnicodeDecodeError, csv.Error):
-        return False  # not a runs CSV: the sweep reader checks it and says what is wrong with it
-    return COLUMNS <= set(header)
+    return has_columns(path, COLUMNS)
 
 
 def ratios(cluster: Cluster, paths: list[str]) -> list[float]:

@@ -104,6 +104,15 @@ def gpu_of(hardware: str) -> str | None:
     return preset.name if preset else None
 
 
+def gpu_rows(results: Path, pattern: str, schema: Schema):
+    """(file, row, GPU preset) for every row measured on a known GPU in the CSVs matching `pattern`."""
+    for csv in sorted(results.glob(pattern)):
+        for r in read_table(csv, schema).itertuples():
+            gpu = gpu_of(r.hardware)
+            if gpu is not None:
+                yield csv, r, gpu
+
+
 def _config(csv: Path) -> dict:
     """The resolved config saved beside a results file (<name>.config.json), or {}."""
     path = csv.with_name(csv.stem + ".config.json")
@@ -236,17 +245,13 @@ BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layer
 def fp8_train_bound(results: Path) -> list[Run]:
     """The measured FP8 bound: the BF16 step with its GEMMs' time replaced by the FP8 GEMMs' (bound.csv)."""
     out = []
-    for csv in sorted(results.glob("*/bound.csv")):
-        for r in read_table(csv, BOUND).itertuples():
-            gpu = gpu_of(r.hardware)
-            if gpu is None:
-                continue
-            seq = int(r.seq_len)
-            shape = gpt_shape(int(r.n_layers), int(r.d_model), heads_for(int(r.d_model), {}), seq)
-            out.append(Run("fp8-train", "bound", _rel(csv), f"{csv.parent.name} FP8 bound d{r.d_model}", gpu, "x",
-                           float(r.bound_speedup), shape, Stack("fp8", "torch", compiled=True),
-                           Layout(microbatch=int(r.tokens_per_step) // seq),
-                           detail={"gemm_share": float(r.gemm_share)}))
+    for csv, r, gpu in gpu_rows(results, "*/bound.csv", BOUND):
+        seq = int(r.seq_len)
+        shape = gpt_shape(int(r.n_layers), int(r.d_model), heads_for(int(r.d_model), {}), seq)
+        out.append(Run("fp8-train", "bound", _rel(csv), f"{csv.parent.name} FP8 bound d{r.d_model}", gpu, "x",
+                       float(r.bound_speedup), shape, Stack("fp8", "torch", compiled=True),
+                       Layout(microbatch=int(r.tokens_per_step) // seq),
+                       detail={"gemm_share": float(r.gemm_share)}))
     return out
 
 
@@ -255,14 +260,12 @@ GEMM_OPS = {"bf16 torch.mm": "bf16", "fp8 torch._scaled_mm": "fp8", "fp8 F.scale
 
 def fp8_train_gemm(results: Path) -> list[Run]:
     out = []
-    for csv in sorted(results.glob("*/bench_gemm.csv")):
-        for r in read_table(csv, BENCH_GEMM).itertuples():
-            gpu, precision = gpu_of(r.hardware), GEMM_OPS.get(str(r.op))
-            if gpu is None or precision is None:  # fp32 torch.mm: no fp32 rate in the hardware table
-                continue
-            out.append(Run("fp8-train", "gemm", _rel(csv), f"{r.op} {r.m}x{r.k}x{r.n}", gpu, "us", float(r.time_us),
-                           stack=Stack(precision, optimizer="none"),
-                           detail={"m": int(r.m), "k": int(r.k), "n": int(r.n)}))
+    for csv, r, gpu in gpu_rows(results, "*/bench_gemm.csv", BENCH_GEMM):
+        precision = GEMM_OPS.get(str(r.op))
+        if precision is None:  # fp32 torch.mm: no fp32 rate in the hardware table
+            continue
+        out.append(Run("fp8-train", "gemm", _rel(csv), f"{r.op} {r.m}x{r.k}x{r.n}", gpu, "us", float(r.time_us),
+                       stack=Stack(precision, optimizer="none"), detail={"m": int(r.m), "k": int(r.k), "n": int(r.n)}))
     return out
 
 
@@ -278,20 +281,18 @@ ZERO = {"single": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hsdp": 3}
 
 def fsdp_scaling(results: Path) -> list[Run]:
     out = []
-    for csv in sorted(results.glob("scaling_*.csv")):
-        for r in read_table(csv, SCALING).itertuples():
-            gpu = gpu_of(r.hardware)
-            if gpu is None or r.strategy not in ZERO:
-                continue
-            n = int(r.world_size)
-            per_rank = int(r.tokens_per_step) / n / r.step_time_ms * 1e3
-            out.append(Run("fsdp-scaling", "step", _rel(csv), f"{r.strategy} {r.mode}, {n} GPU" + "s" * (n > 1),
-                           gpu, "tokens/s", per_rank, parse_model(str(r.model)),
-                           Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW),
-                           Layout(dp=n, zero=ZERO[r.strategy], microbatch=int(r.micro_batch),
-                                  micro_batches=int(r.grad_accum)),
-                           (per_rank * r.step_time_ms / r.step_time_max_ms, per_rank * r.step_time_ms /
-                            r.step_time_min_ms)))
+    for csv, r, gpu in gpu_rows(results, "scaling_*.csv", SCALING):
+        if r.strategy not in ZERO:
+            continue
+        n = int(r.world_size)
+        per_rank = int(r.tokens_per_step) / n / r.step_time_ms * 1e3
+        out.append(Run("fsdp-scaling", "step", _rel(csv), f"{r.strategy} {r.mode}, {n} GPU" + "s" * (n > 1),
+                       gpu, "tokens/s", per_rank, parse_model(str(r.model)),
+                       Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW),
+                       Layout(dp=n, zero=ZERO[r.strategy], microbatch=int(r.micro_batch),
+                              micro_batches=int(r.grad_accum)),
+                       (per_rank * r.step_time_ms / r.step_time_max_ms, per_rank * r.step_time_ms /
+                        r.step_time_min_ms)))
     return out
 
 
@@ -304,16 +305,14 @@ DTYPES = {"bfloat16": "bf16", "float16": "bf16", "float32": "fp32"}
 
 def tp_attention(results: Path) -> list[Run]:
     out = []
-    for csv in sorted(results.glob("bench_*.csv")):
-        for r in read_table(csv, TP_BENCH).itertuples():
-            gpu = gpu_of(r.hardware)
-            if gpu is None or DTYPES.get(str(r.dtype)) != "bf16":
-                continue
-            shape = gpt_shape(1, int(r.d_model), int(r.n_heads), int(r.seq_len))
-            sp = " SP" if r.sp and r.tp > 1 else ""
-            out.append(Run("tp-attention", "block", _rel(csv), f"t={r.tp}{sp} s={r.seq_len} d={r.d_model}", gpu, "ms",
-                           float(r.ours_ms), shape, Stack("bf16", compiled=False, optimizer="none", weights="bf16"),
-                           Layout(tp=int(r.tp), microbatch=int(r.batch), sequence_parallel=bool(r.sp))))
+    for csv, r, gpu in gpu_rows(results, "bench_*.csv", TP_BENCH):
+        if DTYPES.get(str(r.dtype)) != "bf16":
+            continue
+        shape = gpt_shape(1, int(r.d_model), int(r.n_heads), int(r.seq_len))
+        sp = " SP" if r.sp and r.tp > 1 else ""
+        out.append(Run("tp-attention", "block", _rel(csv), f"t={r.tp}{sp} s={r.seq_len} d={r.d_model}", gpu, "ms",
+                       float(r.ours_ms), shape, Stack("bf16", compiled=False, optimizer="none", weights="bf16"),
+                       Layout(tp=int(r.tp), microbatch=int(r.batch), sequence_parallel=bool(r.sp))))
     return out
 
 
@@ -326,17 +325,12 @@ SWEEP = Schema("allreduce-bench sweep", {"hardware": str, "collective": str, "si
 
 def allreduce_bench(results: Path) -> list[Run]:
     out = []
-    for csv in sorted(results.glob("sweep_*.csv")):
-        for r in read_table(csv, SWEEP).itertuples():
-            gpu = gpu_of(r.hardware)
-            if gpu is None:
-                continue
-            out.append(Run("allreduce-bench", "collective", _rel(csv),
-                           f"{r.collective} {r.size_bytes} B, {r.world_size} GPU" + "s" * (r.world_size > 1), gpu,
-                           "us", float(r.time_us), spread=(float(r.time_min_us), float(r.time_max_us)),
-                           layout=Layout(dp=int(r.world_size)),
-                           detail={"collective": str(r.collective), "bytes": int(r.size_bytes),
-                                   "nnodes": int(r.nnodes)}))
+    for csv, r, gpu in gpu_rows(results, "sweep_*.csv", SWEEP):
+        out.append(Run("allreduce-bench", "collective", _rel(csv),
+                       f"{r.collective} {r.size_bytes} B, {r.world_size} GPU" + "s" * (r.world_size > 1), gpu,
+                       "us", float(r.time_us), spread=(float(r.time_min_us), float(r.time_max_us)),
+                       layout=Layout(dp=int(r.world_size)),
+                       detail={"collective": str(r.collective), "bytes": int(r.size_bytes), "nnodes": int(r.nnodes)}))
     return out
 
 
@@ -351,19 +345,14 @@ RUNS_3D = Schema("parallel-3d runs", {"hardware": str, "tp": int, "pp": int, "dp
 
 def parallel_3d(results: Path) -> list[Run]:
     out = []
-    for csv in sorted(results.glob("runs_*.csv")):
-        for r in read_table(csv, RUNS_3D).itertuples():
-            gpu = gpu_of(r.hardware)
-            if gpu is None:
-                continue
-            layers = tuple(int(x) for x in re.findall(r"\d+", str(r.stage_layers)))
-            layout = Layout(int(r.tp), int(r.pp), int(r.dp), int(r.zero), int(r.microbatch), int(r.num_microbatches),
-                            int(r.interleave), str(r.recompute), sequence_parallel=int(r.tp) > 1,
-                            stage_layers=layers)
-            out.append(Run("parallel-3d", "step", _rel(csv), f"{r.tp}·{r.pp}·{r.dp} Z{r.zero} {r.recompute}", gpu,
-                           "ms", float(r.step_time_ms), parse_model(str(r.model)),
-                           Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW), layout,
-                           (float(r.step_time_min_ms), float(r.step_time_max_ms))))
+    for csv, r, gpu in gpu_rows(results, "runs_*.csv", RUNS_3D):
+        layers = tuple(int(x) for x in re.findall(r"\d+", str(r.stage_layers)))
+        layout = Layout(int(r.tp), int(r.pp), int(r.dp), int(r.zero), int(r.microbatch), int(r.num_microbatches),
+                        int(r.interleave), str(r.recompute), sequence_parallel=int(r.tp) > 1, stage_layers=layers)
+        out.append(Run("parallel-3d", "step", _rel(csv), f"{r.tp}·{r.pp}·{r.dp} Z{r.zero} {r.recompute}", gpu,
+                       "ms", float(r.step_time_ms), parse_model(str(r.model)),
+                       Stack(str(r.precision), compiled=False, optimizer=TORCH_ADAMW), layout,
+                       (float(r.step_time_min_ms), float(r.step_time_max_ms))))
     return out
 
 

@@ -26,7 +26,7 @@ def page(*variants: str) -> str:
     """A PEP 503 page as download.pytorch.org/whl/<variant>/torch/ serves it: quoted '+', hashes, other wheels."""
     links = [f'<a href="/whl/{v}/torch-{PIN}%2B{v}-{TAG}-{TAG}-manylinux_2_28_{platform.machine()}.whl#sha256=ab">'
              f'torch-{PIN}+{v}-{TAG}-{TAG}-manylinux_2_28_{platform.machine()}.whl</a><br/>' for v in variants]
-    links.append(f'<a href="/whl/cu126/torch-2.5.1%2Bcu124-cp39-cp39-linux_x86_64.whl">old</a><br/>')
+    links.append('<a href="/whl/cu126/torch-2.5.1%2Bcu124-cp39-cp39-linux_x86_64.whl">old</a><br/>')
     return "<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>"
 
 

@@ -3,7 +3,6 @@ by one function, the issue's accuracy targets on the rows the model claims, and 
 
 import shutil
 from functools import lru_cache
-from pathlib import Path
 
 import pandas as pd
 import pytest
