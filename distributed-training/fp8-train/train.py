@@ -11,7 +11,7 @@ Around every run (runloop.py): per-layer health (layers.csv), alerts (events.csv
 policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard.
 
 Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
-backend auto|te|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
+backend auto|te|te-fused|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
     cpu        tiny GPT, fp32 / bf16 (emulated) x3 seeds / fp8 native + emulated / mxfp8, nvfp4 emulated
     h100 h200  hidden 4096, 8 layers, 8K tokens/step, blocks compiled; bf16 x3 seeds, fp8 torchao, native,
                te (te.Linear swap), te-fused (TE's fused modules); the FP8 bound after the first bf16 run
@@ -224,8 +224,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         print0("   complete, nothing to resume")
         # An earlier launch may have stopped between this run and its bound; GEMM times do not depend on
         # the weights' values, so the bound taken on the initial weights is the same measurement.
-        if "bound" in writers.extra and spec.precision == "bf16" and spec.seed == cfg.seed:
-            measure_bound(cfg, tr, writers.extra["bound"])
+        measure_bound(cfg, spec, tr, writers)
         return None
     elif cfg.resume and rows == "partial":
         if cfg.ckpt_every:
@@ -245,8 +244,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         if cfg.on_nan == "rollback":
             tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
     loop.run(start, stop)
-    if "bound" in writers.extra and spec.precision == "bf16" and spec.seed == cfg.seed:
-        measure_bound(cfg, tr, writers.extra["bound"])
+    measure_bound(cfg, spec, tr, writers)
     return ckpt
 
 
@@ -257,8 +255,11 @@ def rows_state(writers: Writers, run: str, steps: int) -> str:
     return "partial" if writers.steps.done({"run": run, "step": 0}) else "none"
 
 
-def measure_bound(cfg: Config, tr: Trainer, writer) -> None:
-    """The FP8 bound of this model (bound.py), from its BF16 run; one GPU, once per run folder."""
+def measure_bound(cfg: Config, spec: RunSpec, tr: Trainer, writers: Writers) -> None:
+    """The FP8 bound of this model (bound.py), from its base-seed BF16 run; where asked (one GPU), once."""
+    writer = writers.extra.get("bound")
+    if writer is None or spec.precision != "bf16" or spec.seed != cfg.seed:
+        return
     shape = dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads, seq_len=cfg.seq_len,
                  batch=cfg.batch)
     if writer.done(shape):
