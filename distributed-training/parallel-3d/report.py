@@ -10,6 +10,7 @@ CPU and GPU runs sit side by side, each labelled with its hardware.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +21,10 @@ from common import measured_on
 from common.config import parse_config
 from common import predicted
 from common.csvread import BadResults, guard_report
+from common.findings import block
+from common.hardware import get_preset
 from common.plotting import new_figure, save
+import findings
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
@@ -127,10 +131,15 @@ def activations_section(results: Path, plots: list[str], out_dir: Path) -> list[
         r0 = rows[0]
         shape = (f"micro-batch {r0['microbatch']}, s {r0['seq']}, h {r0['hidden']}, {r0['heads']} heads "
                  f"({r0['kv_heads']} K/V), ffn {r0['ffn']}, {r0['dtype']}")
+        png = plot_activations(rows, out_dir / f"{path.stem}.png")
+        plots.append(png)
         out += [f"**{path.stem}** ({provenance(rows)}; {shape})", "",
                 *ap.table(["t", "recompute", "measured MiB", "torch terms MiB", "planner MiB",
-                           "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), ""]
-        plots.append(plot_activations(rows, out_dir / f"{path.stem}.png"))
+                           "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), "",
+                f"![activation bytes per block, PyTorch against the planner](plots/{png})", "",
+                "*What to see:* one block's activation bytes per s·b·h element (bf16 units) as PyTorch keeps them "
+                "(measured) beside the planner's Korthikanti formula, per TP degree and recompute policy: equal "
+                "bars mean the planner's memory term holds; the gaps are explained below.", ""]
     return out or ["_Not measured yet: `make parallel-3d-activations`._"]
 
 
@@ -169,10 +178,15 @@ def plot_at_scale(rows: list[dict], path: Path) -> str:
 
 
 def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
-    text = ap.render(results)
+    text = [ap.render(results)]
     if (results / "at_scale.csv").exists():
-        plots.append(plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png"))
-    return [text]
+        png = plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png")
+        plots.append(png)
+        text += ["", f"![PyTorch against the planner, term by term](plots/{png})", "",
+                 "*What to see:* per study and measured rank, PyTorch's bytes beside the planner's for the model "
+                 "state and each kind of traffic (one panel each, GB): where the bars differ, the named terms above "
+                 "say why."]
+    return text
 
 
 def activation_ratio(r: dict) -> float:
@@ -214,8 +228,70 @@ def conclusions(results: Path) -> list[str]:
     return out
 
 
+def device(results: Path) -> tuple[float, str]:
+    """The GPU the at-scale study planned for (its saved config; h100 by default) and its memory in GB."""
+    cfg = results / "at_scale.config.json"
+    try:
+        gpu = json.loads(cfg.read_text()).get("gpu", "h100") if cfg.exists() else "h100"
+        p = get_preset(gpu)
+    except (ValueError, AttributeError) as e:
+        raise BadResults(f"{cfg}: not the at-scale study's config ({e})") from None
+    return p.memory_gb, p.label
+
+
+def ratios(rows: list[dict]) -> dict[str, float]:
+    return {findings.label(r): activation_ratio(r) for r in rows}
+
+
+def plot_peak(rows: list[dict], device_gb: float, gpu: str, path: Path) -> str:
+    """PyTorch's peak per GPU beside the planner's total, per study, against the device's memory."""
+    fig, ax = new_figure()
+    names = [findings.label(r).replace(" (", "\n(") for r in rows]
+    xs = range(len(rows))
+    torch_gb = [findings.peak_bytes(r) / 1e9 for r in rows]
+    bars = ax.bar([x - 0.2 for x in xs], torch_gb, 0.4, label="PyTorch: state + step peak (measured, fake PG)")
+    ax.bar([x + 0.2 for x in xs], [float(r["planner_total_bytes"]) / 1e9 for r in rows], 0.4,
+           label="planner's total")
+    ax.axhline(device_gb, color="tab:red", ls="--", lw=1, label=f"{gpu}: {device_gb:g} GB")
+    ax.bar_label(bars, ["does not fit" if g > device_gb else "" for g in torch_gb], fontsize=8, color="tab:red")
+    ax.set_xticks(list(xs), names, fontsize=8)
+    ax.set(ylabel="memory per GPU (GB)", title="Peak memory per GPU: PyTorch as written vs the planner",
+           ylim=(0, 1.35 * max(max(torch_gb), device_gb)))
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
+    return path.name
+
+
+def opening(results: Path) -> list[str]:
+    runs = [r for p in sorted(results.glob("runs_*.csv")) for r in ap.read(p)]
+    rows = ap.read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
+    device_gb, gpu = device(results)
+    return block(findings.opening(runs, rows, device_gb, gpu, ratios(rows)))
+
+
+def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
+    """The peak-memory plot and its table: what carries the answer."""
+    if not (results / "at_scale.csv").exists():
+        return []
+    rows = ap.read(results / "at_scale.csv")
+    device_gb, gpu = device(results)
+    png = plot_peak(rows, device_gb, gpu, out_dir / "peak_memory.png")
+    plots.append(png)
+    body = [[findings.label(r), ap.degrees(r), f"{findings.peak_bytes(r) / 1e9:.1f}",
+             f"{float(r['planner_total_bytes']) / 1e9:.1f}",
+             f"{findings.peak_bytes(r) / float(r['planner_total_bytes']) - 1:+.0%}",
+             "yes" if findings.peak_bytes(r) / 1e9 <= device_gb else "**does not fit**"] for r in rows]
+    return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
+            f"*What to see:* for each planner-chosen layout, the memory one GPU holds at the step's peak in PyTorch "
+            f"(measured on a fake process group) beside what the planner expects, against the {gpu}'s {device_gb:g} "
+            "GB (dashed): a blue bar above the line is a plan that does not fit as written.", "",
+            *ap.table(["study", "layout", "PyTorch GB per GPU", "planner GB", "PyTorch vs planner",
+                       f"fits {device_gb:g} GB"], body), ""]
+
+
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
-    sections = {"measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
+    sections = {"findings": opening(results), "answer": answer(results, plots, out_dir),
+                "measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
                                                                 "at_scale.csv"],
                                                       "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
                                                       "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
@@ -223,7 +299,7 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
                 "conclusions": conclusions(results),
-                "predicted": [predicted.section("parallel-3d", results)]}  # beside every GPU row
+                "predicted": [predicted.section("parallel-3d", results, "###")]}  # beside every GPU row
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 
@@ -238,9 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.read(path)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
-    if plots:
-        text += "\n\n" + "\n".join(f"![{p}](plots/{p})" for p in plots) + "\n"
-    Path(cfg.out).write_text(text)
+    Path(cfg.out).write_text(text.rstrip() + "\n")
     print(f"wrote {cfg.out} ({len(text.splitlines())} lines, {len(plots)} plots)")
     return 0
 
