@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import story
 from common.plotting import describe_runs, new_figure, save
 from panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
 from tables import read
@@ -119,14 +120,15 @@ def section(d: Path, root: Path) -> list[str]:
         inj = s.dropna(subset=["injected"])
         clean, bf16 = _clean_counterpart(d, run, s)
         png = plot_health(d, run, steps, events, fp8, layers, clean, bf16)
-        lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"])
-                  + f" and `--on-nan` recovery; {int(s['nan_steps'].max())} NaN step(s), "
-                  f"{int(s['skipped_steps'].max())} skipped.", ""]
+        lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"]) + ". What it did at each "
+                  "non-finite step:", ""] + story.nan_lines(s, d.name) + [""]
         final = s["val_loss"].dropna()
         if clean is not None and len(final):
             ref = clean["val_loss"].dropna().iloc[-1]
+            commits = "/".join(sorted({str(c) for c in clean["git_commit"]}))
             lines += [f"Final val loss {final.iloc[-1]:.4f} against {ref:.4f} for the same run without faults "
-                      f"({final.iloc[-1] - ref:+.4f}).", ""]
+                      f"({final.iloc[-1] - ref:+.4f}; the clean run is `{clean['folder'].iloc[0]}`'s, commit {commits}, "
+                      f"the demo ran at commit {'/'.join(sorted({str(c) for c in s['git_commit']}))}).", ""]
         lines += [f"![health]({_rel(png, root)})", "", "| step | alert | action | what it saw |", "|---|---|---|---|"]
         e = events[events["run"] == run]
         for r in e.head(25).itertuples():
@@ -148,7 +150,7 @@ def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> tuple[pd.DataFrame
         if len(same) and len(same) == len(s) and all(same[c].iloc[0] == s[c].iloc[0]
                                                      for c in ("d_model", "n_layers", "seq_len", "batch")):
             bf16 = o[o["precision"] == "bf16"].drop_duplicates(subset=["seed", "step"])
-            return same.sort_values("step"), bf16
+            return same.sort_values("step").assign(folder=other.name), bf16
     return None, None
 
 def monitor_lines(d: Path) -> list[str]:
