@@ -1,4 +1,4 @@
-"""Section 5 of PARALLELISM_GUIDE.md: the planner against published runs, fitted and held out, and its choices.
+"""Section 4 of PLANNER_VALIDATION.md (the evidence behind PARALLELISM_GUIDE.md): the planner against published runs, fitted and held out, and its choices.
 
 Each function returns markdown computed now from the planner (published.py runs, a few seconds), so
 the guide's accuracy claims are regenerated with the model they describe:
@@ -207,7 +207,7 @@ def measured_here() -> str:
 
 
 def titan_tp8_error() -> str:
-    """The projected excess of torchtitan's TP-8 run of an 8B model (quoted in section 5's reading)."""
+    """The projected excess of torchtitan's TP-8 run of an 8B model (quoted in section 4's reading)."""
     (row,) = [r for r in _rows() if r["source"] == published.TITAN and "TP8, 64" in r["name"]]
     return f"{row['error']:.0%}"
 

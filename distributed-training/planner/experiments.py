@@ -1,4 +1,5 @@
-"""The planner runs behind each rule of PARALLELISM_GUIDE.md (its accuracy tables are in accuracy.py).
+"""The planner runs behind each rule of the guide (PLANNER_VALIDATION.md section 2; accuracy.py has its
+accuracy tables).
 
 Each function returns markdown (a table and, where the rule needs one, a sentence whose numbers come
 from the same runs), so nothing quoted in the guide's prose is typed by hand. Settings shared by
