@@ -115,7 +115,8 @@ test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
 	@$(PYRUN) -m common.doctor --gpu $(GPU)
 
-reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
+reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md, the guide and README.md's findings from the CSVs
+	@$(PYRUN) -m common.readme_findings
 
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
