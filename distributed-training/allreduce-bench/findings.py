@@ -37,8 +37,8 @@ def run_sentence(df: pd.DataFrame, summ: pd.DataFrame, run: str) -> str:
     g = df[df["run"] == run].iloc[0]
     machine = _machine(pd.Series({"hardware": g.hardware, "ws": r.ws, "backend": g.backend, "nnodes": r.nnodes}))
     f = r.fit
-    fit = (S("fit", alpha=f.alpha_us, bw=f.bw_GBps, half=_size(f.n_half_bytes)) if f is not None and f.bw_GBps == f.bw_GBps
-           else S("fit.none"))
+    fitted = f is not None and f.bw_GBps == f.bw_GBps  # NaN: no bandwidth regime to fit
+    fit = S("fit", alpha=f.alpha_us, bw=f.bw_GBps, half=_size(f.n_half_bytes)) if fitted else S("fit.none")
     best = s.sort_values("peak").iloc[-1]
     key = "run.cpu" if g.backend == "gloo" else "run.gpu"
     return S(key, machine=machine, coll=r.collective, peak=r.peak, at=r.peak_at, fit=fit, best=best.collective,

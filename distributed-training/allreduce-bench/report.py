@@ -169,8 +169,8 @@ def plot_time_fit(df: pd.DataFrame, summ: pd.DataFrame, path: Path) -> None:
             s = np.geomspace(g.size_bytes.min(), g.size_bytes.max(), 60)
             ax.plot(s, fit.predict_s(wire_factor(coll, int(g.world_size.iloc[0]))[0] * s) * 1e6,
                     color=line[0].get_color(), lw=1)
-    _per_collective(df[df.world_size > 1], path, "time (us)", draw, "  dots: median, bars: min-max; lines: alpha-beta fit",
-                    log_y=True)
+    _per_collective(df[df.world_size > 1], path, "time (us)", draw,
+                    "  dots: median, bars: min-max; lines: alpha-beta fit", log_y=True)
 
 
 def _footer(df: pd.DataFrame) -> str:

@@ -39,7 +39,9 @@ def _paired_panel(ax, f: Facts) -> None:
     ax.set_yticks(ys, labels, fontsize=7)
     ax.invert_yaxis()
     ax.margins(x=0.18)
-    noise = f"grey: ±{f.noise:.4f}, one BF16 seed run twice" if f.noise is not None else "no BF16 repeat: noise unknown"
+    noise = "no BF16 repeat: noise unknown"
+    if f.noise is not None:
+        noise = f"grey: ±{f.noise:.4f}, one BF16 seed run twice"
     ax.set(xlabel="final val loss - same seed's BF16 (above 0: worse)", title=f"loss cost, paired by seed\n({noise})")
 
 

@@ -35,6 +35,8 @@ def has_faults(steps: pd.DataFrame) -> bool:
 
 def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
     kinds = sorted(events["kind"].unique()) if len(events) else []
+    if not kinds and int(steps["nan_steps"].max()) == 0 and int(steps["skipped_steps"].max()) == 0:
+        return [f"No NaN step, no skipped step and no alert in {', '.join(steps['run'].unique())}."]
     out = ["| " + " | ".join(["run", "NaN steps", "skipped steps", *kinds]) + " |", "|---" * (3 + len(kinds)) + "|"]
     for run, g in steps.groupby("run", sort=False):
         e = events[events["run"] == run] if len(events) else events
@@ -102,7 +104,7 @@ def section(d: Path, root: Path) -> list[str]:
     steps, events = _read(d / "steps.csv"), _read(d / "events.csv")
     if not len(steps) or "nan_steps" not in steps.columns:
         return []
-    lines = [f"## Training health: `{d.name}`", ""]
+    lines = [f"### `{d.name}`", ""]
     dash = d / "dashboard.html" if (d / "dashboard.html").exists() else None
     runs = list(steps["run"].unique())
     per_run = [d / "dashboards" / f"{r}.html" for r in runs if (d / "dashboards" / f"{r}.html").exists()]
@@ -125,10 +127,10 @@ def section(d: Path, root: Path) -> list[str]:
         final = s["val_loss"].dropna()
         if clean is not None and len(final):
             ref = clean["val_loss"].dropna().iloc[-1]
-            commits = "/".join(sorted({str(c) for c in clean["git_commit"]}))
+            commits, ran = ("/".join(sorted({str(c) for c in x["git_commit"]})) for x in (clean, s))
             lines += [f"Final val loss {final.iloc[-1]:.4f} against {ref:.4f} for the same run without faults "
-                      f"({final.iloc[-1] - ref:+.4f}; the clean run is `{clean['folder'].iloc[0]}`'s, commit {commits}, "
-                      f"the demo ran at commit {'/'.join(sorted({str(c) for c in s['git_commit']}))}).", ""]
+                      f"({final.iloc[-1] - ref:+.4f}; the clean run is `{clean['folder'].iloc[0]}`'s, commit "
+                      f"{commits}, the demo ran at commit {ran}).", ""]
         lines += [f"![health]({_rel(png, root)})", "", "| step | alert | action | what it saw |", "|---|---|---|---|"]
         e = events[events["run"] == run]
         for r in e.head(25).itertuples():

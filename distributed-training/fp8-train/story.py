@@ -22,14 +22,22 @@ S = Sentences(LAB / "story_template.md")
 ROLLBACK = re.compile(r"rolled back to the checkpoint taken after step (\d+)")
 
 
+def repeat_ratio(diff: float, noise: float | None) -> str:
+    """A paired difference in units of the repeat noise (none measured, or an exact repeat, said as such)."""
+    if noise is None:
+        return "no repeat"
+    if noise == 0:
+        return "exact repeat (0)"
+    return f"{abs(diff) / noise:.1f}x"
+
+
 def paired_section(f: Facts) -> list[str]:
     if not f.paired:
         return []
     ref = {r.seed: r for r in f.band.seeds}
     rows = []
     for p in f.paired:
-        times = ("no repeat" if f.noise is None else "exact repeat (0)" if f.noise == 0
-                 else f"{abs(p.diff) / f.noise:.1f}x")
+        times = repeat_ratio(p.diff, f.noise)
         rows.append([p.run.name, p.run.folder, run_label(p.run), f"{p.run.final_val:.4f}",
                      f"{ref[p.run.seed].final_val:.4f} ({ref[p.run.seed].folder})", f"{p.diff:+.4f}", times])
     repeats = listing([f"{r.name} in `{r.folder}`" for r in f.band.repeats])
@@ -145,7 +153,7 @@ def health_story(f_all: list[Facts], folders: dict[str, pd.DataFrame], events: d
     out = [S("health.lead"), ""]
     out += alert_lines(alerts) + [""] if len(alerts) else [S("health.none"), ""]
     nans = [line for name, s in folders.items() for line in nan_lines(s, name)]
-    out += [S("nan.lead") if nans else S("nan.none"), ""] + (nans + [""] if nans else [])
+    out += [S("nan.lead"), ""] + nans + [""] if nans else [S("nan.none"), ""]
     for d in demo:
         out += [S("demo.lead", folder=d), ""] + fault_lines(folders[d], events.get(d), d) + [""]
     kinds = set(alerts["kind"]) if len(alerts) else set()

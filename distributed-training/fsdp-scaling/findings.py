@@ -39,7 +39,8 @@ def comms_sentence(c: pd.DataFrame, a: pd.DataFrame) -> str:
     if len(a):
         ok = ((a["bus_bytes_per_rank"] - a["model_bus_bytes_per_rank"]).abs() <= 1e-6 * a["model_bus_bytes_per_rank"]
               .abs().clip(lower=1)).sum()
-        parts.append(S("comms.fake", ok=int(ok), rows=len(a), worlds=f"{a['world_size'].min()}-{a['world_size'].max()}"))
+        worlds = f"{a['world_size'].min()}-{a['world_size'].max()}"
+        parts.append(S("comms.fake", ok=int(ok), rows=len(a), worlds=worlds))
     if len(c):
         match = ((c["count"] == c["model_count"]) & (c["payload_bytes"] == c["model_payload_bytes"])).sum()
         parts.append(S("comms.real", ok=int(match), rows=len(c)))
@@ -90,7 +91,8 @@ def projection_sentence(p: pd.DataFrame) -> str:
     return S("projection", model=model, params=g["n_params"].iloc[0] / 1e9, target=g["target"].iloc[0],
              n=small, ddp=at["state_GB_per_rank"].get("ddp", float("nan")),
              zero3=at["state_GB_per_rank"].get("zero3", float("nan")), fits=listing(fits) or "none",
-             no=listing(no) or "none", verb="does" if len(no) == 1 else "do", big=big, best=best, eff=eff.max(), worst=eff.idxmin(), eff_lo=eff.min())
+             no=listing(no) or "none", verb="does" if len(no) == 1 else "do", big=big, best=best, eff=eff.max(),
+             worst=eff.idxmin(), eff_lo=eff.min())
 
 
 def meaning_sentence(p: pd.DataFrame) -> str:

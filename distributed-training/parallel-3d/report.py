@@ -69,6 +69,9 @@ def _loss_gap(row: dict, base: dict | None) -> str:
     return f"{max(gaps):.1e}"
 
 
+EMPTY_ON_CPU = ("MFU", "planner step s", "planner exposed comm s")  # columns a CPU run leaves empty
+
+
 def runs_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("runs_*.csv")):
@@ -89,12 +92,15 @@ def runs_section(results: Path) -> list[str]:
                          _num(_f(r, "planner_step_s"), ".3f"), _num(_f(r, "planner_exposed_comm_s"), ".3f"),
                          f"{float(r['loss_first']):.4f}→{float(r['loss_last']):.4f}", _loss_gap(r, base),
                          "yes" if r["counts_match_design"] == "true" else "**no**"])
+        head = ["degrees", "schedule", "layers per stage", "ZeRO", "recompute", "micro-batch × m", "step ms",
+                "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB", "planner total MiB",
+                "planner step s", "planner exposed comm s", "loss", "loss vs 1 rank", "collectives = design"]
+        empty = [i for i, h in enumerate(head) if h in EMPTY_ON_CPU and all(row[i] == "-" for row in body)]
+        note = (f" Not on this hardware: {', '.join(head[i] for i in empty)} (GPU rows only)." if empty else "")
         out += [f"**{path.stem}** ({provenance(rows)}; model {rows[0]['model']}, {rows[0]['precision']}, "
-                f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up)", "",
-                *ap.table(["degrees", "schedule", "layers per stage", "ZeRO", "recompute", "micro-batch × m",
-                           "step ms", "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB",
-                           "planner total MiB", "planner step s", "planner exposed comm s", "loss",
-                           "loss vs 1 rank", "collectives = design"], body), ""]
+                f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up).{note}",
+                "", *ap.table([h for i, h in enumerate(head) if i not in empty],
+                              [[c for i, c in enumerate(row) if i not in empty] for row in body]), ""]
     return out or ["_No runs yet: `make parallel-3d`._"]
 
 

@@ -178,8 +178,8 @@ def rule_zero3_vs_pp() -> str:
     zero3 = sum(r[-1].startswith("ZeRO-3") for r in rows)
     ties = f"{len(close)} is a near-tie" if len(close) == 1 else f"{len(close)} are near-ties"
     text = prose(f"ZeRO-3 is the faster option in {zero3} of these {len(rows)} cases; {ties} (within {NEAR_TIE:.0%}, "
-                 "the model's own error), where the rules of section 2 decide: the fewest pipeline stages, so "
-                 "ZeRO-3.")
+                 "the model's own error), where the rules of the guide's recipe (its section 2) decide: the fewest "
+                 "pipeline stages, so ZeRO-3.")
     return table(["model", "GPUs", "Gb/s", "tokens/GPU", "ZeRO-3, no PP", "PP + ZeRO-1", "faster"], rows) \
         + "\n\n" + text
 

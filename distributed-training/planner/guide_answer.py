@@ -185,7 +185,7 @@ def draw_mfu(path: Path) -> Path:
             continue
         planned = r["config"]["mfu"] * 100  # the planner's projection of the same run, under its own setup
         measured = planned / (1 + r["error"])  # the published rate in the planner's MFU convention
-        size = "405B" if "405B" in r["name"] else "70B" if "70B" in r["name"] else "8B"
+        size = next((m for m in ("405B", "70B") if m in r["name"]), "8B")
         ax.plot([r["gpus"]] * 2, [measured, planned], color=colours[size], lw=0.8, alpha=0.7)
         ax.plot(r["gpus"], planned, "o", ms=6, mfc="white", color=colours[size])
         ax.plot(r["gpus"], measured, "*", ms=11, color=colours[size], mec="black", mew=0.5)

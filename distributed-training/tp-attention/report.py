@@ -266,9 +266,9 @@ def meaning_section() -> list[str]:
         "with h.", ""]
 
 
-CPU_CAVEAT = ("**CPU / gloo.** Every rank is a process sharing a few cores and gloo runs over loopback TCP: the times "
-              "measure core contention and gloo's latency, not tensor-parallel speedups, and t = 1 runs a full block on "
-              "every rank at once. gloo implements reduce-scatter as an all-reduce plus a local chunk "
+CPU_CAVEAT = ("**CPU / gloo.** Every rank is a process sharing a few cores and gloo runs over loopback TCP: the "
+              "times measure core contention and gloo's latency, not tensor-parallel speedups, and t = 1 runs a full "
+              "block on every rank at once. gloo implements reduce-scatter as an all-reduce plus a local chunk "
               "(pytorch/pytorch#118911), so the sequence-parallel reduce-scatters move twice the ring's bytes there. "
               "Read the shapes of the curves and the counts, not the milliseconds.")
 
