@@ -287,18 +287,28 @@ def health_sentence(f: Facts) -> str:
     return text + " " + S("health.acted" if acted else "health.no_action") + " " + nan
 
 
+def loss_cost_seen(f: Facts) -> bool:
+    """Do the runs show FP8 losing accuracy? Beyond the repeat noise where a seed was run twice; without a repeat,
+    every FP8 run ending above the band."""
+    diffs = [p.diff for p in f.paired]
+    if f.noise is not None:
+        return bool(diffs) and max(diffs) > f.noise
+    lim = f.band.limits("final_val")
+    low = [r for r in f.runs if r.fp8]
+    return lim is not None and bool(low) and all(r.final_val > lim[1] for r in low)
+
+
 def meaning_sentence(f: Facts) -> str:
     if not f.gpu:
         return S("meaning.cpu")
     speed = by_backend(f, "tokens_per_s")
     best = speed[0] if speed else None
     diffs = [p.diff for p in f.paired]
-    beyond = f.noise is not None and bool(diffs) and max(abs(d) for d in diffs) > f.noise
     if best is None:
         return S("meaning.none")
     if best[1] <= 1.0:
         return S("meaning.slower", best=best[0], x=best[1])
-    if beyond:
+    if loss_cost_seen(f):
         return S("meaning.trade", best=best[0], x=best[1], diffs=spread(diffs))
     return S("meaning.free", best=best[0], x=best[1])
 
