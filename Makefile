@@ -13,7 +13,7 @@ MAKEFLAGS += --no-print-directory
 # ---- environment ----------------------------------------------------------------------------
 # The managed .venv gets the pinned torch built for this machine's NVIDIA driver (+cu126/+cu128/+cu130,
 # or +cpu without one) from PyTorch's wheel index, or, where that index does not answer within
-# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): common/torch_install.py.
+# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): provision/torch_install.py.
 BOOTSTRAP_PYTHON ?= python3
 TORCH_BACKEND ?= auto
 TORCH_INDEX ?= https://download.pytorch.org/whl
@@ -93,10 +93,10 @@ $(VENV)/.installed: requirements.txt
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else \
 	  "error: Python >= 3.10 is needed, $(BOOTSTRAP_PYTHON) is " + sys.version.split()[0] + \
 	  "; pass BOOTSTRAP_PYTHON=python3.11 or similar")'
-	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m common.torch_install preflight --python $(BOOTSTRAP_PYTHON)
+	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m provision.torch_install preflight --python $(BOOTSTRAP_PYTHON)
 	@$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(BOOTSTRAP_PYTHON) -m venv $(VENV); }
 	@echo "installing requirements.txt into $(VENV) (once; again only when it changes)"
-	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m common.torch_install install --requirements requirements.txt \
+	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m provision.torch_install install --requirements requirements.txt \
 	  --backend $(TORCH_BACKEND) --index $(TORCH_INDEX) --timeout-s $(TORCH_INDEX_TIMEOUT_S)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $@
@@ -113,7 +113,7 @@ test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
 	$(PYTHON) -m pytest $(ARGS)
 
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
-	@$(PYRUN) -m common.doctor --gpu $(GPU)
+	@$(PYRUN) -m provision.doctor --gpu $(GPU)
 
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
 
@@ -182,17 +182,17 @@ gpu-suite-part-4:
 
 ARCHIVE_DIR ?= .
 results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=...), commit recorded
-	@$(PYRUN) -m common.archive create --out $(ARCHIVE_DIR)
+	@$(PYRUN) -m provision.archive create --out $(ARCHIVE_DIR)
 
 results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then regenerate every report
 	@test -n "$(ARCHIVE)" || { echo "error: results-import needs ARCHIVE=path/to/results_*.tar.gz" >&2; exit 2; }
-	@$(PYRUN) -m common.archive extract $(ARCHIVE)
+	@$(PYRUN) -m provision.archive extract $(ARCHIVE)
 	$(MAKE) reports
 
 # The optional FP8 backends of fp8-train. torchao: the version requirements-fp8.txt pins (0.18 pairs with
 # torch 2.13). TransformerEngine TE: the core wheel for this torch's CUDA major, and its PyTorch extension
 # compiled here against this torch; its prerequisites (a CUDA torch, nvcc of the same major, cuDNN headers,
-# g++) are checked first, each missing one told in one line (common/te_install.py). Compiling takes a few
+# g++) are checked first, each missing one told in one line (provision/te_install.py). Compiling takes a few
 # minutes on 8+ cores (an estimate). TE= skips it. WHEELHOUSE=dir installs all of it with no network, from
 # a folder `make wheelhouse` filled where there is internet (for this Python and the pinned torchao, unless
 # WHEEL_PY/TORCHAO/TE_CUDA say otherwise).
@@ -205,18 +205,18 @@ TE_CUDA_ARCHS ?=
 TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(TE_CUDA_ARCHS),--cuda-archs "$(TE_CUDA_ARCHS)")
 wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (core + torch sdist) and their deps
 	@test -n "$(WHEELHOUSE)" || { echo "error: wheelhouse needs WHEELHOUSE=dir" >&2; exit 2; }
-	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
+	$(PYRUN) -m provision.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
 	  $(if $(WHEEL_PY),--python $(WHEEL_PY)) $(if $(TE_CUDA),--te-cuda $(TE_CUDA))
 
 setup-fp8: $(SETUP) ## optional FP8 backends: torchao + TransformerEngine (TE= torchao alone; WHEELHOUSE=dir offline)
-	$(if $(TE),@$(PYRUN) -m common.te_install check $(TE_FLAGS))
+	$(if $(TE),@$(PYRUN) -m provision.te_install check $(TE_FLAGS))
 ifeq ($(WHEELHOUSE),)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
 	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
 endif
-	$(if $(TE),$(PYRUN) -m common.te_install install $(TE_FLAGS))
-	$(PYRUN) -m common.doctor
+	$(if $(TE),$(PYRUN) -m provision.te_install install $(TE_FLAGS))
+	$(PYRUN) -m provision.doctor
 
 clean-venv: ## remove the managed .venv
 	rm -rf .venv

@@ -85,7 +85,7 @@ def test_refusal_without_a_gpu_and_with_a_mismatch():
 
 @NO_GPU
 def test_doctor_says_the_right_thing_here_and_with_a_faked_mismatch(tmp_path, monkeypatch, capsys):
-    from common.doctor import main
+    from provision.doctor import main
 
     fake_nvidia_smi(tmp_path, None)  # a machine without a driver: as this CPU machine, said plainly
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")

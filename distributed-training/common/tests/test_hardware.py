@@ -64,7 +64,7 @@ def test_achievable_matmul_rates_are_measured_or_unknown():
 
 
 def test_doctor_reports_the_named_preset_and_refuses_unknown_ones(capsys):
-    from common.doctor import main
+    from provision.doctor import main
 
     code = main(["--gpu", "h100"])
     out, err = capsys.readouterr()

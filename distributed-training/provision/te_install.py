@@ -4,8 +4,8 @@ this torch's CUDA major and the PyTorch extension compiled against this torch.
     make setup-fp8                          # torchao, then TransformerEngine TE (2.20.2) from the package index
     make setup-fp8 TE=                      # torchao alone
     make setup-fp8 WHEELHOUSE=wheels        # offline, from a folder `make wheelhouse` filled
-    PYTHONPATH=distributed-training python -m common.te_install check --te 2.20.2     # the checks alone
-    PYTHONPATH=distributed-training python -m common.te_install install --te 2.20.2 --dry-run
+    PYTHONPATH=distributed-training python -m provision.te_install check --te 2.20.2     # the checks alone
+    PYTHONPATH=distributed-training python -m provision.te_install install --te 2.20.2 --dry-run
 
 TransformerEngine is three packages of one version (TE refuses to import a mix):
     transformer_engine                 the Python package; `transformer_engine[core_cu12]` / `[core_cu13]` also
@@ -47,7 +47,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .cuda_env import read_driver
+from common.cuda_env import read_driver
 
 
 class Facts(NamedTuple):
