@@ -53,7 +53,10 @@ ARGS ?=
 # CPU: torchrun would set OMP_NUM_THREADS=1 anyway (with a warning); we set it so it is visible.
 RUN_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 LABS_DIR := distributed-training
-PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR) $(PYTHON)
+# KIT_SITE: where `make offline-install` puts a carried kit's wheels (TransformerEngine, torchao) without
+# touching the interpreter's own environment; every target sees it, and the caller's PYTHONPATH after it.
+KIT_SITE ?= .kit-site
+PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR):$(abspath $(KIT_SITE))$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
 LAUNCH = $(PYRUN) -m common.launch
 ifeq ($(NNODES),1)
   TORCHRUN = $(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(NPROC)
@@ -117,6 +120,29 @@ doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP
 
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
 
+# One short GPU lease (15 minutes, no network): the FP8 question answered in priority order under BUDGET_S,
+# the kit installed first, the archive always written (provision/gpu_quick.py). GPU=cpu rehearses it.
+BUDGET_S ?= 480
+KIT ?=
+KIT_PYTHON ?= 3.12
+KIT_TORCH ?= 2.11.0+cu130
+KIT_ARCHS ?= 90
+KIT_MAX_MB ?= 60
+ARCHIVE_DIR ?= .
+.PHONY: gpu-quick offline-kit offline-install
+gpu-quick: $(SETUP) ## one short GPU slot: kit, doctor, fp8-train by priority, a bench size, archive (BUDGET_S=480)
+	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --archive-dir $(ARCHIVE_DIR) \
+	  --site $(abspath $(KIT_SITE)) $(if $(KIT),--kit $(KIT)) $(ARGS)
+
+offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), checked (~15 min)
+	@test -n "$(KIT)" || { echo "error: offline-kit needs KIT=dir (the folder to fill)" >&2; exit 2; }
+	@$(PYRUN) -m provision.offline_kit build --kit $(KIT) --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
+	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --max-mb $(KIT_MAX_MB)
+
+offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) with no network; every target sees it
+	@test -n "$(KIT)" || { echo "error: offline-install needs KIT=dir (made by make offline-kit)" >&2; exit 2; }
+	@$(PYRUN) -m provision.offline_kit install --kit $(KIT) --site $(abspath $(KIT_SITE))
+
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
 # interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
@@ -128,20 +154,20 @@ reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its
 #   5  fp8-train preset, second half (--resume): TE's te.Linear swap and its fused     runs at 68dffd9)
 #      modules; publishes results/<preset> and writes the report
 #   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s (68dffd9)
-#   4  fp8-train-bench: step cost and FP8 bound at hidden 1024-8192, GEMM rates,      not run whole yet:
-#      monitoring cost                                                                 236 s for 3 sizes
+#   4  fp8-train-bench: step cost and FP8 bound at hidden 1024, 2048, 4096            236 s (521bf75)
+#   6  fp8-train-bench: hidden 8192, GEMM rates, monitoring cost; the report           not run yet
 # DT_GIT_COMMIT names the commit where the tree has no .git (a copied checkout); results-archive
 # then packs everything for the trip home.
 PART ?= all
 GPU_PART_LIMIT_S ?= 540
-GPU_PARTS := $(if $(filter all,$(PART)),1 2 5 3 4,$(PART))
+GPU_PARTS := $(if $(filter all,$(PART)),1 2 5 3 4 6,$(PART))
 FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
-.PHONY: gpu-suite gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 \
-        results-archive results-import wheelhouse
+.PHONY: gpu-suite results-archive results-import wheelhouse \
+        gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..5 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench | fp8 TE
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
-	@case "$(PART)" in all|1|2|3|4|5) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, all" >&2; exit 2;; esac
+	@case "$(PART)" in all|1|2|3|4|5|6) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, 6, all" >&2; exit 2;; esac
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
 	  timeout -s TERM -k 60 $(GPU_PART_LIMIT_S) $(MAKE) -k gpu-suite-part-$$p || failed="$$failed $$p"; \
@@ -176,11 +202,17 @@ gpu-suite-part-3:
 	$(call require_cuda)
 	$(MAKE) fsdp-scaling-gpu
 
+# The bench's GPU run in two parts that each fit GPU_PART_LIMIT_S (one launch of all four sizes and the
+# monitoring pass ran 8.5-10 min): each merges its rows into results/<preset>_ws1 as they are complete.
 gpu-suite-part-4:
 	$(call require_cuda)
-	$(MAKE) fp8-train-bench fp8-train-report
+	$(MAKE) fp8-train-bench ARGS="--hidden 1024,2048,4096 --parts step --promote merge"
 
-ARCHIVE_DIR ?= .
+gpu-suite-part-6:
+	$(call require_cuda)
+	$(MAKE) fp8-train-bench ARGS="--hidden 8192 --parts step,gemm,monitor --promote merge"
+	$(MAKE) fp8-train-report
+
 results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=...), commit recorded
 	@$(PYRUN) -m provision.archive create --out $(ARCHIVE_DIR)
 

@@ -26,7 +26,10 @@
                 proxy for GPU launches that any machine can measure.
 
     make fp8-train-bench GPU=cpu            # -> results/cpu_ws1/bench_{step,gemm,monitor,kernels}.csv
-    make fp8-train-bench GPU=h100           # -> results/h100_ws1/bench_*.csv (about 5 minutes on one H100)
+    make fp8-train-bench GPU=h100           # -> results/h100_ws1/bench_*.csv (all of it: 8.5-10 min, one H100)
+    make gpu-suite PART=4; make gpu-suite PART=6          # the same in two launches that fit 540 s each
+    make fp8-train-bench ARGS="--hidden 4096 --parts step --promote merge --fp8-scaling current"  # one size
+A stopped launch (SIGTERM: a time limit) keeps the rows of every mode it finished in runs/<preset>_ws1-bench/.
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu --hidden 128,512
 """
 
@@ -408,7 +411,8 @@ def _measure(cfg: BenchConfig, folder: RunFolder, changed: list[str], data, on_g
                     ["d_model", "run", "fp8_scaling"],
                     config=saved), bounds)
             if "gemm" in cfg.parts:
-                shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
+                # the GPU default sizes whatever --hidden says: the GEMM rates are one table, whichever part runs them
+                shapes = [(8192, h, h) for h in GPU_DEFAULTS[1]] if on_gpu else [(1024, 512, 512)]
                 gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"],
                             ["op", "m", "k", "n"]), shapes)
             if "monitor" in cfg.parts:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -55,7 +56,8 @@ from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
-from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
+from common.runs import (RunError, RunFolder, check_free, check_resumable, promote_run, read_manifest,
+                         run_dir_for, shown)
 from faults import parse as parse_faults
 from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
                        select_modules)
@@ -197,8 +199,9 @@ def _load_data(path: str | None, nbytes: int):
 # Flags that do not change what is measured: a run differing from its preset only in them is the
 # preset's run (published to results/); CONFIG_IGNORE: what a resumed run may change.
 OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
-               "threads", "log_every", "promote", "only")
-CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only")
+               "threads", "log_every", "promote", "only", "list_runs", "publish_finished")
+CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only", "list_runs",
+                 "publish_finished")
 
 
 def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_json: dict,
@@ -351,7 +354,7 @@ def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
     if not launched_by_torchrun():  # the launcher's check pass, or the one process of a CPU run
         run_dir = run_dir_for(out.parent, out.name)
         check_free(run_dir)
-        if cfg.resume:
+        if cfg.resume or cfg.publish_finished:
             check_resumable(run_dir)
             check_resume(run_dir / "steps.csv", STEP_COLUMNS, cfg_json, CONFIG_IGNORE)
     return specs, skipped, data, dataclasses.replace(mcfg, vocab_size=data.vocab_size), cfg_json
@@ -363,6 +366,14 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         specs, skipped, data, mcfg, cfg_json = _check(cfg, preset, on_gpu, explicit, out)
     except (ValueError, backends.BackendUnavailable, RunError) as e:
         fail(str(e), 2)
+    if cfg.list_runs:  # one line per run: `run NAME` or `skipped NAME: reason`, in the plan's order
+        for s in specs:
+            print(f"run {s.name}")
+        for k in skipped:
+            print(f"skipped {k}")
+        return 0
+    if cfg.publish_finished:
+        return publish_finished(cfg, specs, out)
     if not selected(specs, cfg.only, skipped):  # --only named preset runs that cannot run here
         for k in skipped:
             print0(f"skipped {k}")
@@ -401,6 +412,41 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
             for line in folder.finish(complete=code == 0, changed=changed, promote=cfg.promote):
                 print(line, flush=True)
     return 0 if code == INCOMPLETE else code
+
+
+def publish_finished(cfg: Config, specs: list[RunSpec], out: Path) -> int:
+    """--publish-finished: the plan's finished runs merged into results/ by key, the unfinished ones kept out.
+
+    The end of a short GPU job: whatever runs of the plan finished are results of their own (a BF16 run and
+    an FP8 run of one model compare without the third seed). A run cut off mid-way has rows but no end: they
+    are dropped, with its checkpoint, so that neither a report nor a later --resume reads half a run.
+    """
+    run_dir = run_dir_for(out.parent, out.name)
+    if read_manifest(run_dir).get("state") in ("promoted", "merged"):
+        print(f"{shown(run_dir)}: published already (every run of the plan finished)")
+        return 0
+    try:
+        folder = RunFolder.open(run_dir, out, "resume")
+    except RunError as e:
+        fail(str(e), 2)
+    ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
+    with folder.path.joinpath("steps.config.json").open() as f:
+        saved = json.load(f)
+    writers = writers_for(folder, None, {}, saved)
+    states = {s.name: rows_state(writers, s.name, cfg.steps) for s in specs}
+    for name in (n for n, state in states.items() if state == "partial"):
+        gone = sum(w.discard("run", name) for w in (writers.steps, writers.fp8, writers.layers, writers.events))
+        (ckpt_dir / f"{name}.pt").unlink(missing_ok=True)
+        print(f"{name}: cut off mid-way; its {gone} rows and checkpoint dropped (--resume trains it again)")
+    folder.finish(complete=False, changed=[])
+    done = [n for n, state in states.items() if state == "complete"]
+    if not done:
+        print(f"no run of the plan finished: nothing published ({shown(folder.path)} keeps the plan)")
+        return 0
+    files = promote_run(folder.path, merge=True)
+    print(f"published {', '.join(done)} ({len(files)} file(s) merged into {shown(out)}); not run yet: "
+          f"{', '.join(n for n, state in states.items() if state != 'complete') or 'none'}")
+    return 0
 
 
 def _train_all(cfg: Config, specs, now, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, run_path: Path,

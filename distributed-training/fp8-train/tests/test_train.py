@@ -212,6 +212,34 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
     assert not list(ckpt.glob("*.pt"))  # checkpoints off: none at the end of a resumed launch either
 
 
+def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path, tiny, capsys, monkeypatch):
+    """The end of a short GPU job: bf16-s0 finished, fp8 was cut off at step 2; only bf16-s0 reaches results/."""
+    import runloop
+    out = tmp_path / "results" / "slot"
+    args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "4", "--val-every", "0",
+                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+    assert train.main(args + ["--list-runs"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run bf16-s0", "run fp8-emulated-s0", "run bf16-s1"]
+    real = runloop.RunLoop.one_step
+
+    def cut_off_at_step_2(self, step):
+        if self.ids["run"] == "fp8-emulated-s0" and step == 2:
+            raise KeyboardInterrupt
+        return real(self, step)
+
+    monkeypatch.setattr(runloop.RunLoop, "one_step", cut_off_at_step_2)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train.main(args + ["--only", "bf16-s0,fp8-emulated-s0"])
+    monkeypatch.setattr(runloop.RunLoop, "one_step", real)
+    assert not out.exists()
+    assert train.main(args + ["--publish-finished"]) == 0
+    said = capsys.readouterr().out
+    assert "fp8-emulated-s0: cut off mid-way; its" in said and "not run yet: fp8-emulated-s0, bf16-s1" in said
+    assert pd.read_csv(out / "steps.csv").groupby("run")["step"].apply(list).to_dict() == {"bf16-s0": [0, 1, 2, 3]}
+    assert train.main(args + ["--resume"]) == 0  # a later slot finishes the plan, which then replaces the merge
+    assert sorted(pd.read_csv(out / "steps.csv")["run"].unique()) == ["bf16-s0", "bf16-s1", "fp8-emulated-s0"]
+
+
 def test_initial_weights_are_drawn_once_per_plan_and_kept_for_its_next_launch(tmp_path, monkeypatch):
     import precision
     monkeypatch.setattr(precision, "DISK_MIN_PARAMS", 0)  # the disk copy is for big models; any model here
