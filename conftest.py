@@ -4,7 +4,8 @@ Each lab is a folder of scripts (bench.py, report.py, ...) that import each othe
 name, as they do when run from their own folder. Two labs may both have a report.py, so while
 pytest collects or runs one lab's tests, that lab's folder is first on sys.path and only its
 own modules are in sys.modules; the other labs' modules are parked and restored on return.
-`import common` always resolves to distributed-training/common itself, never a lab's symlink.
+`import common` always resolves to distributed-training/common itself, never a lab's symlink;
+`common` and `planner` are packages shared by every lab, imported by name, never parked.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _lab_of(path) -> Path | None:
         rel = Path(path).resolve().relative_to(LABS)
     except (ValueError, OSError):
         return None
-    if len(rel.parts) < 2 or rel.parts[0] == "common":
+    if len(rel.parts) < 2 or rel.parts[0] in ("common", "planner"):
         return None
     return LABS / rel.parts[0]
 
