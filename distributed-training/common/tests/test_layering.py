@@ -64,8 +64,9 @@ def imports(path: Path) -> list[Imported]:
 
 
 def _called(call: ast.Call) -> str:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return call.func.id if isinstance(call.func, ast.Name) else ""
 
 
 def modules_of(folder: Path) -> set[str]:
@@ -78,10 +79,10 @@ def layering_violations(root: Path) -> list[str]:
     """One line per import that breaks the layering of the tree under root (labs -> planner -> common)."""
     labs = {d.name: modules_of(d) for d in sorted(root.iterdir())
             if d.is_dir() and not d.is_symlink() and d.name not in SHARED and not d.name.startswith((".", "_"))}
-    owner = {}
+    owner: dict[str, str] = {}  # module name -> the lab(s) holding one
     for lab, names in labs.items():
         for name in names:
-            owner.setdefault(name, lab)
+            owner[name] = f"{owner[name]}, {lab}" if name in owner else lab
     own = {part: modules_of(root / part) - {"__init__"} for part in SHARED}
     out = []
     for path in python_files(root):
@@ -94,7 +95,7 @@ def layering_violations(root: Path) -> list[str]:
                 if part == "common" and imp.name == "planner":
                     out.append(f"{rel}:{imp.line}: common imports the planner")
                 elif imp.name in owner:
-                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of the lab {owner[imp.name]}")
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own[part]:
                     out.append(f"{rel}:{imp.line}: {part} imports its own {imp.name} by a bare name; "
                                f"import it as {part}.{imp.name}")
@@ -102,7 +103,7 @@ def layering_violations(root: Path) -> list[str]:
                     out.append(f"{rel}:{imp.line}: common imports the planner's {imp.name}")
             elif part in labs and imp.name not in labs[part]:
                 if imp.name in owner:
-                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of the lab {owner[imp.name]}")
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own["planner"]:  # works only with the planner's folder on sys.path
                     out.append(f"{rel}:{imp.line}: {part} imports the planner's {imp.name} by a bare name; "
                                f"import it as planner.{imp.name}")
@@ -187,10 +188,10 @@ def test_the_layering_checker_passes_a_clean_tree_and_names_each_break(tmp_path)
                  "lab-b/train.py": "import bench\nimport shapes\n"})
     assert layering_violations(root) == [
         "common/dist.py:1: common imports the planner",
-        "common/hardware.py:2: common imports report, a module of the lab lab-a",
-        "lab-b/train.py:1: lab-b imports bench, a module of the lab lab-a",
+        "common/hardware.py:2: common imports report, a module of lab-a, lab-b",
+        "lab-b/train.py:1: lab-b imports bench, a module of lab-a",
         "lab-b/train.py:2: lab-b imports the planner's shapes by a bare name; import it as planner.shapes",
-        "planner/costs.py:2: planner imports bench, a module of the lab lab-a",
+        "planner/costs.py:2: planner imports bench, a module of lab-a",
         "planner/shapes.py:1: planner imports its own costs by a bare name; import it as planner.costs"]
 
 
