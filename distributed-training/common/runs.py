@@ -57,6 +57,7 @@ def _stamp() -> str:
 
 
 def shown(path: Path) -> str:
+    """A path as a message shows it: relative to the working directory when it lies below it, else as given."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:

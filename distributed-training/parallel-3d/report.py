@@ -15,12 +15,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import against_planner as ap
 from common import measured_on
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, guard_report
 from common.plotting import new_figure, save
+from planner import against_pytorch as ap, vs_measured
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
@@ -223,7 +222,7 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
                 "conclusions": conclusions(results),
-                "predicted": [predicted.section("parallel-3d", results)]}  # beside every GPU row
+                "predicted": [vs_measured.section("parallel-3d", results)]}  # beside every GPU row
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 
