@@ -1,10 +1,12 @@
 """The repository's layering, read from its imports (ast over every .py under distributed-training/, tests too).
 
-    labs  ->  planner  ->  common
+    labs  ->  planner  ->  common   <-  provision
 
 A lab (a folder of scripts run with PYTHONPATH=distributed-training) imports its own modules by plain name,
 and `planner` and `common` by name; the planner imports only `common` (and itself, relatively or as
-planner.x); common imports neither a lab nor the planner. Nothing goes around the import system: no
+planner.x); common imports neither a lab nor the planner nor provision. provision (installing, the offline
+kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
+lines, and no lab imports it. Nothing goes around the import system: no
 sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
 load stays, as a measurement: fp8-train/kernels.py loads an older fp8_linear.py from git to count its
 kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
@@ -23,7 +25,8 @@ from typing import NamedTuple
 
 LABS = Path(__file__).resolve().parents[2]
 REPO = LABS.parent
-SHARED = ("common", "planner")
+SHARED = ("common", "planner", "provision")
+MAY_IMPORT = {"common": set(), "planner": {"common"}, "provision": {"common"}}  # of the other shared packages
 # Names that import a file by its path, or put a folder on the import path.
 PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLoader", "run_path", "load_source",
                 "addsitedir"}
@@ -92,8 +95,8 @@ def layering_violations(root: Path) -> list[str]:
             if imp.relative or not imp.name:
                 continue
             if part in SHARED:
-                if part == "common" and imp.name == "planner":
-                    out.append(f"{rel}:{imp.line}: common imports the planner")
+                if imp.name in SHARED and imp.name != part and imp.name not in MAY_IMPORT[part]:
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}")
                 elif imp.name in owner:
                     out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own[part]:
@@ -102,7 +105,10 @@ def layering_violations(root: Path) -> list[str]:
                 elif part == "common" and imp.name in own["planner"]:
                     out.append(f"{rel}:{imp.line}: common imports the planner's {imp.name}")
             elif part in labs and imp.name not in labs[part]:
-                if imp.name in owner:
+                if imp.name == "provision":
+                    out.append(f"{rel}:{imp.line}: {part} imports provision (a tool that runs labs, never a "
+                               "dependency of one)")
+                elif imp.name in owner:
                     out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own["planner"]:  # works only with the planner's folder on sys.path
                     out.append(f"{rel}:{imp.line}: {part} imports the planner's {imp.name} by a bare name; "
@@ -185,14 +191,18 @@ def test_the_layering_checker_passes_a_clean_tree_and_names_each_break(tmp_path)
                  "common/hardware.py": "def f():\n    import report\n",
                  "planner/costs.py": "import importlib\nimportlib.import_module('bench')\n",
                  "planner/shapes.py": "import costs\n",
-                 "lab-b/train.py": "import bench\nimport shapes\n"})
+                 "lab-b/train.py": "import bench\nimport shapes\n",
+                 "lab-b/report.py": "from provision import archive\n",
+                 "provision/kit.py": "from planner import costs\nfrom common import dist\n"})
     assert layering_violations(root) == [
-        "common/dist.py:1: common imports the planner",
+        "common/dist.py:1: common imports planner",
         "common/hardware.py:2: common imports report, a module of lab-a, lab-b",
+        "lab-b/report.py:1: lab-b imports provision (a tool that runs labs, never a dependency of one)",
         "lab-b/train.py:1: lab-b imports bench, a module of lab-a",
         "lab-b/train.py:2: lab-b imports the planner's shapes by a bare name; import it as planner.shapes",
         "planner/costs.py:2: planner imports bench, a module of lab-a",
-        "planner/shapes.py:1: planner imports its own costs by a bare name; import it as planner.costs"]
+        "planner/shapes.py:1: planner imports its own costs by a bare name; import it as planner.costs",
+        "provision/kit.py:1: provision imports planner"]
 
 
 def test_the_path_checker_reads_code_not_comments(tmp_path):
@@ -214,7 +224,7 @@ def test_the_path_checker_reads_code_not_comments(tmp_path):
 
 # ---- the repository ---------------------------------------------------------------------------------------------
 
-def test_labs_then_planner_then_common():
+def test_labs_then_planner_then_common_and_provision_beside_the_planner():
     assert layering_violations(LABS) == []
 
 
