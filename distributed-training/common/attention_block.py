@@ -106,15 +106,29 @@ def _fused_forward(q, k, v, causal: bool, scale: float):
     return out.to(accum_dtype(q.dtype)), lse.to(accum_dtype(q.dtype))
 
 
+_FLASH_CONSTANTS: dict = {}
+
+
+def _flash_constants(device, dtype) -> tuple:
+    """The CUDA flash forward's varlen and RNG outputs (cum_seq_q, cum_seq_k, rng_state, unused) for a plain
+    (B, H, S, D) call without dropout: the same for every shape, and what its backward expects back (SDPA's own
+    autograd passes the forward's). Taken once from a tiny forward, since the ring recomputes no forward."""
+    key = (device, dtype)
+    if key not in _FLASH_CONSTANTS:
+        x = torch.zeros(1, 1, 8, 64, device=device, dtype=dtype)
+        _, _, cum_q, cum_k, _, _, seed, offset, _ = _aten._scaled_dot_product_flash_attention(x, x, x, 0.0, False)
+        _FLASH_CONSTANTS[key] = (cum_q, cum_k, seed, offset)
+    return _FLASH_CONSTANTS[key]
+
+
 def _fused_backward(dout, q, k, v, out, lse, causal: bool, scale: float):
     g = q.shape[1] // k.shape[1]
     kr, vr = _repeat_kv(k, g), _repeat_kv(v, g)
     dout, out, lse = dout.to(q.dtype).contiguous(), out.to(q.dtype).contiguous(), lse.to(accum_dtype(q.dtype)).contiguous()
     if q.is_cuda:
-        # Without dropout the varlen and RNG arguments are unused: plain (B, H, S, D) blocks, no philox state.
-        none = torch.empty(0, dtype=torch.int64, device=q.device)
+        cum_q, cum_k, seed, offset = _flash_constants(q.device, q.dtype)
         dq, dk, dv = _aten._scaled_dot_product_flash_attention_backward(
-            dout, q, kr, vr, out, lse, none, none, q.shape[2], kr.shape[2], 0.0, causal, none, none, scale=scale)
+            dout, q, kr, vr, out, lse, cum_q, cum_k, q.shape[2], kr.shape[2], 0.0, causal, seed, offset, scale=scale)
     else:
         dq, dk, dv = _aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, kr, vr, out, lse, 0.0, causal,
                                                                                 scale=scale)

@@ -21,7 +21,8 @@ implementation:
 On CPU PyTorch's public context_parallel refuses (its dispatcher has no rule for the CPU SDPA kernel;
 the refusal is written to results/public_api_<tag>.csv), so the PyTorch rows there are its ring core
 (_templated_ring_attention and its backward) on the same CPU kernel; on CUDA they are the public API.
-Ours uses the fused kernel too (common/attention_block.py), so the rows differ in the ring, not the kernel.
+Every implementation runs the same kernel (one_kernel: FlashAttention-2 on CUDA, SDPA's fused CPU kernel on
+CPU; ours calls them through common/attention_block.py), so the rows differ in the ring, not the kernel.
 
     make cp-attention                          # CPU: 4 gloo ranks, N = 1, 2, 4, then the report (~1 min)
     make cp-attention-gpu GPU=h100             # 1 GPU: N = 1 (wrapper overheads); N GPUs: N = 1, 2, 4, 8
@@ -157,24 +158,24 @@ class Impl:
     """One implementation's forward and backward on this rank's shard, and how much it saves and peaks at."""
 
     def __init__(self, name: str, vcfg: verify.VerifyConfig, mesh: DeviceMesh, full: tuple[torch.Tensor, ...],
-                 stack: contextlib.ExitStack):
+                 public: torch_cp.PublicCP | None):
         self.name, self.device = name, full[0].device
         pos = balanced_positions(vcfg.seq_len, vcfg.cp, mesh.get_local_rank(), device=self.device)
         local = [t.index_select(2, pos) for t in full] if name != "sdpa" else list(full)
         self.q, self.k, self.v = (t.detach().clone().requires_grad_(True) for t in local[:3])
-        self.dout, self.scale, self.group, self.public = local[3], default_scale(vcfg.head_dim), mesh.get_group(), None
-        if name.startswith("torch-") and self.device.type == "cuda":
-            self.public = stack.enter_context(torch_cp.PublicCP(mesh, *full, rotate=name.removeprefix("torch-")))
+        self.dout, self.scale, self.group = local[3], default_scale(vcfg.head_dim), mesh.get_group()
+        self.public = public if name.startswith("torch-") else None  # CUDA: PyTorch's public API, one context
         self.kernel = vcfg.kernel
 
     def forward(self) -> torch.Tensor:
         if self.public is not None:
-            return self.public.forward()
+            return self.public.forward(self.name.removeprefix("torch-"))
         for t in (self.q, self.k, self.v):
             t.grad = None
-        if self.name == "sdpa":
-            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=True,
-                                                  enable_gqa=self.k.shape[1] != self.q.shape[1])
+        if self.name == "sdpa":  # K/V repeated, as PyTorch's CP does: the same kernel on the same shapes
+            n = self.q.shape[1]
+            return F.scaled_dot_product_attention(self.q, torch_cp.repeat_kv(self.k, n), torch_cp.repeat_kv(self.v, n),
+                                                  is_causal=True)
         if self.name == "ours":
             return ring_attention(self.q, self.k, self.v, self.group, scale=self.scale, kernel=self.kernel)
         return torch_cp.torch_ring(self.q, self.k, self.v, self.group, scale=self.scale,
@@ -214,6 +215,16 @@ def time_interleaved(steps: dict[str, Callable[[], None]], cfg: BenchConfig, dev
     return samples
 
 
+def one_kernel(device: torch.device):
+    """The timed and measured steps of every implementation on the same attention kernel: on CUDA, SDPA held to
+    FlashAttention-2 (what ours calls; left alone SDPA may pick cuDNN's on Hopper, and the rows would compare kernels,
+    not rings); on CPU SDPA's one fused kernel. The correctness checks before them leave SDPA its own choice."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+
+
 def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int) -> list[dict]:
     cp = mesh.size()
     shape = dict(cp=cp, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, seq_len=seq,
@@ -223,14 +234,16 @@ def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: in
     vcfg = verify.VerifyConfig(**shape)
     full = verify.whole_sequence(vcfg, device)
     with contextlib.ExitStack() as stack:
-        impls = {n: Impl(n, vcfg, mesh, full, stack) for n in names}
+        stack.enter_context(one_kernel(device))
+        public = stack.enter_context(torch_cp.PublicCP(mesh, *full)) if device.type == "cuda" else None
+        impls = {n: Impl(n, vcfg, mesh, full, public) for n in names}
         memory = {n: impl.memory() for n, impl in impls.items()}
         samples = time_interleaved({n: impl.step for n, impl in impls.items()}, cfg, device)
     rows = []
     for n in names:
         res, ms = checks.get(n), [s * 1e3 for s in samples[n]]
-        rows.append({"impl": n, **{k: shape[k] for k in ("cp", "n_heads", "n_kv_heads", "head_dim", "batch", "dtype",
-                                                         "kernel")}, "seq_len": seq,
+        rows.append({"impl": n, **{k: shape[k] for k in ("cp", "n_heads", "n_kv_heads", "head_dim", "batch", "dtype")},
+                     "kernel": "flash (cuda)" if device.type == "cuda" else "flash (cpu)", "seq_len": seq,
                      "time_ms": statistics.median(ms), "time_min_ms": min(ms), "time_max_ms": max(ms),
                      "fwd_calls": res.sent.forward_calls if res else "none",
                      "fwd_sent_bytes": res.sent.forward_bytes if res else 0,

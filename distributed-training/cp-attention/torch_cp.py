@@ -26,8 +26,13 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.experimental._attention import _cp_options, _RotateMethod
-from torch.distributed.tensor.experimental._context_parallel._attention import (_templated_ring_attention,
-                                                                               _templated_ring_attention_backward)
+
+try:  # torch >= 2.12 keeps the implementation here; experimental._attention re-exports only part of it
+    from torch.distributed.tensor.experimental._context_parallel._attention import (_templated_ring_attention,
+                                                                                   _templated_ring_attention_backward)
+except ImportError:  # torch 2.11 (the GPU images' torch)
+    from torch.distributed.tensor.experimental._attention import (_templated_ring_attention,
+                                                                  _templated_ring_attention_backward)
 
 ROTATE = {"allgather": _RotateMethod.ALL_GATHER, "alltoall": _RotateMethod.ALL_TO_ALL}
 _aten = torch.ops.aten
@@ -84,11 +89,13 @@ def torch_ring(q, k, v, group, *, scale: float, rotate: str = "allgather") -> to
 class PublicCP:
     """The public API on CUDA: enter once with the full-sequence tensors, then run steps on this rank's shards.
 
-        with PublicCP(mesh, q, k, v, dout, rotate="allgather") as cp:   # q, k, v, dout: (B, H, s, D), whole
-            cp.step()                                                   # SDPA forward + backward, as ring
-        cp.q.grad ...                                                   # this rank's shard's gradients
+        with PublicCP(mesh, q, k, v, dout) as cp:       # q, k, v, dout: (B, H, s, D), whole
+            cp.step("allgather")                        # SDPA forward + backward, as ring attention
+        cp.q.grad ...                                   # this rank's shard's gradients
 
-    The buffers are sharded in place on entry (head-tail layout) and not restored; K/V repeated to H heads."""
+    The buffers are sharded in place on entry (head-tail layout) and not restored; K/V repeated to H heads. The
+    rotation is a module global that the ring reads at each call: set per step, so that one context serves both
+    (two contexts may not nest: each patches SDPA)."""
 
     def __init__(self, mesh: DeviceMesh, q, k, v, dout, *, rotate: str = "allgather"):
         n = q.shape[1]
@@ -99,9 +106,7 @@ class PublicCP:
 
     def __enter__(self) -> "PublicCP":
         from torch.distributed.tensor.experimental import context_parallel
-        from torch.distributed.tensor.experimental._attention import set_rotate_method
 
-        set_rotate_method(self.rotate)
         bufs = [self.q, self.k, self.v, self.dout]
         self._ctx = context_parallel(self.mesh, buffers=bufs, buffer_seq_dims=[2] * 4, no_restore_buffers=set(bufs))
         self._ctx.__enter__()
@@ -109,7 +114,10 @@ class PublicCP:
             t.requires_grad_(True)
         return self
 
-    def forward(self) -> torch.Tensor:
+    def forward(self, rotate: str | None = None) -> torch.Tensor:
+        from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+        set_rotate_method(rotate or self.rotate)
         for t in (self.q, self.k, self.v):
             t.grad = None
         self.out = F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=True)  # looked up inside
@@ -118,8 +126,8 @@ class PublicCP:
     def backward(self) -> None:
         self.out.backward(self.dout)
 
-    def step(self) -> None:
-        self.forward()
+    def step(self, rotate: str | None = None) -> None:
+        self.forward(rotate)
         self.backward()
 
     def __exit__(self, *exc):
