@@ -97,6 +97,8 @@ def answer(benches: dict[str, pd.DataFrame], corrs: dict[str, pd.DataFrame], pub
         big = _largest(b)
         n = big["cp"].max()
         row = big[big["cp"] == n].set_index("impl")
+        if n == 1 and {"ours", "sdpa", TORCH[0]} <= set(row.index):
+            out.append(one_rank_line(tag, b, row))
         if n < 2 or "ours" not in row.index:
             continue
         o = row.loc["ours"]
@@ -119,6 +121,19 @@ def answer(benches: dict[str, pd.DataFrame], corrs: dict[str, pd.DataFrame], pub
         out.append("- **GPU: not measured yet.** `make cp-attention-gpu GPU=h100` (one GPU: N = 1; a node: N up to its "
                    "GPUs) writes the rows that compare time, peak memory and bytes with the public API under NCCL.")
     return out
+
+
+def one_rank_line(tag: str, b: pd.DataFrame, row: pd.DataFrame) -> str:
+    """N = 1 (one GPU): the wrappers' costs, the kernel held equal, and what each keeps in memory."""
+    o, t, s = row.loc["ours"], row.loc[TORCH[0]], row.loc["sdpa"]
+    peak = (f"; peak memory above the inputs ours / PyTorch's {o['peak_mem_bytes'] / t['peak_mem_bytes']:.2f}"
+            if pd.notna(o["peak_mem_bytes"]) else "")
+    return (f"- **One rank, `{tag}`** ({b['hardware'].iloc[0]}, torch {b['torch_version'].iloc[0]}), s = "
+            f"{int(o['seq_len'])}, N = 1, every implementation on the same kernel: time ours / SDPA "
+            f"{o['time_ms'] / s['time_ms']:.2f}, ours / PyTorch's CP {o['time_ms'] / t['time_ms']:.2f} (what the "
+            f"wrappers cost around the kernel: nothing is sent at one rank); bytes saved for backward ours / PyTorch's "
+            f"{o['saved_bytes'] / t['saved_bytes']:.2f} (its repeated K/V heads){peak}. Multi-GPU rows (N > 1, where "
+            "the ring communicates): not measured yet, `make cp-attention-gpu` on a node of several GPUs.")
 
 
 def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
