@@ -68,7 +68,7 @@ IMPLS = ("sdpa", "ours", "torch-allgather", "torch-alltoall")
 # CPU: small enough for 4 ranks on 2 cores in well under a minute. GPU: Llama-3-8B's attention (32 query heads,
 # 8 K/V heads of 128), bf16, sequences where CP is used.
 PRESETS = {
-    "cpu": dict(seq_lens=(256, 512, 1024), n_heads=8, n_kv_heads=2, head_dim=32, batch=2, dtype="float32",
+    "cpu": dict(seq_lens=(256, 512, 1024), n_heads=8, n_kv_heads=2, head_dim=32, batch=1, dtype="float32",
                 warmup=1, iters=5),
     "cuda": dict(seq_lens=(8192, 16384, 32768), n_heads=32, n_kv_heads=8, head_dim=128, batch=1, dtype="bfloat16",
                  warmup=3, iters=10),
