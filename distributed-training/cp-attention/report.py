@@ -106,7 +106,7 @@ def answer(benches: dict[str, pd.DataFrame], corrs: dict[str, pd.DataFrame], pub
         sent = {i: row.loc[i, "fwd_sent_bytes"] + row.loc[i, "bwd_sent_bytes"] for i in row.index}
         bytes_ = [f"{sent['ours'] / sent[t]:.2f} of {t.removeprefix('torch-')}'s" for t in TORCH if t in sent]
         saved = [f"{o['saved_bytes'] / row.loc[t, 'saved_bytes']:.2f}" for t in TORCH if t in row.index]
-        where = "GPU" if (b["backend"] == "nccl").all() else "CPU (gloo; contention, not speed)"
+        where = "GPU" if (b["backend"] == "nccl").all() else "CPU, gloo: contention, not speed"
         out.append(f"- **Ours vs PyTorch, `{tag}`** ({where}), N = {n}, s = {int(o['seq_len'])}, {int(o['n_heads'])} "
                    f"query / {int(o['n_kv_heads'])} K/V heads: time ours / PyTorch's = {', '.join(parts)}; ours sends "
                    f"{' and '.join(bytes_)} bytes (it carries the K/V heads, not repeated ones, and N-1 dK/dV hops, "
