@@ -87,7 +87,7 @@ def runs_section(results: Path) -> list[str]:
         for r in rows:
             mfu = _f(r, "mfu")
             body.append([_degrees(r), r["schedule"], r["stage_layers"].replace(";", ","),
-                         f"Z{r['zero']}" if r["dp"] != "1" else "-", r["recompute"],
+                         f"Z{r['zero']}" if int(r["dp"]) * int(r.get("cp") or 1) > 1 else "-", r["recompute"],
                          f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
                          "-" if mfu is None else f"{mfu:.1%}", f"{float(r['peak_mem_bytes']) / MIB:.2f}",
