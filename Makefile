@@ -148,7 +148,8 @@ offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) wi
 # interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
 # next. `make gpu-suite` runs all five; `make gpu-suite PART=2` one of them. Times on one H100 80GB:
 #   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); then
-#      parallel-3d (1 GPU: baseline + activations; 8+ GPUs also TP2 x PP2 x DP2)         not run yet
+#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        not run yet
+#      TP2 x PP2 x DP2)
 #   2  fp8-train preset, first half: BF16 x3 seeds, torchao, the native layer, and     not run yet (the two
 #      the FP8 bound; its run folder stays unpublished until part 5                    halves: 404 s for 4
 #   5  fp8-train preset, second half (--resume): TE's te.Linear swap and its fused     runs at 68dffd9)
@@ -182,6 +183,7 @@ gpu-suite-part-1:
 	$(MAKE) doctor || failed="$$failed doctor"; \
 	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
 	$(MAKE) tp-attention-gpu || failed="$$failed tp-attention"; \
+	$(MAKE) cp-attention-gpu || failed="$$failed cp-attention"; \
 	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead || failed="$$failed allreduce-bench"; \
 	$(MAKE) parallel-3d-gpu || failed="$$failed parallel-3d"; \
 	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }

@@ -35,6 +35,9 @@ SCHEMAS = {
                                                        "planner_bytes": float}),
     "at_scale_terms": Schema("parallel-3d planner terms", {"study": str, "role": str, "quantity": str, "term": str,
                                                           "bytes": float}),
+    "at_scale_cp": Schema("parallel-3d at-scale CP study", {"study": str, "role": str, "baseline_study": str,
+                                                            "world": int, "cp": int, "param_bytes": float,
+                                                            "cp_payload_bytes": float, "ring_formula_bytes": float}),
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
                                                       "dp": int, "param_bytes": float}),
 }
