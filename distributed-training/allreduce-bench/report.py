@@ -21,7 +21,6 @@ from common import measured_on
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.findings import block
 from common.hardware import PRESETS
@@ -30,6 +29,7 @@ from common.plotting import describe_runs, log2_size_axis, new_figure, save
 import collectives as C
 import findings
 from topology import without_colours
+from planner import vs_measured
 from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -341,7 +341,7 @@ def appendix(df: pd.DataFrame, results: Path) -> list[str]:
               "(a local copy). In-place all_reduce and broadcast on one rank move no data at all (NCCL returns at "
               "once): those rows are launch overhead, kept in the CSV as `moves_data` = false and left out of peaks, "
               "fits and plots.", ""]
-    return L + [predicted.section("allreduce-bench", results, "###")]
+    return L + [vs_measured.section("allreduce-bench", results, "###")]
 
 
 def write_topology_index(results: Path, path: Path) -> None:

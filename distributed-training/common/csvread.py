@@ -34,6 +34,8 @@ from typing import Callable, Mapping
 
 import pandas as pd
 
+from common.runs import shown
+
 BAD_INPUT = 2
 ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema
 _TRUE_FALSE = {"true", "false", "1", "0"}
@@ -55,13 +57,6 @@ class Schema:
         return Schema(self.name, {**self.columns, **kinds}, self.allow_empty)
 
 
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def _check_cell(kind: type, text: str) -> bool:
     """True if `text` (non-empty) is a value of `kind`."""
     if kind is str:
@@ -79,7 +74,7 @@ def _check_cell(kind: type, text: str) -> bool:
 
 def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
     """Header, rows and text of a structurally sound CSV; BadResults otherwise."""
-    where = _shown(path)
+    where = shown(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -107,8 +102,8 @@ def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]
                          f"repeated column names; not a {schema.name} CSV")
     missing = [c for c in schema.columns if c not in header]
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise BadResults(f"{where} lacks the column(s) {shown}: not a {schema.name} CSV (a foreign or older file?)")
+        names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise BadResults(f"{where} lacks the column(s) {names}: not a {schema.name} CSV (a foreign or older file?)")
     rows = lines[1:]
     for i, row in enumerate(rows):
         if len(row) != len(header):
@@ -128,7 +123,7 @@ def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[
         for i, row in enumerate(rows):
             cell = row[j]
             if cell.strip() and not _check_cell(kind, cell):
-                raise BadResults(f"{_shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
+                raise BadResults(f"{shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
                                  f"{'an' if kind is int else 'a'} {kind.__name__}")
 
 
@@ -157,7 +152,7 @@ def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
         return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
     except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
-        raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+        raise BadResults(f"{shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
 
 
 def read_rows(path: str | Path, schema: Schema) -> list[dict[str, str]]:
@@ -172,7 +167,7 @@ def results_folder(folder: str | Path, hint: str = "") -> Path:
     """The folder a report reads; a missing one is an error, not an empty report."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise BadResults(f"results folder {_shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
+        raise BadResults(f"results folder {shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
     return folder
 
 
@@ -186,7 +181,7 @@ def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool
     files = sorted(folder.glob(pattern))
     if not files:
         if required:
-            raise BadResults(f"no {pattern} in {_shown(folder)}" + (f"; {hint}" if hint else ""))
+            raise BadResults(f"no {pattern} in {shown(folder)}" + (f"; {hint}" if hint else ""))
         return pd.DataFrame()
     frames = [read_table(f, schema) for f in files]
     if source:

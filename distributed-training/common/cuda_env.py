@@ -19,7 +19,7 @@ Which build fits a driver (`preferred_builds`, best first):
 CUDA 13 dropped GPUs older than Turing (sm_75), so a node with such a GPU is given a 12.x build.
 uv's `--torch-backend=auto` makes a similar choice (the newest 12.x for any 12.x driver); this module
 exists because `make setup` also probes the index first and falls back to the registry
-(common/torch_install.py), because `make doctor` and the GPU targets need the same rule to tell a user
+(provision/torch_install.py), because `make doctor` and the GPU targets need the same rule to tell a user
 what to fix, and because it must run before any package is installed: the standard library only here,
 torch is imported inside the functions that need it.
 """

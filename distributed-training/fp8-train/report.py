@@ -28,11 +28,11 @@ import health_report
 import scale_stats
 import story
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, guard_report, results_folder
 from common.findings import block
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
+from planner import vs_measured
 from report_plots import plot_loss, plot_scales
 from tables import SCHEMAS, read as _read
 
@@ -276,8 +276,8 @@ def health(ctx: Context) -> list[str]:
 
 
 def planner(ctx: Context) -> list[str]:
-    """The planner's prediction beside every GPU row (common.predicted: one pricing function for all labs)."""
-    return [predicted.section("fp8-train", ctx.results, "###")]
+    """The planner's prediction beside every GPU row (planner.vs_measured: one pricing function for all labs)."""
+    return [vs_measured.section("fp8-train", ctx.results, "###")]
 
 
 SECTIONS: dict[str, Callable[[Context], list[str]]] = {

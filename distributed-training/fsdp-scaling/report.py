@@ -15,13 +15,13 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
 from common.findings import block
 from common.markdown import frame, number
 import findings
 import measured
 import report_plots
+from planner import vs_measured
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
 LAB = Path(__file__).resolve().parent
@@ -337,7 +337,7 @@ def _report(cfg: ReportConfig) -> int:
     for name, g in s.groupby("set", sort=False):
         lines += [f"`{name}.csv` ({g['hardware'].iloc[0]}):", ""] + measured.loss_agreement(g)
     lines += ["### Collective counts on real ranks", ""] + comms_grid(c)
-    lines += [predicted.section("fsdp-scaling", RES, "###")]  # the planner's prediction beside every GPU row
+    lines += [vs_measured.section("fsdp-scaling", RES, "###")]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out}")
     return 0

@@ -29,16 +29,22 @@ def label(r: dict) -> str:
     return f"{r['study']}" + (f" ({r['role']} stage)" if r["role"] != "first" or int(r["pp"]) > 1 else "")
 
 
+def layout(r: dict) -> str:
+    """TP·PP·DP, with ·CP where context parallelism ran (rows written before it had no cp column)."""
+    cp = r.get("cp") or "1"
+    return f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}" + (f"·CP{cp}" if cp != "1" else "")
+
+
 def parity_sentence(runs: list[dict]) -> str:
     if not runs:
         return S("parity.none")
-    base = next((r for r in runs if (r["tp"], r["pp"], r["dp"]) == ("1", "1", "1")), None)
-    multi = [r for r in runs if (r["tp"], r["pp"], r["dp"]) != ("1", "1", "1")]
+    base = next((r for r in runs if layout(r) == "TP1·PP1·DP1"), None)
+    multi = [r for r in runs if layout(r) != "TP1·PP1·DP1"]
     if base is None or not multi:
         return S("parity.no_base")
     gaps = [max(abs(_f(r, k) - _f(base, k)) / abs(_f(base, k)) for k in ("loss_first", "loss_last")) for r in multi]
     ok = sum(r["counts_match_design"] == "true" for r in runs)
-    degrees = sorted({f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}" for r in multi})
+    degrees = sorted({layout(r) for r in multi})
     schedules = sorted({r["schedule"] for r in multi})
     return S("parity.ok" if max(gaps) < 1e-5 else "parity.off", n=len(multi), degrees=listing(degrees),
              schedules=listing(schedules), recompute=listing(sorted({r["recompute"] for r in multi})),

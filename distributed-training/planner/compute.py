@@ -51,10 +51,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-import fp8_cost
-
-from calibration import ComputeConstants
-from shapes import Shape
+from . import fp8_cost
+from .calibration import ComputeConstants
+from .shapes import Shape
 
 TILE = 128  # output tile edge of cuBLAS/CUTLASS tensor-core kernels (128x128 and 128x256 are the common ones)
 # SMs per GPU (NVIDIA data sheets: A100 108, H100/H200 SXM 132, B200 148 per package of two dies).

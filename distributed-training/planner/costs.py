@@ -43,15 +43,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-import fp8_cost
-from calibration import ATTENTION_EFFICIENCY, generation
-from cluster import Cluster
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
-from compute import SM_COUNT, Kernels, Rates, head_times, layer_times, optimizer_time, tensor_rate
-from degrees import FULL, OP, SELECTIVE, Degrees
-from memory import WEIGHT_BYTES, stage_params
-from shapes import Shape
-from stages import balanced_split, even_split, pipeline_step, stage_times
+
+from . import fp8_cost
+from .calibration import ATTENTION_EFFICIENCY, generation
+from .cluster import Cluster
+from .compute import SM_COUNT, Kernels, Rates, head_times, layer_times, optimizer_time, tensor_rate
+from .degrees import FULL, OP, SELECTIVE, Degrees
+from .memory import WEIGHT_BYTES, stage_params
+from .shapes import Shape
+from .stages import balanced_split, even_split, pipeline_step, stage_times
 
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
 ACT_BYTES = 2.0  # bf16 activations between layers

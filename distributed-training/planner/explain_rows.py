@@ -1,7 +1,7 @@
 """The planner beside what this repository measured: every GPU row with the cost model's prediction.
 
-    python distributed-training/planner/explain_rows.py            # every lab's GPU rows, measured vs predicted
-    python distributed-training/planner/explain_rows.py fp8-train  # one lab
+    PYTHONPATH=distributed-training python -m planner.explain_rows            # every lab's GPU rows, measured vs predicted
+    PYTHONPATH=distributed-training python -m planner.explain_rows fp8-train  # one lab
 
 `predict` is the one function that prices a measured row: own_runs.py reads each row's own columns
 (model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) into a Run, and
@@ -28,17 +28,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-import gemm_rates
-import own_runs
-from calibration import FITTED, ComputeConstants
-from cluster import Cluster, make_cluster
 from common.collective_cost import collective_time_s, members_per_domain
 from common.hardware import get_preset
-from compute import Kernels, gemm_time, layer_times
-from costs import rates_for, step_costs
-from degrees import RECOMPUTE, Degrees
-from own_runs import Run
-from stages import StageSplit
+
+from . import gemm_rates, own_runs
+from .calibration import FITTED, ComputeConstants
+from .cluster import Cluster, make_cluster
+from .compute import Kernels, gemm_time, layer_times
+from .costs import rates_for, step_costs
+from .degrees import RECOMPUTE, Degrees
+from .own_runs import Run
+from .stages import StageSplit
 
 # How this repository's labs run: PyTorch's SDPA (FlashAttention-2 kernels on Hopper), learned positions, no
 # dropout; DTensor / hand-rolled TP without asynchronous overlap; FSDP2 and DDP overlap their collectives.
@@ -180,8 +180,9 @@ class Compared(NamedTuple):
 
 
 def one_gpu_step_s(gcfg, gpu: str, zero: int, sequences: int) -> float:
-    """A one-GPU training step of the labs' GPT (eager bf16 over fp32 weights, one micro-batch of `sequences`) as
-    predict prices a measured fsdp-scaling row: for projections of runs nobody measured."""
+    """A one-GPU training step of the labs' GPT (common.model.GPTConfig) as fsdp-scaling runs it (eager bf16 over
+    fp32 master weights, AdamW), one micro-batch of `sequences`, ZeRO stage `zero` on one rank, priced as predict
+    prices a measured fsdp-scaling row: for projections of runs nobody measured (fsdp-scaling/project.py)."""
     shape = own_runs.Shape(gcfg.n_layers, gcfg.d_model, gcfg.n_heads, gcfg.kv_heads, gcfg.vocab_size, gcfg.seq_len,
                            gcfg.ffn)
     run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape,

@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-from calibration import ComputeConstants, generation
-from cluster import Cluster
 from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
-from compute import SM_COUNT, gemm_efficiency, tensor_rate
+
+from .calibration import ComputeConstants, generation
+from .cluster import Cluster
+from .compute import SM_COUNT, gemm_efficiency, tensor_rate
 
 COLUMNS = {"op", "m", "k", "n", "time_us", "hardware"}
 SCHEMA = Schema("fp8-train GEMM benchmark", {"op": str, "m": int, "k": int, "n": int, "time_us": float,

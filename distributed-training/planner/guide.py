@@ -5,7 +5,7 @@ rule, the cost model term by term, accuracy against published runs and this repo
 against PyTorch), around tables and sentences the planner computes now.
 
     make guide                                      # rewrite both in distributed-training/
-    python distributed-training/planner/guide.py --out guide-draft.md   # somewhere else (+ guide-draft_validation.md)
+    PYTHONPATH=distributed-training python -m planner.guide --out guide-draft.md   # elsewhere (+ its _validation.md)
     make guide CALIBRATE=results                    # for your cluster: PARALLELISM_GUIDE_<gpu>.md (calibrate.py)
 
 Deterministic: the same code gives the same bytes (no dates, no machine names, no timings; the cost
@@ -15,26 +15,21 @@ Every number in the guide is a cost-model projection; no GPU was measured to pro
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import accuracy
-import calibrate
-import experiments
-import guide_answer
-import own_runs
-from cluster import make_cluster
 from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
-from experiments import degrees, no_fit, plan, shape_of, table
+
+from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs
+from .cluster import make_cluster
+from .experiments import degrees, no_fit, plan, shape_of, table
 
 HERE = Path(__file__).resolve().parent
-PARALLEL_3D = HERE.parent / "parallel-3d"
 TEMPLATE = HERE / "guide_template.md"
 VALIDATION_TEMPLATE = HERE / "validation_template.md"
 OUT = HERE.parent / "PARALLELISM_GUIDE.md"
@@ -160,12 +155,8 @@ def matrix_domain() -> str:
 
 
 def planner_vs_pytorch() -> str:
-    """parallel-3d's at-scale study, rendered by that lab from its own CSVs (loaded by path: labs are folders of
-    scripts, not packages)."""
-    spec = importlib.util.spec_from_file_location("parallel3d_against_planner", PARALLEL_3D / "against_planner.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render()
+    """parallel-3d's at-scale study, rendered from that lab's CSVs (against_pytorch.py)."""
+    return against_pytorch.render()
 
 
 def _context_cluster():

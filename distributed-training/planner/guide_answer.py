@@ -17,15 +17,12 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import experiments
-import explain_rows
-import own_runs
-import published
-import unexplained
 from common.findings import Finding, Sentences, block, listing
 from common.hardware import get_preset
 from common.plotting import new_figure, save
-from experiments import degrees, plan, shape_of
+
+from . import experiments, explain_rows, own_runs, published, unexplained
+from .experiments import degrees, plan, shape_of
 
 HERE = Path(__file__).resolve().parent
 S = Sentences(HERE / "guide_answer_template.md")

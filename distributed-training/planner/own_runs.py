@@ -33,7 +33,8 @@ from pathlib import Path
 
 from common.csvread import Schema, read_table
 from common.hardware import preset_for
-from shapes import Shape
+
+from .shapes import Shape
 
 LABS = Path(__file__).resolve().parent.parent
 

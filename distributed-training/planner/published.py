@@ -57,11 +57,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from calibration import FITTED, ComputeConstants
-from cluster import make_cluster
 from common.hardware import get_preset
-from search import Pins, Workload, search
-from shapes import Shape
+
+from .calibration import FITTED, ComputeConstants
+from .cluster import make_cluster
+from .search import Pins, Workload, search
+from .shapes import Shape
 
 SC21 = "Megatron SC21 Table 1"
 KORTHIKANTI = "Korthikanti Table 5"

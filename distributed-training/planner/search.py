@@ -32,14 +32,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from choose import decide
-from cluster import Cluster
-from compute import Kernels
-from costs import step_costs
-from degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
-from shapes import Shape, hardware_flops_per_token, model_flops_per_token
-from stages import interleave_fits
+from .choose import decide
+from .cluster import Cluster
+from .compute import Kernels
+from .costs import step_costs
+from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
+from .memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
+from .shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from .stages import interleave_fits
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8

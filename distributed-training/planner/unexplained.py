@@ -21,7 +21,7 @@ set apart, each with the reason in one line, and never silently:
 
 from __future__ import annotations
 
-from own_runs import GRAPH_BREAK_FIXED, Run
+from .own_runs import GRAPH_BREAK_FIXED, Run
 
 HOST_JITTER = 0.05  # fastest step / median step - 1 at or above which a row is host-limited (module docstring)
 

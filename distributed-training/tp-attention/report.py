@@ -18,13 +18,13 @@ import pandas as pd
 from comm_count import tp_bytes_per_layer
 from common import measured_on
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
 from common.findings import block
 from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
+from planner import vs_measured
 
 LAB = Path(__file__).resolve().parent
 
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["### CPU caveats", "", CPU_CAVEAT, ""]
     for tag, corr in corrs.items():
         lines += [f"### Correctness `{tag}`", "", f"Measured on {_provenance(corr)}.", "", *correctness_section(corr)]
-    lines += [predicted.section("tp-attention", results, "###"), ""]  # the planner's prediction beside every GPU row
+    lines += [vs_measured.section("tp-attention", results, "###"), ""]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")
     return 0

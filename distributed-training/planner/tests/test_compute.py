@@ -5,10 +5,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from calibration import FITTED, ComputeConstants
-from compute import (MAMF_SHAPE, SM_COUNT, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency,
+from planner.calibration import FITTED, ComputeConstants
+from planner.compute import (MAMF_SHAPE, SM_COUNT, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency,
                      gemm_time, head_times, layer_times, optimizer_time, tensor_rate)
-from shapes import Shape
+from planner.shapes import Shape
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=2048, ffn=4096)
 
@@ -130,7 +130,7 @@ def test_head_and_optimizer_by_hand():
 
 
 def test_constants_are_inside_their_fit_bounds():
-    from calibration import FIT_BOUNDS
+    from planner.calibration import FIT_BOUNDS
     for name, (lo, hi) in FIT_BOUNDS.items():
         assert lo <= getattr(FITTED, name) <= hi, name
     assert isinstance(FITTED, ComputeConstants) and np.isfinite(FITTED.kernel_us)

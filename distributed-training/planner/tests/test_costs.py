@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from cluster import Cluster
 from common.collective_cost import Network
-from compute import Kernels
-from costs import ACT_BYTES, dp_collectives, step_costs
-from degrees import FULL, Degrees
-from shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
+from planner.cluster import Cluster
+from planner.compute import Kernels
+from planner.costs import ACT_BYTES, dp_collectives, step_costs
+from planner.degrees import FULL, Degrees
+from planner.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
                     sc21_flops_per_iteration)
 
 

@@ -7,12 +7,8 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
-import explain_rows as explain
-import gemm_rates
-import own_runs
-import unexplained
-import vs_measured
-from calibration import FITTED
+from planner import explain_rows as explain, gemm_rates, own_runs, unexplained, vs_measured
+from planner.calibration import FITTED
 
 LABS = own_runs.LABS
 H100 = "1x NVIDIA H100 80GB HBM3"

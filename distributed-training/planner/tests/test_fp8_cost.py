@@ -6,15 +6,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import fp8_cost
-from calibration import FITTED
-from cluster import make_cluster
 from common.hardware import get_preset
-from compute import Kernels, Rates, gemm_efficiency, layer_times, tensor_rate
-from costs import rates_for, step_costs
-from degrees import Degrees
-from fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
-from shapes import Shape
+from planner import fp8_cost
+from planner.calibration import FITTED
+from planner.cluster import make_cluster
+from planner.compute import Kernels, Rates, gemm_efficiency, layer_times, tensor_rate
+from planner.costs import rates_for, step_costs
+from planner.degrees import Degrees
+from planner.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
+from planner.shapes import Shape
 
 
 @pytest.mark.parametrize("backend, recipe, compiled, want", [

@@ -1,11 +1,12 @@
 """make guide regenerates PARALLELISM_GUIDE.md deterministically, and the committed file is current."""
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import guide
+from planner import guide
 
 HERE = Path(__file__).resolve().parents[1]
 
@@ -17,8 +18,8 @@ def test_guide_is_deterministic_and_committed(tmp_path):
     a, b = tmp_path / "a" / "guide.md", tmp_path / "b" / "guide.md"
     a.parent.mkdir()
     b.parent.mkdir()
-    proc = subprocess.run([sys.executable, str(HERE / "guide.py"), "--out", str(a)], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "planner.guide", "--out", str(a)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert proc.returncode == 0, proc.stderr
     assert guide.main(["--out", str(b)]) == 0
     for name in ("guide.md", "guide_validation.md"):

@@ -5,8 +5,7 @@ import shutil
 
 import pandas as pd
 
-import guide_answer
-import own_runs
+from planner import guide_answer, own_runs
 
 LABS = ("allreduce-bench", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")
 

@@ -1,6 +1,6 @@
 """`make doctor`: what this machine has, for the labs.
 
-    make doctor                       # or: PYTHONPATH=distributed-training python -m common.doctor
+    make doctor                       # or: PYTHONPATH=distributed-training python -m provision.doctor
     make doctor GPU=h100              # also show the figures a named preset would use
 
 Prints Python, torch and the CUDA version it was built for beside the NVIDIA driver and the newest
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .config import parse_config
-from .cuda_env import build_text, describe, mismatch, read_driver
-from .hardware import CHOICES, NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml
+from common.config import parse_config
+from common.cuda_env import build_text, describe, mismatch, read_driver
+from common.hardware import CHOICES, NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml
 
 
 @dataclass(frozen=True)
