@@ -57,6 +57,7 @@ class Facts(NamedTuple):
     alerts: pd.DataFrame  # every alert row of the model's runs (folder added)
     nonfinite: list[str]
     first_judged: int | None  # the first step the scale detector compares a full window (alert warm-up + window)
+    bound: float | None  # bound.csv's step speedup FP8 GEMMs alone could give this model (None: not measured)
 
 
 def short_gpu(hardware: str) -> str:
@@ -149,7 +150,7 @@ def underflow(runs: list[Run], fp8: dict[str, pd.DataFrame | None]) -> pd.DataFr
 
 def model_facts(key: ModelKey, runs: list[Run], band: Band, gpu: bool, curves: dict,
                 fp8: dict[str, pd.DataFrame | None], events: dict[str, pd.DataFrame | None],
-                configs: dict[str, dict]) -> Facts:
+                configs: dict[str, dict], bound: float | None = None) -> Facts:
     names = {(r.folder, r.name) for r in runs}
     alerts = [e.assign(folder=folder) for folder, e in events.items() if e is not None and len(e)]
     alerts = pd.concat(alerts, ignore_index=True) if alerts else pd.DataFrame(columns=["folder", "run", "kind"])
@@ -157,14 +158,15 @@ def model_facts(key: ModelKey, runs: list[Run], band: Band, gpu: bool, curves: d
     bad = [f"{r.name} ({r.folder}) step {s}" for r in runs for s in r.nonfinite]
     judged = {c.get("alert_warmup", 0) + c.get("scale_window", 0) for c in configs.values() if "scale_window" in c}
     return Facts(key, gpu, runs, band, paired(runs, band), repeat_noise(band), first_lag(runs, band, curves, fp8),
-                 underflow(runs, fp8), alerts, bad, judged.pop() if len(judged) == 1 else None)
+                 underflow(runs, fp8), alerts, bad, judged.pop() if len(judged) == 1 else None, bound)
 
 
 # ---- the opening lines -------------------------------------------------------------------------------
 
 def primary(all_facts: list[Facts]) -> Facts:
     """The comparison the answer is about: GPU before CPU, then the most FP8 runs, then the larger model."""
-    return max(all_facts, key=lambda f: (f.gpu, sum(r.fp8 for r in f.runs), f.key.d_model, f.key.hardware))
+    return max(all_facts, key=lambda f: (f.gpu, len(f.band.seeds) >= 2, sum(r.fp8 for r in f.runs), f.key.d_model,
+                                         f.key.hardware))
 
 
 def where(f: Facts) -> str:
@@ -176,7 +178,8 @@ def loss_sentence(f: Facts) -> str:
     lim = f.band.limits("final_val")
     low = [r for r in f.runs if r.fp8]
     if lim is None:
-        return S("loss.noband", where=where(f), n=len(low), seeds=len(f.band.seeds))
+        return (S("loss.noband", where=where(f), n=len(low), seeds=plural(len(f.band.seeds), "BF16 seed")) + " "
+                + paired_sentence(f))
     lo, hi = lim
     above = [r for r in low if r.final_val > hi]
     below = [r for r in low if r.final_val < lo]
@@ -226,8 +229,12 @@ def speed_sentence(f: Facts) -> str:
     mem = sorted(by_backend(f, "memory"), key=lambda kv: kv[1])
     if not speed:
         return S("speed.none")
-    return S("speed.gpu", speeds=listing([f"{name} {x:.2f}x" for name, x in speed]),
+    text = S("speed.gpu", speeds=listing([f"{name} {x:.2f}x" for name, x in speed]),
              memory=listing([f"{name} {x - 1:+.0%}" for name, x in mem]))
+    if f.bound is not None and f.bound > 1:
+        name, best = speed[0]
+        text += " " + S("speed.bound", bound=f.bound, best=name, share=(best - 1) / (f.bound - 1))
+    return text
 
 
 def lag_sentence(f: Facts) -> str:
@@ -339,5 +346,5 @@ def opening(all_facts: list[Facts], bounds_missing: list[ModelKey], multi_gpu: b
              Finding("Not measured yet", missing_sentence(all_facts, bounds_missing, multi_gpu))]
     others = [g for g in all_facts if g is not f and g.gpu]
     if others:
-        lines.insert(2, Finding("Also measured", " ".join(loss_sentence(g) for g in others[:1])))
+        lines.insert(2, Finding("Also measured", loss_sentence(others[0]) + " " + speed_sentence(others[0])))
     return lines

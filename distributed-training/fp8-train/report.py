@@ -90,9 +90,12 @@ def load(results: Path, root: Path) -> Context:
 def model_facts(ctx: Context, key: ModelKey, folders: list[Folder]) -> findings.Facts:
     runs = [r for f in folders for r in summarize(f)]
     curves = {(f.name, run): g.sort_values("step") for f in folders for run, g in f.steps.groupby("run")}
-    return findings.model_facts(key, runs, comparison.bf16_band(runs), is_gpu(folders[0].steps), curves,
+    gpu = is_gpu(folders[0].steps)
+    bound = comparison.bound_for(key, ctx.bounds) if gpu else None
+    return findings.model_facts(key, runs, comparison.bf16_band(runs), gpu, curves,
                                 {f.name: f.fp8 for f in folders}, {f.name: ctx.events.get(f.name) for f in folders},
-                                {f.name: f.config for f in folders})
+                                {f.name: f.config for f in folders},
+                                None if bound is None else float(bound["bound_speedup"]))
 
 
 # ---- sections ---------------------------------------------------------------------------------

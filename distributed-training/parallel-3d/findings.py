@@ -82,7 +82,8 @@ def missing_sentence(runs: list[dict]) -> str:
         gaps.append(S("missing.gpu"))
     if not any(r["backend"] == "nccl" and int(r["world_size"]) >= 8 for r in runs):
         gaps.append(S("missing.eight"))
-    gaps.append(S("missing.cp"))
+    with_cp = any((r.get("cp") or "1") != "1" for r in runs)
+    gaps.append(S("missing.cp_planner" if with_cp else "missing.cp"))
     text = S("missing.lead", gaps="; ".join(gaps))
     return text[:1].upper() + text[1:]
 
