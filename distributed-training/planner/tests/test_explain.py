@@ -24,7 +24,7 @@ def test_every_committed_gpu_row_is_found_and_priced():
     for lab in own_runs.READERS:
         for c in committed(lab):
             kinds[lab, c.run.kind] = kinds.get((lab, c.run.kind), 0) + 1
-            assert c.run.gpu == "h100" and c.run.measured > 0
+            assert c.run.gpu in ("h100", "h200") and c.run.measured > 0
             if c.run.kind == "collective" and c.run.layout.world == 1:
                 assert c.predicted.value == 0 and "no byte crosses a link" in c.predicted.note
             else:
@@ -75,8 +75,11 @@ def test_each_rows_own_columns_drive_its_prediction(tmp_path):
 
 def test_rows_measured_before_the_native_layers_graph_fix_are_priced_as_what_ran():
     native = [c for c in committed("fp8-train") if c.run.stack.backend == "native"]
-    assert native and all(c.run.stack.fp8_eager for c in native)  # measured before b992edb
-    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z")  # a run of today's code
+    assert native and all(c.run.stack.fp8_eager for c in native)  # measured before b992edb or 3297f52
+    assert {c.run.stack.eager_fix.commit for c in native} == {"b992edb", "3297f52"}
+    assert own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=8)  # compiled apart, past the limit
+    assert not own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=2)  # 6 variants: within it
+    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z", n_layers=8)  # a run of today's code
     assert not own_runs.fp8_eager("torchao", True, "2026-01-01T00:00:00Z")  # no such fix for torchao
     assert not own_runs.fp8_eager("native", False, "2026-01-01T00:00:00Z")  # eager anyway
 
