@@ -35,7 +35,7 @@ class Paired(NamedTuple):
 
 class Lag(NamedTuple):
     """The first evaluation: delayed-scaling runs against the band, and what their first step held."""
-    step: int
+    step: int | None  # the first evaluation every BF16 seed made (None: fewer than two seeds)
     band: tuple[float, float]
     delayed: list[tuple[Run, float]]  # (run, val at that step)
     dynamic: list[tuple[Run, float]]
@@ -98,18 +98,17 @@ def _val_at(curves: dict[tuple[str, str], pd.DataFrame], r: Run, step: int) -> f
 
 def first_lag(runs: list[Run], band: Band, curves: dict, fp8: dict[str, pd.DataFrame | None]) -> Lag | None:
     """Delayed-scaling runs at the first evaluation, against the BF16 band there, and their step-0 gradients."""
-    if len(band.seeds) < 2:
-        return None
-    evals = [set(curves[(r.folder, r.name)].dropna(subset=["val_loss"])["step"]) for r in band.seeds]
-    common = sorted(set.intersection(*evals))
-    if not common:
-        return None
-    step = common[0]
-    ref = [_val_at(curves, r, step) for r in band.seeds]
-    lo, hi = min(ref), max(ref)
     fp8_runs = [r for r in runs if r.precision == "fp8"]
-    delayed = [(r, _val_at(curves, r, step)) for r in fp8_runs if r.recipe.startswith(DELAYED)]
-    dynamic = [(r, _val_at(curves, r, step)) for r in fp8_runs if not r.recipe.startswith(DELAYED)]
+    step, lo, hi = None, math.nan, math.nan  # without two BF16 seeds: no band to judge the first evaluation by
+    evals = [set(curves[(r.folder, r.name)].dropna(subset=["val_loss"])["step"]) for r in band.seeds]
+    common = sorted(set.intersection(*evals)) if len(evals) >= 2 else []
+    if common:
+        step = common[0]
+        ref = [_val_at(curves, r, step) for r in band.seeds]
+        lo, hi = min(ref), max(ref)
+    at = (lambda r: _val_at(curves, r, step)) if step is not None else (lambda r: math.nan)
+    delayed = [(r, at(r)) for r in fp8_runs if r.recipe.startswith(DELAYED)]
+    dynamic = [(r, at(r)) for r in fp8_runs if not r.recipe.startswith(DELAYED)]
     flushed, counts, amax_flushed, sub = [], [], 0.0, math.nan
     for r, _ in delayed:
         f = fp8.get(r.folder)
@@ -241,6 +240,9 @@ def lag_sentence(f: Facts) -> str:
     lag = f.lag
     if lag is None or not lag.delayed:
         return S("lag.none_delayed")
+    if lag.step is None:
+        return (S("lag.no_band", runs=plural(len(lag.delayed), "delayed-scaling run")) + " "
+                + cause_sentence(lag)).strip()
     lo, hi = lag.band
     late = [(r, v) for r, v in lag.delayed if v > hi]
     vals = spread([v for _, v in lag.delayed], "{:.2f}", "-")
@@ -253,12 +255,17 @@ def lag_sentence(f: Facts) -> str:
         text += " " + S("lag.dynamic_in" if dyn_in else "lag.dynamic_out",
                         runs=listing([run_label(r) for r, _ in dyn]),
                         vals=spread([v for _, v in dyn], "{:.3f}", "-"))
-    if lag.flushed:
-        zero, total = lag.counts[0]
-        each = "each of the" if len(set(lag.counts)) == 1 and len(lag.counts) > 1 else "the first of the"
-        text += " " + S("lag.cause", modules=listing(lag.flushed), amax=lag.flushed_amax, half=lag.min_subnormal / 2,
-                        zero=zero, total=total, each=each, runs=plural(len(lag.counts), "delayed run"))
-    return text
+    return (text + " " + cause_sentence(lag)).strip()
+
+
+def cause_sentence(lag: Lag) -> str:
+    """Why delayed scaling's first steps are lost, from fp8.csv at step 0 (empty where the rows do not show it)."""
+    if not lag.flushed:
+        return ""
+    zero, total = lag.counts[0]
+    each = "each of the" if len(set(lag.counts)) == 1 and len(lag.counts) > 1 else "the first of the"
+    return S("lag.cause", modules=listing(lag.flushed), amax=lag.flushed_amax, half=lag.min_subnormal / 2,
+             zero=zero, total=total, each=each, runs=plural(len(lag.counts), "delayed run"))
 
 
 RISE = re.compile(r"above ([0-9.]+)x its (\d+)-step min ([0-9.e+-]+)")
