@@ -29,12 +29,15 @@ outermost.
   behind that micro-batch's compute as far as it lasts.
 Overlap depends on the software: `tp_overlap` (Megatron-Core's asynchronous backward collective) hides
 the backward TP collectives behind the weight-gradient GEMMs, else every TP collective is exposed (the
-Megatron of 2021 and torchtitan's vanilla TP); `dp_overlap` lets DP/ZeRO traffic hide behind compute,
-else it is paid after the backward (the Megatron of 2021-22).
-Step = m · t_slowest + (Σ t_stage - t_slowest)/v + exposed DP + optimizer (stages.py), t_stage a
+Megatron of 2021 and torchtitan's vanilla TP); Kernels.tp_comm_overlap (Megatron-Core's --tp-comm-overlap, the
+production setting of NeMo's large runs) hides the forward ones too, behind the GEMMs they feed; `dp_overlap` lets
+DP/ZeRO traffic hide behind compute, else it is paid after the backward (the Megatron of 2021-22).
+GPU step = m · t_slowest + (Σ t_stage - t_slowest)/v + exposed DP + optimizer + cached FP8 weight casts
+(stages.py, fp8_cost.py), t_stage a
 stage's time per micro-batch: its layers (compute, exposed TP and CP) plus the embedding on the first
 and the LM head on the last, plus PP sends and exposed ZeRO-2/3 traffic; for equal stages the bubble
-is (p-1)/(v·m) of the ideal (SC21 §2.2).
+is (p-1)/(v·m) of the ideal (SC21 §2.2). The step is the larger of that and the host's time to launch it
+(host.py): small kernels at high TP or in eager stacks leave the GPU waiting for the host.
 """
 
 from __future__ import annotations
@@ -45,10 +48,10 @@ import numpy as np
 
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
 
-from . import fp8_cost
+from . import fp8_cost, host
 from .calibration import ATTENTION_EFFICIENCY, generation
 from .cluster import Cluster
-from .compute import SM_COUNT, Kernels, Rates, head_times, layer_times, optimizer_time, tensor_rate
+from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm_count, tensor_rate
 from .degrees import FULL, OP, SELECTIVE, Degrees
 from .memory import WEIGHT_BYTES, stage_params
 from .shapes import Shape
@@ -64,7 +67,7 @@ def rates_for(cl: Cluster, kernels: Kernels) -> Rates:
     matmul = tensor_rate(cl.gpu, cl.precision, cl.matmul_tflops, consts)
     bf16 = matmul if cl.precision == "bf16" else tensor_rate(cl.gpu, "bf16", cl.bf16_matmul_tflops, consts)
     attention = ATTENTION_EFFICIENCY[generation(cl.gpu), kernels.attention] * cl.bf16_peak_tflops * 1e12
-    return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, SM_COUNT.get(cl.gpu, 132),
+    return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, sm_count(cl.gpu),
                  consts)
 
 
@@ -136,6 +139,12 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     ar_tp = ar_tp + copies
     tp_layer = (4 + 2 * full) * ar_tp
     tp_hidden_layer = np.minimum(2 * ar_tp, 0.5 * lt["gemm_bwd"]) if tp_overlap else 0.0 * ar_tp
+    if kernels.tp_comm_overlap:
+        # Megatron-Core's --tp-comm-overlap (TransformerEngine's userbuffers; Wang et al., ASPLOS 2023, "Overlap
+        # communication with dependent computation via decomposition"): each all-gather is split into chunks pipelined
+        # with the GEMM that consumes it, each reduce-scatter with the GEMM that produces it, forward and backward: all
+        # of a layer's TP traffic hides behind its GEMMs as far as they last.
+        tp_hidden_layer = np.minimum(tp_layer, lt["gemm_fwd"] * (1 + full) + lt["gemm_bwd"])
     # CP (ring attention): this rank's K and V chunks, c-1 ring steps forward and 2(c-1) backward.
     kv_bytes = 2 * ACT_BYTES * tokens * shape.kv_dim / t
     cp_pair = np.where(t * c <= dom, 2, 1)  # neighbours in one NVLink domain, or across the network
@@ -178,16 +187,22 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     per_mb = pp_mb + dp_mb_exposed + fsdp_mb  # paid by every stage for every micro-batch
     slowest, total = stage_times(split, shape.layers, p, layer_s, ht["embedding"], ht["head"])
     slowest, total = slowest + per_mb, total + p * per_mb
-    step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer
+    fp8_weights = slowest_layers * lt["fp8_weights_per_step"]  # cached FP8 weight casts: once per step (fp8_cost.py)
+    gpu_step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer + fp8_weights
+    # The host launches every kernel and collective; a step it paces takes its time (host.py).
+    buckets = np.ceil(psi / BUCKET_PARAMS) * (n_dp > 1)
+    dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0)
+    host_s = host.host_time(host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls), kernels)
+    step = np.maximum(gpu_step, host_s)
     bubble = (total - slowest) / v
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])
     layers = slowest_layers
     return {
-        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer,
+        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer + fp8_weights,
         "tp_comm_s": layers * tp_layer * m, "tp_hidden_s": layers * tp_hidden_layer * m,
         "cp_comm_s": layers * cp_layer * m, "cp_hidden_s": layers * (cp_layer - cp_exposed_layer) * m,
         "pp_comm_s": pp_mb * m, "pp_hidden_s": 0.0 * pp_mb,
         "dp_comm_s": dp_step + dp_mb * m, "dp_hidden_s": dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
         "bubble_fraction": bubble / (m * slowest), "bubble_s": bubble,
-        "optimizer_s": optimizer, "step_s": step, "split": split,
+        "optimizer_s": optimizer, "gpu_step_s": gpu_step, "host_s": host_s, "step_s": step, "split": split,
     }

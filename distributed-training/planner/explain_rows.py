@@ -59,7 +59,8 @@ def kernels_of(run: Run) -> Kernels:
                    fp8=fp8, rope=False, attention="fa2", fp8_backend=s.backend if fp8 else "te-fused",
                    fp8_recipe=s.recipe or "delayed", qkv_fused=False,
                    autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager,
-                   optimizer=s.optimizer if s.optimizer != "none" else "megatron")
+                   optimizer=s.optimizer if s.optimizer != "none" else "megatron",
+                   host="compiled" if s.compiled else "eager")
 
 
 def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:

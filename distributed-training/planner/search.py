@@ -81,6 +81,8 @@ class Workload:
     fp8_backend: str = "te-fused"  # how FP8 linears run (fp8_cost.BACKENDS)
     fp8_recipe: str = "delayed"  # FP8 scaling: delayed, current, tensorwise
     qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE) or three Linears (torchtitan)
+    host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
+    tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
 
     @property
     def fp8(self) -> bool:
@@ -89,7 +91,8 @@ class Workload:
     @property
     def kernels(self) -> Kernels:
         return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
-                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused)
+                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused,
+                       host=self.host, tp_comm_overlap=self.tp_comm_overlap)
 
 
 @dataclass
