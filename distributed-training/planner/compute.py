@@ -144,7 +144,7 @@ DROPOUT = ElementwiseOp("dropout", "h", 2, 0, 1.0, 1, 5.0)  # fused into the res
 AUTOCAST_WEIGHTS = ElementwiseOp("autocast weight casts", "w", 1, 1, 6.0, 1, 4.0)
 
 
-def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes: float = 2.0):
+def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes: float = 2.0, tile: int = TILE):
     """η of a (batch x) M x N x K GEMM: wave quantization x K-loop prologue/epilogue, in (0, 1].
 
     elem_bytes: operand width. A tile's K step covers twice the elements in 1-byte FP8 (the tensor cores'
@@ -152,8 +152,8 @@ def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes:
     a longer K than bf16 to reach the same efficiency.
     """
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
-    tiles = batch * np.ceil(m / TILE) * np.ceil(n / TILE)
-    padding = batch * m * n / (tiles * TILE * TILE)  # tile quantization: partial edge tiles
+    tiles = batch * np.ceil(m / tile) * np.ceil(n / tile)
+    padding = batch * m * n / (tiles * tile * tile)  # tile quantization: partial edge tiles
     waves = tiles / sms
     k0 = c.k_overhead * 2.0 / elem_bytes
     return padding * waves / (waves + c.wave_allowance) * k / (k + k0)
@@ -176,6 +176,7 @@ class Rates:
     hbm: float  # achievable HBM bytes/s
     sms: int
     consts: ComputeConstants
+    tile: int = TILE  # output tile edge (1: a CPU's GEMM, no tiles to quantize)
 
     @property
     def kernel_s(self) -> float:
@@ -187,7 +188,7 @@ def gemm_time(m, n, k, rate: float, r: Rates, batch=1, in_bytes: float = 2.0, ou
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
     flops = 2.0 * batch * m * n * k
     moved = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch, elem_bytes=in_bytes))
+    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch, elem_bytes=in_bytes, tile=r.tile))
     return np.maximum(compute, moved / r.hbm) + r.kernel_s
 
 

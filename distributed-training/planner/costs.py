@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
+from common.collective_cost import Network, collective_time_s, members_per_domain
 
 from . import fp8_cost, host
 from .calibration import ATTENTION_EFFICIENCY, generation
@@ -93,31 +93,34 @@ class DPCollectives(NamedTuple):
     all_gather: np.ndarray  # the bf16 weights, ZeRO >= 1 (ZeRO-3: before forward and backward)
 
 
-def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES
+def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES, calls=None
                    ) -> DPCollectives:
-    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS.
+    """The DP group's collectives (ZeRO §7), each split into `calls` calls of equal size, every call priced with its
+    own latency and protocol (common/collective_cost.py): by default one per gradient bucket of BUCKET_PARAMS; FSDP
+    gathers and reduce-scatters one unit (a layer) at a time, so ZeRO-2/3 pay a call per layer at least (step_costs).
     weight_bytes: 2 for bf16 weight gathers, 1 where FSDP gathers FP8 weights (fp8_cost.Fp8Backend.fp8_all_gather)."""
-    grads = grad_bytes * np.asarray(psi, float)  # nccl-tests' S of the gradient all-reduce / reduce-scatter
-    weights = weight_bytes * np.asarray(psi, float)  # S of the weight all-gather
-    more_buckets = np.ceil(np.asarray(psi, float) / BUCKET_PARAMS) - 1
+    psi = np.asarray(psi, float)
+    grads = grad_bytes * psi  # nccl-tests' S of the gradient all-reduce / reduce-scatter
+    weights = weight_bytes * psi  # S of the weight all-gather
+    calls = np.ceil(psi / BUCKET_PARAMS) if calls is None else np.maximum(np.asarray(calls, float), 1.0)
 
     def priced(kind: str, nbytes):
-        extra = more_buckets * np.where(np.asarray(n) > 1, latency_s(kind, n, n_local, net), 0.0)
-        return collective_time_s(kind, nbytes, n, n_local, net) + extra
+        return calls * collective_time_s(kind, nbytes / calls, n, n_local, net)
     return DPCollectives(priced("all_reduce", grads), priced("reduce_scatter", grads), priced("all_gather", weights))
 
 
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
-               tp_layout_copies: bool = False, fsdp_copies: bool = False) -> dict:
+               tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None) -> dict:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose ("split", a stages.StageSplit), so memory is priced on the
-    same layout; even_stages=True forces L/p layers per stage (p must divide L).
+    same layout; even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
+    compute rates (a machine measured directly: planner/ranking.py's CPU).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
-    rt = rates_for(cl, kernels)
+    rt = rates if rates is not None else rates_for(cl, kernels)
     lt = layer_times(shape, t, c, b, kernels, rt)
     rec = np.select([full, r == SELECTIVE, r == OP], [lt["recompute_full"], lt["recompute_selective"],
                                                       lt["recompute_op"]], 0.0)
@@ -168,9 +171,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     psi = stage_params(shape, t, p, split)
     n_dp = d * c
     fp8_gather = kernels.fp8 and fp8_cost.backend(kernels.fp8_backend).fp8_all_gather
-    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
-                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES)
     slowest_layers = np.maximum(np.maximum(split.first, split.last), split.middle)
+    buckets = np.ceil(psi / BUCKET_PARAMS)
+    calls = np.where(zero >= 2, np.maximum(buckets, slowest_layers), buckets)  # FSDP: one unit (layer) per call
+    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
+                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES, calls)
     fwd_mb = slowest_layers * lt["fwd"] if dp_overlap else 0.0 * ar
     bwd_mb = slowest_layers * (lt["bwd"] + rec) if dp_overlap else 0.0 * ar
     dp_step = np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], 0.0)  # per step
@@ -190,8 +195,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     fp8_weights = slowest_layers * lt["fp8_weights_per_step"]  # cached FP8 weight casts: once per step (fp8_cost.py)
     gpu_step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer + fp8_weights
     # The host launches every kernel and collective; a step it paces takes its time (host.py).
-    buckets = np.ceil(psi / BUCKET_PARAMS) * (n_dp > 1)
-    dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0)
+    dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0) * (n_dp > 1)
     host_s = host.host_time(host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls), kernels)
     step = np.maximum(gpu_step, host_s)
     bubble = (total - slowest) / v

@@ -130,3 +130,15 @@ def test_tp_comm_overlap_hides_the_forward_collectives_too():
     assert float(bwd_only["tp_hidden_s"]) == pytest.approx(float(bwd_only["tp_comm_s"]) / 2)
     assert float(overlapped["tp_hidden_s"]) == pytest.approx(float(overlapped["tp_comm_s"]))
     assert float(overlapped["step_s"]) == pytest.approx(float(bwd_only["step_s"]) - float(bwd_only["tp_comm_s"]) / 2)
+
+
+def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
+    # FSDP gathers and reduce-scatters one unit (a block) per call: ZeRO-3 runs 2 all-gathers and 1 reduce-scatter per
+    # layer and micro-batch, each paying its latency (7 ring steps of 1 us on 8 ranks in one domain) however small.
+    # Links so fast that only latency is left: 3 x 4 layers x 3 micro-batches x 7 us.
+    sh = Shape(4, 256, 8, 8, 1000, 256, 1024)
+    cl = toy_cluster(intra_GBps=1e12, nic_GBps=1e12)
+    out = step_costs(sh, cl, Degrees.of(d=8, m=3, zero=3))
+    assert float(out["dp_comm_s"]) == pytest.approx(3 * 4 * 3 * 7e-6, rel=1e-6)
+    # ZeRO-0 reduces the gradients once per step, one bucket: one all-reduce latency (14 steps).
+    assert float(step_costs(sh, cl, Degrees.of(d=8, m=3, zero=0))["dp_comm_s"]) == pytest.approx(14e-6, rel=1e-6)
