@@ -64,9 +64,12 @@ over), and their share of the bus rate:
     L_p = base_p + passes x ((n_l - 1) hop_p + ceil(log2 k) level_p)
 
 A small message then costs the LL latency (an 8-GPU all-reduce of 32 KiB: 13 us with the H100 figures, where the
-Simple line alone gave 70), a medium one LL128's, a large one Simple's bandwidth. A Network lists the protocols
-its library has: NCCL clusters (preset_network) all three, a bare alpha-beta network (gloo, a fitted sweep as it
-was measured) only Simple.
+Simple line alone gave 70), a medium one LL128's, a large one Simple's bandwidth. Inside one NVLink domain only:
+across domains the effective line is itself fitted to measured curves that include NCCL's choice of protocol and
+algorithm (NVIDIA's NVLSTree scan, 32 to 8192 H100s, half bandwidth at 64-256 MiB), and NCCL's ratios on top of it
+would put half bandwidth at 16-64 MiB there, below what was measured. A Network lists the protocols its library
+has: NCCL clusters (preset_network) all three, a bare alpha-beta network (gloo, a fitted sweep as it was measured)
+only Simple.
 
 The size at half bandwidth, n_1/2 (Hockney's half-performance length): busbw = B / 2 where the Simple protocol's
 latency and bandwidth terms are equal, S = latency x B / factor(n).
@@ -213,6 +216,8 @@ def protocol_time_s(collective: str, nbytes, n, n_local, net: Network, protocol:
     simple_nccl = nccl_latency_us(collective, n_local, k, PROTOCOLS["Simple"])
     scale = nccl_latency_us(collective, n_local, k, proto) / simple_nccl
     t = simple * scale + wire / (share * bus_rate_GBps(net, n, n_local) * 1e9)
+    if protocol != "Simple":  # inside one domain only: across domains the effective line is NCCL's measured choice
+        t = np.where(k > 1, np.inf, t)
     return np.where(n > 1, t, 0.0)
 
 

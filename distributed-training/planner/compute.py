@@ -328,8 +328,8 @@ def elementwise_ops(ker: Kernels) -> tuple:
 def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
 
-    Keys: fwd, bwd (without recompute), fp8_weights_per_step (cached FP8 weight casts, once per step), gemm_fwd and
-    gemm_bwd (the linear layers' GEMMs; TP's backward
+    Keys: fwd, bwd (without recompute; fwd holds the cached FP8 weight casts of a step's first micro-batch),
+    fp8_weights_per_step (those casts: a step pays them once, costs.py), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
     collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides
     behind it),
     recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
@@ -342,11 +342,12 @@ def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
         gemm_fwd, gemm_bwd = gemm_fwd + fwd_s, gemm_bwd + bwd_s
     attn = attention_times(shape, t, c, b, ker, r)
     ew_fwd, ew_bwd = elementwise_times(shape, t, c, b, ker, r)
-    fwd = gemm_fwd + attn["fwd"] + ew_fwd
+    weights = fp8_weight_cast_time(shape, t, ker, r)  # cached FP8 weights: cast by the first micro-batch only
+    fwd = gemm_fwd + attn["fwd"] + ew_fwd + weights
     bwd = gemm_bwd + attn["bwd"] + ew_bwd
     return {"fwd": fwd, "bwd": bwd, "gemm_fwd": gemm_fwd, "gemm_bwd": gemm_bwd, "attn_fwd": attn["fwd"],
-            "elementwise_fwd": ew_fwd, "fp8_weights_per_step": fp8_weight_cast_time(shape, t, ker, r),
-            "recompute_full": fwd, "recompute_selective": attn["fwd"],
+            "elementwise_fwd": ew_fwd, "fp8_weights_per_step": weights,
+            "recompute_full": fwd - weights, "recompute_selective": attn["fwd"],
             "recompute_op": ew_fwd + 0.5 * gemm_fwd}
 
 

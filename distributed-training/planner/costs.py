@@ -124,7 +124,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     lt = layer_times(shape, t, c, b, kernels, rt)
     rec = np.select([full, r == SELECTIVE, r == OP], [lt["recompute_full"], lt["recompute_selective"],
                                                       lt["recompute_op"]], 0.0)
-    layer_compute = lt["fwd"] + lt["bwd"] + rec
+    layer_compute = lt["fwd"] - lt["fp8_weights_per_step"] + lt["bwd"] + rec  # cached FP8 weights: per step, below
     ht = head_times(shape, t, c, b, kernels, rt)
     tokens = b * shape.seq / c
     net, dom = cl.net, cl.domain

@@ -72,11 +72,12 @@ def step_launches(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls)
     ht = head_times(shape, deg.t, deg.c, deg.b, ker, cr)
     rec = np.select([deg.recompute == FULL, deg.recompute == SELECTIVE, deg.recompute == OP],
                     [lt["recompute_full"], lt["recompute_selective"], lt["recompute_op"]], 0.0)
-    per_layer = lt["fwd"] + lt["bwd"] + rec + layer_collectives(deg, ker)
+    weights = lt["fp8_weights_per_step"]  # cached FP8 weight casts: launched once per step
+    per_layer = lt["fwd"] - weights + lt["bwd"] + rec + layer_collectives(deg, ker)
     head = np.where(deg.p == 1, ht["embedding"] + ht["head"], ht["head"])
     pp = np.where(deg.p > 1, 2 * deg.v, 0)
     per_mb = layers * per_layer + head + pp
-    return deg.m * per_mb + OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS + dp_calls
+    return deg.m * per_mb + layers * weights + OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS + dp_calls
 
 
 def host_time(launches, ker: Kernels):

@@ -123,11 +123,10 @@ def test_protocols_by_hand():
     # Large messages ride Simple's full rate; a medium one LL128 (latency below Simple's, 0.92 of the rate).
     assert protocol_of("all_reduce", 1e9, 8, 8, NCCL_TOY) == "Simple"
     assert protocol_of("all_reduce", 2**20, 8, 8, NCCL_TOY) == "LL128"
-    # Two domains of 8: the Simple line is 2 x (7 x 1 + 1 x 10) = 34 us; NCCL's Simple 8.4 + 2 x (7 x 3.4 + 50) = 156,
-    # LL 3.6 + 2 x (7 x 0.47 + 5.0) = 20.18; LL's share is 1/4 across nodes, the bus min(100, 8 x 10) = 80 GB/s.
-    wire16 = 2 * 15 / 16 * S
-    assert float(protocol_time_s("all_reduce", S, 16, 8, NCCL_TOY, "LL")) == pytest.approx(
-        34e-6 * 20.18 / 156 + wire16 / 20e9)
+    # Across domains the effective Simple line stands (it is fitted to measured multi-node curves, NCCL's choice
+    # included): LL and LL128 are priced inside one domain only.
+    assert protocol_of("all_reduce", S, 16, 8, NCCL_TOY) == "Simple"
+    assert float(protocol_time_s("all_reduce", S, 16, 8, NCCL_TOY, "LL")) == np.inf
     # An all-gather inside one domain: one pass (7 steps), LL at a third of the bus rate (tuning.cc).
     assert float(protocol_time_s("all_gather", S, 8, 8, NCCL_TOY, "LL")) == pytest.approx(
         7e-6 * (3.6 + 7 * 0.47) / (8.4 + 7 * 3.4) + 7 / 8 * S / (100e9 / 3))
@@ -138,6 +137,11 @@ def test_protocols_by_hand():
 
 
 def test_protocols_against_published_h100_class_curves():
+    # Across nodes the effective line still puts half bandwidth where NVIDIA's NVLSTree scan does (64-256 MiB).
+    for n, size in ((32, 64 * MiB), (8192, 256 * MiB)):
+        t = float(collective_time_s("all_reduce", size, n, 8, _net("h100")))
+        assert bus_bandwidth("all_reduce", size, t, n)[1] == pytest.approx(
+            float(bus_rate_GBps(_net("h100"), n, 8)) / 2, rel=0.05)
     # 8 x H200, NVLink, ml-engineering's all_reduce_bench (allreduce-anchors section 3.4): busbw 155.5 GB/s at 8 MiB
     # (NCCL LL128's range) and 346.5 at 64 MiB (NVLS there; the ring reaches ~370 at its plateau). Below 1 MiB the
     # measured time carries a per-call floor (launch, synchronisation: ~40 us at 32 KiB) that NCCL's model has not.

@@ -131,3 +131,11 @@ def test_cached_fp8_weights_are_cast_once_per_step(monkeypatch):
     fwd_uncached, _ = fp8_cast_times(sh, 1, 1, 1, te, r)
     assert float(fwd_uncached) - float(fwd) == pytest.approx(want)
     assert float(fp8_weight_cast_time(sh, 1, te, r)) == 0.0
+    # In a step of m micro-batches the cached casts are paid once: compute(m) = m x per-micro-batch + optimizer +
+    # L x the casts, so compute(2) - 2 compute(1) = -(optimizer + L x casts).
+    monkeypatch.undo()
+    cl = make_cluster(get_preset("h100"), 1, "fp8")
+    one, two = (step_costs(sh, cl, Degrees.of(m=m), kernels=te) for m in (1, 2))
+    w = layer_times(sh, 1, 1, 1, te, rates_for(cl, te))["fp8_weights_per_step"]
+    assert float(w) > 0
+    assert float(2 * one["compute_s"] - two["compute_s"] - one["optimizer_s"]) == pytest.approx(sh.layers * float(w))
