@@ -272,9 +272,6 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
             # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
             import torch._inductor.config as inductor_config
             inductor_config.emulate_precision_casts = True
-            # Fp8Linear.slot (its columns in the shared scaling state) differs per layer: as a symbolic
-            # int every block shares one graph, instead of one recompile per block up to dynamo's limit.
-            torch._dynamo.config.allow_unspec_int_on_nn_module = True
             # Regional compilation, as torchtitan does: each block is compiled in place (same module,
             # same parameter names and hooks); identical blocks share one graph, so compile time does
             # not grow with depth. Embeddings, the final norm, the LM head and the loss run eagerly.

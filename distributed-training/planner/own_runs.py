@@ -31,6 +31,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from common.csvread import Schema, read_table
 from common.hardware import preset_for
@@ -50,7 +51,11 @@ class Stack:
     compiled: bool = False  # torch.compile around the blocks (fused elementwise kernels)
     optimizer: str = "megatron"  # the Adam step timed with it, as the lab runs it (compute.OPTIMIZER_KERNELS), or none
     weights: str = "fp32"  # dtype of the parameters: fp32 master weights (autocast / FSDP2) or bf16
-    fp8_eager: bool = False  # the FP8 layer fell out of the compiled graph (GRAPH_BREAK_FIXED)
+    eager_fix: "EagerFix | None" = None  # the fix this row predates: its FP8 layer ran outside the compiled graph
+
+    @property
+    def fp8_eager(self) -> bool:
+        return self.eager_fix is not None
 
 
 @dataclass(frozen=True)
@@ -153,17 +158,37 @@ FP8_TRAIN_ADAM, TORCH_ADAMW = "fused", "foreach"
 WARM_FRACTION = 0.10  # fp8-train's report: tokens/s is the median after the first 10% of steps
 
 
+class EagerFix(NamedTuple):
+    """A commit that changed what a backend's compiled run executes: rows measured before it ran eager."""
+    commit: str
+    date_utc: str
+    what_ran: str  # why a row before it ran outside the compiled graph
+    min_layers: int = 1  # the blocks a model needs for it to happen
+
+
 # Commits that changed what a backend runs, so a row measured before one ran differently from what its columns
-# say: before b992edb the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks
-# the graph, so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed). A row
-# measured before the commit's date cannot have run it (no git needed: a shallow clone reads the same).
-GRAPH_BREAK_FIXED = {"native": ("b992edb", "2026-11-23T00:07:29Z")}
+# say. A row measured before the commit's date cannot have run it (no git needed: a shallow clone reads the same).
+#   b992edb: the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks the graph,
+#            so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed).
+#   3297f52: the native layer passed its int slot in the shared scaling state to the traced FP8 function, so
+#            dynamo compiled each block apart; with 3 variants per block (training, counting fractions,
+#            evaluating), 3+ blocks pass dynamo's 8 recompiles and the rest of the run went eager (the H200 row).
+EAGER_BEFORE = {"native": (EagerFix("b992edb", "2026-11-23T00:07:29Z", "dynamo broke the graph at every FP8 GEMM"),
+                           EagerFix("3297f52", "2026-11-27T03:22:04Z", "dynamo compiled each block apart and ran "
+                                    "eager past its 8 recompiles", min_layers=3))}
 
 
-def fp8_eager(backend: str, compiled: bool, measured_utc: str) -> bool:
-    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured before the fix."""
-    fix = GRAPH_BREAK_FIXED.get(backend)
-    return bool(compiled and fix and measured_utc and str(measured_utc) < fix[1])
+def eager_fix(backend: str, compiled: bool, measured_utc: str, n_layers: int) -> EagerFix | None:
+    """The first fix a compiled row predates (its FP8 layer ran outside the compiled graph), or None."""
+    if not (compiled and measured_utc):
+        return None
+    return next((f for f in EAGER_BEFORE.get(backend, ()) if str(measured_utc) < f.date_utc
+                 and n_layers >= f.min_layers), None)
+
+
+def fp8_eager(backend: str, compiled: bool, measured_utc: str, n_layers: int = 1) -> bool:
+    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured before a fix."""
+    return eager_fix(backend, compiled, measured_utc, n_layers) is not None
 
 
 def fp8_recipe(backend: str, cfg: dict) -> str:
@@ -200,7 +225,8 @@ def fp8_train_steps(results: Path) -> list[Run]:
                            float(warm["tokens_per_s"].median()), shape,
                            Stack(str(r["precision"]), backend, fp8_recipe(backend, cfg), bool(r["compiled"]),
                                  optimizer=FP8_TRAIN_ADAM,
-                                 fp8_eager=fp8_eager(backend, bool(r["compiled"]), str(r["timestamp_utc"]))),
+                                 eager_fix=eager_fix(backend, bool(r["compiled"]), str(r["timestamp_utc"]),
+                                                     int(r["n_layers"]))),
                            Layout(microbatch=int(r["batch"]) // accum, micro_batches=accum),
                            (float(warm["tokens_per_s"].min()), float(warm["tokens_per_s"].max()))))
     return out
@@ -223,7 +249,8 @@ def fp8_train_bench(results: Path) -> list[Run]:
                            "tokens/s", tokens / float(r.step_time_s), shape,
                            Stack(str(r.precision), backend, fp8_recipe(backend, cfg), bool(r.compiled),
                                  optimizer=FP8_TRAIN_ADAM,
-                                 fp8_eager=fp8_eager(backend, bool(r.compiled), str(r.timestamp_utc))),
+                                 eager_fix=eager_fix(backend, bool(r.compiled), str(r.timestamp_utc),
+                                                     int(r.n_layers))),
                            Layout(microbatch=tokens // seq, micro_batches=1),
                            (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s)),
                            detail={**counted(getattr(r, "kernels_per_step", float("nan"))),

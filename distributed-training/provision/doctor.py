@@ -112,6 +112,12 @@ def report(gpu: str = "auto", driver=None) -> list[str]:
     except NVMLUnavailable as e:
         lines.append(f"nvml        {e}")
     fp8_hw = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
+    if torch.cuda.is_available():
+        # torch's own cuDNN loaded first, so that TE's search finds it by its soname: on the lent H200 image,
+        # whose /lib holds a system cuDNN of another build, doctor's TE import failed on a missing symbol
+        # ("libcudnn_heuristic.so.9: undefined symbol") while the same TE ran in training (not re-checked on
+        # a GPU since).
+        torch.backends.cudnn.version()
     lines += [
         f"fp8 hw      {'yes (sm_89+)' if fp8_hw else 'no FP8 tensor cores here (native/emulated FP8 still run)'}",
         f"fp8 te      transformer_engine.pytorch: {_try_import('transformer_engine.pytorch')}{_te_fp8()}",

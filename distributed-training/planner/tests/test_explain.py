@@ -75,9 +75,11 @@ def test_each_rows_own_columns_drive_its_prediction(tmp_path):
 
 def test_rows_measured_before_the_native_layers_graph_fix_are_priced_as_what_ran():
     native = [c for c in committed("fp8-train") if c.run.stack.backend == "native"]
-    # The H100 rows were measured before b992edb, the H200 one (2026-11-27) after it.
-    assert native and all(c.run.stack.fp8_eager == (c.run.gpu == "h100") for c in native)
-    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z")  # a run of today's code
+    assert native and all(c.run.stack.fp8_eager for c in native)  # measured before b992edb or 3297f52
+    assert {c.run.stack.eager_fix.commit for c in native} == {"b992edb", "3297f52"}
+    assert own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=8)  # compiled apart, past the limit
+    assert not own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=2)  # 6 variants: within it
+    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z", n_layers=8)  # a run of today's code
     assert not own_runs.fp8_eager("torchao", True, "2026-01-01T00:00:00Z")  # no such fix for torchao
     assert not own_runs.fp8_eager("native", False, "2026-01-01T00:00:00Z")  # eager anyway
 
@@ -141,7 +143,7 @@ def test_rows_outside_the_model_by_rule(tmp_path):
     # FSDP2 at one rank (ZeRO-2/3, HSDP on a world of one), and the committed rows each rule sets apart.
     assert {c.run.name for c in committed("fsdp-scaling") if unexplained.outside(c.run).startswith("FSDP2")} == {
         "zero3 strong, 1 GPU"}  # the other FSDP2 one-rank rows are host-limited first
-    native = [c for c in committed("fp8-train") if c.run.stack.backend == "native" and c.run.gpu == "h100"]
+    native = [c for c in committed("fp8-train") if c.run.stack.backend == "native"]
     assert native and all(unexplained.outside(c.run).startswith("graph break") for c in native)
     targets = {t.what: t for t in vs_measured.targets(list(committed("fp8-train")))}
     assert targets["FP8 rows within 8%"].outside == len([c for c in _claimed("fp8-train")
