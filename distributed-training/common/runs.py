@@ -197,7 +197,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _data_rows(run_dir: Path) -> int:
+def data_rows(run_dir: Path) -> int:
     """Rows in the folder's CSVs (a header alone does not count)."""
     n = 0
     for p in run_dir.rglob("*.csv"):
@@ -242,7 +242,7 @@ class RunFolder:
         exists = (self.path / MANIFEST).is_file()
         if self.mode == "fresh" and self.path.exists():
             state = read_manifest(self.path).get("state") if exists else "unknown"
-            if state in ("promoted", "merged") or _data_rows(self.path) == 0:
+            if state in ("promoted", "merged") or data_rows(self.path) == 0:
                 shutil.rmtree(self.path)
             else:
                 aside = self.path.with_name(f"{self.path.name}@{_stamp()}")
@@ -445,7 +445,7 @@ def promote_run(run_dir: Path, merge: bool = False) -> list[Path]:
 def _status(run_dir: Path) -> str:
     m = read_manifest(run_dir)
     holder = lock_holder(run_dir)
-    what = f"{m.get('state')}, {_data_rows(run_dir)} rows, " + ("preset" if m.get("preset") else
+    what = f"{m.get('state')}, {data_rows(run_dir)} rows, " + ("preset" if m.get("preset") else
                                                                f"experiment ({', '.join(m.get('changed', []))})")
     return f"{shown(run_dir)}: {what}; target {shown((run_dir / m['target']).resolve())}" + \
         (f"; in use: {holder}" if holder else "")

@@ -38,7 +38,7 @@ from typing import NamedTuple
 from common.config import parse_config
 from common.cuda_env import read_driver, refusal
 from common.hardware import CHOICES, get_preset
-from common.runs import MANIFEST, RunError, promote_run, read_manifest, run_dir_for
+from common.runs import MANIFEST, RunError, data_rows, promote_run, read_manifest, run_dir_for
 
 from . import archive, offline_kit
 
@@ -189,6 +189,8 @@ def publish(cfg: QuickConfig, results: Path) -> list[str]:
         return lines  # the bench never started
     if state in ("promoted", "merged"):
         return lines + [f"{bench.name}: published by its own run"]
+    if data_rows(bench) == 0:  # stopped before its first mode finished: headers alone are no result
+        return lines + [f"{bench.name}: no mode finished; nothing published"]
     try:
         lines.append(f"{bench.name}: merged {len(promote_run(bench, merge=True))} file(s) into results/ ({state})")
     except RunError as e:

@@ -90,6 +90,8 @@ def test_make_gpu_quick_rehearsed_on_the_cpu(tmp_path):
     assert "bench            cut off at its limit" in table
     assert "bf16-s1          skipped" in table and "needs >= 1000 s" in table
     assert "| bf16-s0 |" in table and "BF16 seeds: s0 (one seed: no noise band yet)" in table  # the closing table
+    assert "cpu_ws1-bench: no mode finished; nothing published" in table or "-bench" not in table
+    assert not (results / "cpu_ws1" / "bench_step.csv").exists()  # the cut-off bench published nothing
     steps = pd.read_csv(results / "cpu_ws1" / "steps.csv")
     assert sorted(steps["run"].unique()) == ["bf16-s0"]  # only what finished
     archive = next(out.glob("results_*_rehearsal_*.tar.gz"))
