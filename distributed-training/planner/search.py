@@ -47,7 +47,7 @@ MIN_CP_TOKENS = 1024
 BATCH_TOLERANCE = 0.05  # a DP degree that does not divide the batch may run the nearest batch within 5% of it
 GB = 1e9
 TIME_KEYS = ("compute_s", "tp_comm_s", "tp_hidden_s", "pp_comm_s", "pp_hidden_s", "dp_comm_s", "dp_hidden_s",
-             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "step_s")
+             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "gpu_step_s", "host_s", "step_s")
 
 
 @dataclass(frozen=True)
