@@ -21,7 +21,7 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, calibrate, experiments, own_runs
+from . import accuracy, against_pytorch, calibrate, experiments, own_runs, validation
 from .cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of, table
 
@@ -212,7 +212,7 @@ SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_con
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, "opening": opening, "setting": setting, "gpu_name": gpu_name,
             "domain": lambda: str(_context_cluster().domain), "memory": lambda: f"{_context_cluster().memory_gb:g} GB",
-            **experiments.SECTIONS, **accuracy.SECTIONS}
+            **experiments.SECTIONS, **accuracy.SECTIONS, **validation.SECTIONS}
 
 
 def render() -> str:
