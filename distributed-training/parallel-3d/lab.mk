@@ -18,7 +18,7 @@ P3D_FLAGS = --gpu $(GPU) --tp $(TP) --pp $(PP) --dp $(DP) --cp $(CP) --world $(P
 P3D_ACT_NPROC ?= $(if $(filter 0 1,$(NGPUS)),$(if $(filter 1,$(NGPUS)),1,2),2)
 
 .PHONY: parallel-3d parallel-3d-baseline parallel-3d-run parallel-3d-activations parallel-3d-at-scale \
-        parallel-3d-report parallel-3d-gpu
+        parallel-3d-report parallel-3d-gpu parallel-3d-ranking
 
 parallel-3d: $(SETUP) ## TP x PP x DP x CP training (make parallel-3d TP=2 PP=2 DP=2 [CP=2]): 1-rank baseline, run, studies, report
 	$(MAKE) parallel-3d-baseline parallel-3d-run parallel-3d-activations
@@ -42,6 +42,12 @@ parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selecti
 
 parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/4096 GPUs, built as one rank (fake PG)
 	$(PYRUN) $(P3D_DIR)/at_scale.py
+
+# The ranking set (CPU, gloo, any machine): this machine's calibration (allreduce-bench's fit, a GEMM rate, a
+# memory rate, a per-op fixed cost), then 22 layouts of the tiny GPT at world sizes 4 and 8, each trained by train.py;
+# rows appended as measured, --resume continues. The planner predicts them (python -m planner.ranking).
+parallel-3d-ranking: $(SETUP) ## the ranking set: 22 layouts at 4 and 8 gloo ranks, measured for the planner's ranking
+	$(PYRUN) $(P3D_DIR)/ranking.py $(ARGS)
 
 parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alone
 	$(PYRUN) $(P3D_DIR)/report.py

@@ -25,7 +25,7 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs
+from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, validation
 from .cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of, table
 
@@ -223,7 +223,7 @@ SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_con
             "guide_findings": guide_answer.findings_block, "scenarios": guide_answer.scenarios,
             "mfu_plot": lambda: guide_answer.mfu_caption(LINKS["mfu_plot"]), "validation_opening": opening,
             "guide_link": lambda: LINKS["guide"], "validation_link": lambda: LINKS["validation"],
-            **experiments.SECTIONS, **accuracy.SECTIONS}
+            **experiments.SECTIONS, **accuracy.SECTIONS, **validation.SECTIONS}
 
 
 def render(template: Path = TEMPLATE) -> str:

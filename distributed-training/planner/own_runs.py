@@ -11,8 +11,9 @@ One reader per kind of row:
 
     fp8-train   */steps.csv          training runs: tokens/s, median after the first 10% of steps
                                      (compile and warm-up), as fp8-train's report reads them
-                */bench_step.csv     the step-cost benchmark: tokens/s of its median step, its fastest, and
-                                     the kernels the step launched (kernels_per_step, counted by the profiler)
+                */bench_step.csv     the step-cost benchmark: tokens/s of its median step, its fastest, the
+                                     kernels the step launched (kernels_per_step, counted by the profiler) and
+                                     the GPU's busy time in the step (gpu_busy_ms), where the row has them
                 */bench_gemm.csv     single GEMMs (bf16 torch.mm, FP8 _scaled_mm): time per GEMM
                 */bound.csv          the FP8 bound: the BF16 step with its GEMMs' time in FP8 (speed-up)
     fsdp-scaling  scaling_*.csv      one optimizer step per strategy: tokens/s (per rank), slowest and fastest
@@ -252,7 +253,8 @@ def fp8_train_bench(results: Path) -> list[Run]:
                                                      int(r.n_layers))),
                            Layout(microbatch=tokens // seq, micro_batches=1),
                            (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s)),
-                           detail=counted(getattr(r, "kernels_per_step", float("nan")))))
+                           detail={**counted(getattr(r, "kernels_per_step", float("nan"))),
+                                   **busy(getattr(r, "gpu_busy_ms", float("nan")), float(r.step_time_s))}))
     return out
 
 
@@ -264,6 +266,18 @@ def counted(kernels) -> dict:
     except (TypeError, ValueError):
         return {}
     return {"kernels_per_step": int(kernels)} if kernels == kernels and kernels > 0 else {}
+
+
+def busy(gpu_busy_ms, step_s: float) -> dict:
+    """The GPU's busy time in a step, where the row's profiler measured it (fp8-train's gpu_busy_ms: kernels' union
+    on the GPU's timeline; an optional column, absent from older files), beside the step it was measured in."""
+    try:
+        gpu_busy_ms = float(gpu_busy_ms)
+    except (TypeError, ValueError):
+        return {}
+    if gpu_busy_ms != gpu_busy_ms or gpu_busy_ms <= 0:
+        return {}
+    return {"gpu_busy_ms": gpu_busy_ms, "step_ms": step_s * 1e3}
 
 
 BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "seq_len": int,

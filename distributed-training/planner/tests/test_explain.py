@@ -162,6 +162,27 @@ def test_a_counted_kernel_pays_the_per_kernel_cost(tmp_path):
     assert own_runs.counted(float("nan")) == {} and own_runs.counted(222.0) == {"kernels_per_step": 222}
 
 
+def test_a_row_with_the_gpus_busy_time_is_judged_on_it(tmp_path):
+    # fp8-train's bench writes gpu_busy_ms (the union of the step's kernels on the GPU's timeline). A step well above
+    # it was paced by the host (host.py): the row is judged on its GPU time, the model's GPU time against the GPU's,
+    # and never set apart as host-limited, however much its steps jitter. A GPU-paced row is judged on its step.
+    rows = [dict(d_model=2048, run="host-paced", precision="bf16", precision_backend="torch", gpu_busy_ms=6.0,
+                 step_time_s=0.010, step_time_min_s=0.008),
+            dict(d_model=2048, run="gpu-paced", precision="bf16", precision_backend="torch", gpu_busy_ms=9.9)]
+    _bench_rows(tmp_path, rows)
+    paced, gpu = own_runs.fp8_train_bench(tmp_path)
+    assert paced.detail["gpu_busy_ms"] == 6.0 and paced.detail["step_ms"] == pytest.approx(10.0)
+    assert explain.host_paced(paced) and not explain.host_paced(gpu)
+    pred = explain.predict(paced)
+    assert explain.error(paced, pred) == pytest.approx(6.0 / (pred.gpu_s * 1e3) - 1)
+    assert pred.note.startswith("GPU busy 6.0 of 10.0 ms; predicted GPU")
+    assert not unexplained.outside(paced)
+    g = explain.predict(gpu)
+    assert explain.error(gpu, g) == pytest.approx(g.value / gpu.measured - 1)
+    assert own_runs.busy(float("nan"), 0.01) == {} and own_runs.busy(5.0, 0.01) == {"gpu_busy_ms": 5.0,
+                                                                                  "step_ms": 10.0}
+
+
 def test_sustained_matmul_rate_from_gemm_rows(tmp_path):
     # The committed H100 benchmark: its 8192^3 bf16 GEMM (651 TFLOP/s) is the slowest against the burst model.
     rows = gemm_rates.gpu_rows([str(LABS / "fp8-train" / "results" / "h100_ws1" / "bench_gemm.csv")])["h100"]
