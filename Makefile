@@ -118,7 +118,8 @@ test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
 	@$(PYRUN) -m provision.doctor --gpu $(GPU)
 
-reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
+reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md, the guide and README.md's findings from the CSVs
+	@$(PYRUN) -m common.readme_findings
 
 # One short GPU lease (15 minutes, no network): the FP8 question answered in priority order under BUDGET_S,
 # the kit installed first, the archive always written (provision/gpu_quick.py). GPU=cpu rehearses it.

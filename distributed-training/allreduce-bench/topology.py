@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -196,10 +197,18 @@ def topology_markdown(env: DistInfo | None = None) -> str:
             topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.SubprocessError) as e:
             topo = f"(nvidia-smi topo -m failed: {e})"
-        lines += ["", "### nvidia-smi topo -m", "", "```", topo.rstrip(), "```"]
+        lines += ["", "### nvidia-smi topo -m", "", "```", without_colours(topo).rstrip(), "```"]
     ib = infiniband()
     lines += ["", "### InfiniBand / RoCE", ""] + (ib or ["No /sys/class/infiniband devices on this machine."])
     return "\n".join(lines) + "\n"
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def without_colours(text: str) -> str:
+    """nvidia-smi underlines its header with terminal escape codes; a markdown file shows them as junk."""
+    return ANSI.sub("", text)
 
 
 def write_topology(path: Path, env: DistInfo | None = None) -> Path:

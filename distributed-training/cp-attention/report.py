@@ -3,8 +3,9 @@
     make cp-attention-report
     PYTHONPATH=distributed-training python distributed-training/cp-attention/report.py      # the same
 
-The prose is report_template.md; this fills its {{sections}}: the answer first (sentences whose numbers
-come from the CSVs), the plots, the tables, then the full rows in an appendix. One block per benchmark
+The prose is report_template.md; this fills its {{sections}}: the answer first (findings.py, worded by
+findings_template.md from what the CSVs show), the plots, the tables, then the audit in an appendix (provenance,
+the correctness grid, every row). One block per benchmark
 file (cpu_ws4, h100_ws8, ...), each labelled with its hardware and versions.
 """
 
@@ -19,8 +20,10 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
+from common.findings import block
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
+import findings
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
@@ -69,71 +72,13 @@ def correctness_section(c: pd.DataFrame, tag: str) -> list[str]:
         "backward calls": g["bwd_calls"].apply(lambda s: " / ".join(sorted(set(s)))) if "bwd_calls" in c else "-",
         "bytes = formula": g["bytes_ok"].all().map({True: "yes", False: "**NO**"}),
         "pass": g["pass"].all().map({True: "yes", False: "**NO**"})}).reset_index()
-    return [f"### `{tag}`", "", f"Measured on {_provenance(c)}. {len(c)} checks, {int((~c['pass']).sum())} failed. "
+    return [f"#### `{tag}`", "", f"Measured on {_provenance(c)}. {len(c)} checks, {int((~c['pass']).sum())} failed. "
             "Cases: mha (4 heads of 16), gqa (8 query heads over 2 K/V heads), odd (6 over 3 heads of 12, batch 3, "
             "chunks of 7 tokens), gqa-fp64.", "", frame(table.rename(columns={"cp": "N"})), ""]
 
 
 def _largest(b: pd.DataFrame) -> pd.DataFrame:
     return b[b["seq_len"] == b["seq_len"].max()]
-
-
-def answer(benches: dict[str, pd.DataFrame], corrs: dict[str, pd.DataFrame], public: pd.DataFrame | None) -> list[str]:
-    """The findings in a few sentences, every number from the CSVs."""
-    out = []
-    if corrs:
-        c = pd.concat(corrs.values())
-        ours = c[c["impl"] == "ours"]
-        err = ours[["err_output", "err_dq", "err_dk", "err_dv"]].max(axis=1)
-        fp32 = err[ours["dtype"] == "float32"]
-        out.append(f"- **Correct.** The hand-rolled ring matched single-device causal attention in "
-                   f"{int(ours['pass'].sum())} of {len(ours)} checks at N = {', '.join(map(str, sorted(ours['cp'].unique())))} "
-                   f"(forward and the three gradients; worst fp32 error {_sci(fp32.max()) if len(fp32) else '-'}, "
-                   f"worst fp64 {_sci(err[ours['dtype'] == 'float64'].max()) if (ours['dtype'] == 'float64').any() else '-'}), "
-                   f"with grouped-query attention, and every rank sent exactly the formula's bytes in "
-                   f"{int(ours['bytes_ok'].sum())} of {len(ours)}. PyTorch's ring passed "
-                   f"{int(c[c['impl'].isin(TORCH)]['pass'].sum())} of {int(c['impl'].isin(TORCH).sum())} of the same checks.")
-    for tag, b in benches.items():
-        big = _largest(b)
-        n = big["cp"].max()
-        row = big[big["cp"] == n].set_index("impl")
-        if n == 1 and {"ours", "sdpa", TORCH[0]} <= set(row.index):
-            out.append(one_rank_line(tag, b, row))
-        if n < 2 or "ours" not in row.index:
-            continue
-        o = row.loc["ours"]
-        parts = [f"{t.removeprefix('torch-')} {o['time_ms'] / row.loc[t, 'time_ms']:.2f}" for t in TORCH if t in row.index]
-        sent = {i: row.loc[i, "fwd_sent_bytes"] + row.loc[i, "bwd_sent_bytes"] for i in row.index}
-        bytes_ = [f"{sent['ours'] / sent[t]:.2f} of {t.removeprefix('torch-')}'s" for t in TORCH if t in sent]
-        saved = [f"{o['saved_bytes'] / row.loc[t, 'saved_bytes']:.2f}" for t in TORCH if t in row.index]
-        where = "GPU" if (b["backend"] == "nccl").all() else "CPU, gloo: contention, not speed"
-        out.append(f"- **Ours vs PyTorch, `{tag}`** ({where}), N = {n}, s = {int(o['seq_len'])}, {int(o['n_heads'])} "
-                   f"query / {int(o['n_kv_heads'])} K/V heads: time ours / PyTorch's = {', '.join(parts)}; ours sends "
-                   f"{' and '.join(bytes_)} bytes (it carries the K/V heads, not repeated ones, and N-1 dK/dV hops, "
-                   f"not N); it saves {' / '.join(saved)} of PyTorch's bytes for backward.")
-    if public is not None and len(public):
-        cpu = public[public["device"] == "cpu"]
-        if len(cpu) and not cpu["runs"].iloc[0]:
-            out.append(f"- **PyTorch's public `context_parallel` does not run on CPU** (torch "
-                       f"{cpu['torch_version'].iloc[0]}): `{cpu['error'].iloc[0]}`; the CPU rows compare with its ring "
-                       "core instead.")
-    if not any((b["backend"] == "nccl").any() for b in benches.values()):
-        out.append("- **GPU: not measured yet.** `make cp-attention-gpu GPU=h100` (one GPU: N = 1; a node: N up to its "
-                   "GPUs) writes the rows that compare time, peak memory and bytes with the public API under NCCL.")
-    return out
-
-
-def one_rank_line(tag: str, b: pd.DataFrame, row: pd.DataFrame) -> str:
-    """N = 1 (one GPU): the wrappers' costs, the kernel held equal, and what each keeps in memory."""
-    o, t, s = row.loc["ours"], row.loc[TORCH[0]], row.loc["sdpa"]
-    peak = (f"; peak memory above the inputs ours / PyTorch's {o['peak_mem_bytes'] / t['peak_mem_bytes']:.2f}"
-            if pd.notna(o["peak_mem_bytes"]) else "")
-    return (f"- **One rank, `{tag}`** ({b['hardware'].iloc[0]}, torch {b['torch_version'].iloc[0]}), s = "
-            f"{int(o['seq_len'])}, N = 1, every implementation on the same kernel: time ours / SDPA "
-            f"{o['time_ms'] / s['time_ms']:.2f}, ours / PyTorch's CP {o['time_ms'] / t['time_ms']:.2f} (what the "
-            f"wrappers cost around the kernel: nothing is sent at one rank); bytes saved for backward ours / PyTorch's "
-            f"{o['saved_bytes'] / t['saved_bytes']:.2f} (its repeated K/V heads){peak}. Multi-GPU rows (N > 1, where "
-            "the ring communicates): not measured yet, `make cp-attention-gpu` on a node of several GPUs.")
 
 
 def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
@@ -156,7 +101,10 @@ def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
         ax.legend(fontsize=7)
     name = f"cp_{tag}.png"
     save(fig, out / name, footer=describe_runs(b, held={"s": s, "dtype": b["dtype"].iloc[0]}))
-    return f"![time and bytes vs N, {tag}](plots/{name})"
+    return (f"![time and bytes vs N, {tag}](plots/{name})\n\n*What to see:* left, one attention layer's forward + "
+            "backward time per implementation as the CP degree N grows (dotted: single-device SDPA); right, the MiB "
+            "each rank sent per step, counted, against the formula (x). On CPU the ranks share the cores: read the "
+            "bytes, not the milliseconds.")
 
 
 def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
@@ -205,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     public_line = "-" if public is None else "; ".join(
         f"{r['api']} on {r['device']}: " + ("runs" if r["runs"] else f"refuses, `{r['error']}`")
         for _, r in public.iterrows())
-    appendix = ["## Appendix: every benchmark row", ""]
+    appendix = ["### Every benchmark row", ""]
     for tag, b in benches.items():
         cols = ["impl", "cp", "seq_len", "time_ms", "time_min_ms", "time_max_ms", "fwd_calls", "fwd_sent_bytes",
                 "bwd_calls", "bwd_sent_bytes", "saved_bytes", "peak_mem_bytes", "max_rel_err"]
         appendix += [f"`{tag}`", "", frame(b[[c for c in cols if c in b]]), ""]
     sections = {
-        "answer": answer(benches, corrs, public),
+        "findings": block(findings.opening(benches, corrs, public)),
         "measured_on": measured_on.paragraph(results, ["correctness_*.csv", "bench_*.csv"],
                                              "`make cp-attention-gpu` (one GPU: N = 1; a node: N up to its GPUs)"),
         "plots": [_plot(b, tag, plots) for tag, b in benches.items() if b["cp"].max() > 1],

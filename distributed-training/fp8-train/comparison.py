@@ -195,7 +195,8 @@ def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None) -> li
     base = pd.Series(bf16).median() if bf16 else math.nan
     mem_head = "peak memory (MiB)" if gpu else "saved activations (MiB)"
     head = ["run", "folder", "precision, scaling", "backend, version", "compiled", "tokens/s", "vs BF16 (range)"]
-    head += ["FP8 bound", "% of bound"] if gpu else []
+    with_bound = gpu and bound is not None  # no bound measured: a sentence under the table says so, not two columns
+    head += ["FP8 bound", "% of bound"] if with_bound else []
     head += ["MFU", mem_head, "final loss (vs BF16 band)", "final val (vs BF16 band)"]
     rows = []
     repeat_of = {id(r): next(s for s in band.seeds if s.seed == r.seed) for r in band.repeats}
@@ -205,7 +206,7 @@ def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None) -> li
         row = [r.name, r.folder, f"{r.precision}, {r.recipe}", f"{r.backend}, {r.version}",
                "compiled" if r.compiled else "eager", f"{r.tokens_per_s:,.0f} ±{r.tps_iqr:.1%}",
                f"{speed:.2f}x ({spread})" if bf16 else "no BF16 run"]
-        if gpu:
+        if with_bound:
             row += bound_cells(r, speed, bound)
         row.append(mfu_cell(r, gpu))
         row.append(f"{r.memory:,.1f}" if not math.isnan(r.memory) else "not measured")

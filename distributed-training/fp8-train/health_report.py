@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import story
 from common.plotting import describe_runs, new_figure, save
 from panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
 from tables import read
@@ -34,6 +35,8 @@ def has_faults(steps: pd.DataFrame) -> bool:
 
 def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
     kinds = sorted(events["kind"].unique()) if len(events) else []
+    if not kinds and int(steps["nan_steps"].max()) == 0 and int(steps["skipped_steps"].max()) == 0:
+        return [f"No NaN step, no skipped step and no alert in {', '.join(steps['run'].unique())}."]
     out = ["| " + " | ".join(["run", "NaN steps", "skipped steps", *kinds]) + " |", "|---" * (3 + len(kinds)) + "|"]
     for run, g in steps.groupby("run", sort=False):
         e = events[events["run"] == run] if len(events) else events
@@ -101,7 +104,7 @@ def section(d: Path, root: Path) -> list[str]:
     steps, events = _read(d / "steps.csv"), _read(d / "events.csv")
     if not len(steps) or "nan_steps" not in steps.columns:
         return []
-    lines = [f"## Training health: `{d.name}`", ""]
+    lines = [f"### `{d.name}`", ""]
     dash = d / "dashboard.html" if (d / "dashboard.html").exists() else None
     runs = list(steps["run"].unique())
     per_run = [d / "dashboards" / f"{r}.html" for r in runs if (d / "dashboards" / f"{r}.html").exists()]
@@ -119,14 +122,15 @@ def section(d: Path, root: Path) -> list[str]:
         inj = s.dropna(subset=["injected"])
         clean, bf16 = _clean_counterpart(d, run, s)
         png = plot_health(d, run, steps, events, fp8, layers, clean, bf16)
-        lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"])
-                  + f" and `--on-nan` recovery; {int(s['nan_steps'].max())} NaN step(s), "
-                  f"{int(s['skipped_steps'].max())} skipped.", ""]
+        lines += [f"Run `{run}` with injected faults " + ", ".join(inj["injected"]) + ". What it did at each "
+                  "non-finite step:", ""] + story.nan_lines(s, d.name) + [""]
         final = s["val_loss"].dropna()
         if clean is not None and len(final):
             ref = clean["val_loss"].dropna().iloc[-1]
+            commits, ran = ("/".join(sorted({str(c) for c in x["git_commit"]})) for x in (clean, s))
             lines += [f"Final val loss {final.iloc[-1]:.4f} against {ref:.4f} for the same run without faults "
-                      f"({final.iloc[-1] - ref:+.4f}).", ""]
+                      f"({final.iloc[-1] - ref:+.4f}; the clean run is `{clean['folder'].iloc[0]}`'s, commit "
+                      f"{commits}, the demo ran at commit {ran}).", ""]
         lines += [f"![health]({_rel(png, root)})", "", "| step | alert | action | what it saw |", "|---|---|---|---|"]
         e = events[events["run"] == run]
         for r in e.head(25).itertuples():
@@ -148,7 +152,7 @@ def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> tuple[pd.DataFrame
         if len(same) and len(same) == len(s) and all(same[c].iloc[0] == s[c].iloc[0]
                                                      for c in ("d_model", "n_layers", "seq_len", "batch")):
             bf16 = o[o["precision"] == "bf16"].drop_duplicates(subset=["seed", "step"])
-            return same.sort_values("step"), bf16
+            return same.sort_values("step").assign(folder=other.name), bf16
     return None, None
 
 def monitor_lines(d: Path) -> list[str]:

@@ -9,7 +9,7 @@ FP8_ONE = $(if $(filter check,$(DT_LAUNCH_PHASE)),$(CHECK_ARGS),$(PYRUN))
 FP8_LAUNCH = $(if $(and $(filter 1,$(FP8_NPROC)),$(filter 1,$(NNODES))),$(FP8_ONE),$(TORCHRUN))
 fp8-train-run: NPROC = $(FP8_NPROC)
 
-.PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo
+.PHONY: fp8-train fp8-train-run fp8-train-report fp8-train-bench fp8-train-gpu fp8-train-demo fp8-train-wide
 
 fp8-train: $(SETUP) ## fp8-train: precision comparison (GPU=cpu|h100|h200|a100|b200) + REPORT.md
 	$(MAKE) fp8-train-run fp8-train-report
@@ -24,6 +24,13 @@ fp8-train-report: $(SETUP) ## REPORT.md and plots from fp8-train/results alone
 
 fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM paths -> results/<preset>/bench_*.csv
 	$(PYRUN) $(FP8_DIR)/bench.py --gpu $(GPU) $(ARGS)
+
+# The wider CPU comparison, opt-in (the CPU preset above trains BF16 x2, FP8 emulated and native in a few minutes):
+# fp32, BF16 x3 seeds, FP8 native and emulated, MXFP8 and NVFP4 emulation -> results/cpu_ws1-wide.
+FP8_WIDE_ARGS ?= --runs fp32,bf16,fp8:native,fp8:emulated,mxfp8:emulated,nvfp4:emulated --noise-seeds 3 --promote replace
+fp8-train-wide: $(SETUP) ## fp8-train on CPU, the wider comparison (fp32, 3 BF16 seeds, MXFP8, NVFP4) + REPORT.md
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --out $(FP8_DIR)/results/cpu_ws1-wide $(FP8_WIDE_ARGS) $(ARGS)
+	$(MAKE) fp8-train-report
 
 # The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
 # FP8 overflow injected, recovered by rollback; then its dashboard overlaid on the clean run.

@@ -20,20 +20,24 @@ from typing import Callable, NamedTuple
 
 import pandas as pd
 
+import answer_plots
+import bench_report
 import comparison
+import findings
 import health_report
 import scale_stats
+import story
 from common.config import parse_config
 from common.csvread import BadResults, guard_report, results_folder
-from common.markdown import table as md_table
+from common.findings import block
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
 from planner import vs_measured
-from report_plots import plot_crossover, plot_loss, plot_scales, speedups
+from report_plots import plot_loss, plot_scales
 from tables import SCHEMAS, read as _read
 
 LAB = Path(__file__).resolve().parent
-OWN_PLOTS = ("loss", "scales", "crossover")  # PNG names the report writes; stale ones are removed
+OWN_PLOTS = ("loss", "scales", "crossover", "answer", "underflow")  # PNGs the report writes; stale ones are removed
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class Context(NamedTuple):
     models: dict[ModelKey, list[Folder]]  # comparison folders (no injected faults) by model
     bounds: pd.DataFrame | None  # every folder's bound.csv rows
     written: list[Path]  # plots written this time
+    events: dict[str, pd.DataFrame | None]  # every folder's events.csv
+    facts: list[findings.Facts]  # per model: what the answer and the story are made of
 
 
 def _rel(p: Path, ctx: Context) -> str:
@@ -74,12 +80,27 @@ def load(results: Path, root: Path) -> Context:
         if not health_report.has_faults(f.steps):
             models.setdefault(model_key(f.steps, f.config), []).append(f)
     bound = [b for d in dirs if (b := _read(d / "bound.csv")) is not None and len(b)]
-    return Context(results, root, dirs, folders, models, pd.concat(bound, ignore_index=True) if bound else None, [])
+    events = {d.name: _read(d / "events.csv") for d in dirs}
+    ctx = Context(results, root, dirs, folders, models, pd.concat(bound, ignore_index=True) if bound else None, [],
+                  events, [])
+    ctx.facts.extend(model_facts(ctx, key, fs) for key, fs in models.items())
+    return ctx
+
+
+def model_facts(ctx: Context, key: ModelKey, folders: list[Folder]) -> findings.Facts:
+    runs = [r for f in folders for r in summarize(f)]
+    curves = {(f.name, run): g.sort_values("step") for f in folders for run, g in f.steps.groupby("run")}
+    gpu = is_gpu(folders[0].steps)
+    bound = comparison.bound_for(key, ctx.bounds) if gpu else None
+    return findings.model_facts(key, runs, comparison.bf16_band(runs), gpu, curves,
+                                {f.name: f.fp8 for f in folders}, {f.name: ctx.events.get(f.name) for f in folders},
+                                {f.name: f.config for f in folders},
+                                None if bound is None else float(bound["bound_speedup"]))
 
 
 # ---- sections ---------------------------------------------------------------------------------
 
-def head(ctx: Context) -> list[str]:
+def provenance(ctx: Context) -> list[str]:
     gpu = [f.name for f in ctx.folders.values() if is_gpu(f.steps)]
     ran = {b for f in ctx.folders.values() for b in f.steps["precision_backend"]}
     not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao"))
@@ -93,6 +114,53 @@ def head(ctx: Context) -> list[str]:
     return [" ".join(lines)]
 
 
+def _findings(ctx: Context) -> list[str]:
+    missing = [key for key, fs in ctx.models.items() if is_gpu(fs[0].steps) and comparison.bound_for(
+        key, ctx.bounds) is None]
+    multi = any(key.world_size > 1 for key, fs in ctx.models.items() if is_gpu(fs[0].steps))
+    return block(findings.opening(ctx.facts, missing, multi))
+
+
+def _primary(ctx: Context) -> tuple[ModelKey, list[Folder], findings.Facts]:
+    f = findings.primary(ctx.facts)
+    return f.key, ctx.models[f.key], f
+
+
+def answer(ctx: Context) -> list[str]:
+    """The plot that carries the answer, its caption, then the answer's model's table."""
+    key, folders, f = _primary(ctx)
+    footer = describe_runs(pd.concat([x.steps for x in folders], ignore_index=True),
+                           {"model": f"d{key.d_model}-L{key.n_layers}"})
+    png = answer_plots.plot_answer(f, _plot_path(ctx, ctx.results / folders[0].name, "answer", key), footer)
+    out = []
+    if png is not None:
+        ctx.written.append(png)
+        caption = ("each FP8 run's final validation loss minus that of the BF16 run of its own seed, beside the "
+                   "grey band of run-to-run noise; then its tokens/s over BF16's and its peak memory per GPU."
+                   if f.gpu else "each low-precision run's final validation loss minus that of the BF16 run of its "
+                                 "own seed, beside the grey band of run-to-run noise (CPU: speed and memory are "
+                                 "emulation, not findings).")
+        out += [f"![the answer: loss cost, speed and memory]({_rel(png, ctx)})", "",
+                f"*What to see:* {caption} Bars right of the grey band are differences the noise does not explain.",
+                ""]
+    return out + [f"**The comparison behind it** ({key.describe()}):", ""] + model_table(ctx, key, folders)
+
+
+def story_section(ctx: Context) -> list[str]:
+    pngs = {}
+    for f in ctx.facts:
+        folders = ctx.models[f.key]
+        footer = describe_runs(pd.concat([x.steps for x in folders], ignore_index=True),
+                               {"model": f"d{f.key.d_model}-L{f.key.n_layers}"})
+        png = answer_plots.plot_underflow(f, _plot_path(ctx, ctx.results / folders[0].name, "underflow", f.key),
+                                          footer)
+        if png is not None:
+            ctx.written.append(png)
+            pngs[(f.key, "underflow")] = _rel(png, ctx)
+    demo = [name for name, fo in ctx.folders.items() if health_report.has_faults(fo.steps)]
+    return story.render(ctx.facts, pngs, {n: fo.steps for n, fo in ctx.folders.items()}, ctx.events, demo)
+
+
 CPU_NOTE = ("On CPU, bf16 is **emulated** (operands of every Linear and attention rounded to bf16, fp32 GEMMs; CPUs "
             "without bf16 units run real bf16 GEMMs ~50x slower than fp32), and FP8 runs are FP8 linears inside that "
             "emulated bf16. So CPU tokens/s show the cost of emulation, not FP8 speed, and no FP8 bound or target "
@@ -102,11 +170,16 @@ CPU_NOTE = ("On CPU, bf16 is **emulated** (operands of every Linear and attentio
 
 
 def models(ctx: Context) -> list[str]:
-    out = []
-    order = sorted(ctx.models.items(), key=lambda kv: (not is_gpu(kv[1][0].steps), kv[0].hardware, kv[0].d_model))
-    for key, folders in order:
-        out += model_section(ctx, key, folders)
-    return out
+    return [line for key, folders in _ordered(ctx) for line in model_section(ctx, key, folders)]
+
+
+def model_table(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[str]:
+    """The model's one table and the band it is judged against."""
+    runs = [r for f in folders for r in summarize(f)]
+    gpu = is_gpu(folders[0].steps)
+    band = comparison.bf16_band(runs)
+    bound = comparison.bound_for(key, ctx.bounds) if gpu else None
+    return comparison.table(runs, band, gpu, bound) + band_lines(band, runs)
 
 
 def model_section(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[str]:
@@ -120,9 +193,11 @@ def model_section(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[st
            f"Model: {key.describe()}; data {folders[0].config.get('data', key.data)}. Folders: "
            + ", ".join(f"`{f.name}`" for f in folders) + f"; torch {_joined(steps, 'torch_version')}, commit "
            f"{_joined(steps, 'git_commit')}.", ""]
-    out += [CPU_NOTE, ""] if not gpu else []
-    out += comparison.table(runs, band, gpu, bound)
-    out += band_lines(band, runs)
+    if key == _primary(ctx)[0]:
+        out += ["Its table is at the top of this report.", ""]
+    else:
+        out += (["CPU: tokens/s and memory measure the emulation, not FP8 (appendix, CPU caveats).", ""]
+                if not gpu else []) + model_table(ctx, key, folders)
     if gpu:
         out += ["Targets (issue 23; tokens/s as in the table):", ""] + comparison.targets(key, runs, band, bound)
         out += bound_lines(bound)
@@ -130,19 +205,40 @@ def model_section(ctx: Context, key: ModelKey, folders: list[Folder]) -> list[st
     curves = {(f.name, run): g.sort_values("step") for f in folders for run, g in f.steps.groupby("run")}
     png = plot_loss(runs, curves, band, _plot_path(ctx, home, "loss", key), footer)
     ctx.written.append(png)
-    out += [f"![loss curves and final validation loss against the BF16 band]({_rel(png, ctx)})", ""]
+    out += [f"![loss curves and final validation loss against the BF16 band]({_rel(png, ctx)})", "",
+            "*What to see:* the validation loss of every low-precision run against the grey BF16 band of distinct "
+            "seeds, over steps (middle) and at the end (right; hollow: a seed run twice).", ""]
     fp8 = {f.name: f.fp8 for f in folders}
     missing = {id(r): scale_stats.missing_roles(r, fp8[r.folder]) for r in runs if r.fp8}
     png = plot_scales(runs, fp8, missing, _plot_path(ctx, home, "scales", key), footer)
     if png is not None:
         ctx.written.append(png)
-        out += ["Per-tensor scales over steps (one line per module, colour = role), and every role's scale and "
-                "amax, or why it was not recorded:", "", f"![scales]({_rel(png, ctx)})", ""]
-        out += scale_stats.table(runs, {f.name: f for f in folders})
+        out += [f"![scales]({_rel(png, ctx)})", "",
+                "*What to see:* every FP8 tensor's scale over steps, one line per module, colour = role; delayed "
+                "scaling starts each at 1 and follows its amax history, current scaling follows each tensor's own "
+                "amax. A role a backend does not expose is named in its panel (the appendix says why).", ""]
     bad = [f"{r.name} ({r.folder}) step {s}" for r in runs for s in r.nonfinite]
     out += ["NaN/Inf steps: " + (", ".join(bad) if bad else "none") + ".", ""]
     skipped = comparison.skipped(folders, runs)
     return out + (["Runs a preset asked for that could not run:", ""] + skipped + [""] if skipped else [])
+
+
+def scales_audit(ctx: Context) -> list[str]:
+    """Every role's scale and amax per run, or why it was not recorded (the appendix)."""
+    out = []
+    for key, folders in _ordered(ctx):
+        runs = [r for f in folders for r in summarize(f)]
+        rows = scale_stats.table(runs, {f.name: f for f in folders})
+        out += [f"**{key.hardware}, d_model {key.d_model}:**", ""] + rows if rows else []
+    return out or ["No FP8 run recorded a per-tensor scale."]
+
+
+def cpu_caveats(ctx: Context) -> list[str]:
+    return [CPU_NOTE] if any(not is_gpu(fs[0].steps) for fs in ctx.models.values()) else ["No CPU comparison here."]
+
+
+def _ordered(ctx: Context) -> list[tuple[ModelKey, list[Folder]]]:
+    return sorted(ctx.models.items(), key=lambda kv: (not is_gpu(kv[1][0].steps), kv[0].hardware, kv[0].d_model))
 
 
 def band_lines(band: comparison.Band, runs: list[comparison.Run]) -> list[str]:
@@ -159,21 +255,7 @@ def band_lines(band: comparison.Band, runs: list[comparison.Run]) -> list[str]:
                    f"in `{first.folder}` ({r.final_val - first.final_val:+.4f}), the same seed and settings, so that "
                    f"difference is run-to-run nondeterminism ({abs(r.final_val - first.final_val) / (hi - lo):.0%} of "
                    "the band's width); it is shown, not counted as another seed.")
-    return [" ".join(out), ""] + paired_lines(band, runs)
-
-
-def paired_lines(band: comparison.Band, runs: list[comparison.Run]) -> list[str]:
-    """Each run against the BF16 run of its own seed: same initial weights, same batches, so the closest
-    reference (a paired difference), with the BF16 repeat's difference as its noise floor."""
-    ref = {r.seed: r for r in band.seeds}
-    pairs = [(r, ref[r.seed]) for r in runs if r.precision != "bf16" and r.seed in ref]
-    if not pairs:
-        return []
-    parts = [f"{r.name} ({r.folder}) {r.final_val - b.final_val:+.4f}" for r, b in pairs]
-    floor = [f"{abs(r.final_val - ref[r.seed].final_val):.4f}" for r in band.repeats if r.seed in ref]
-    return ["Paired with the BF16 run of the same seed (same initial weights and batches), final val differences: "
-            + ", ".join(parts) + "." + (f" A BF16 repeat of that seed differs by {', '.join(floor)}: differences "
-                                        "of that size are run-to-run noise." if floor else ""), ""]
+    return [" ".join(out), ""]  # each run against its own seed's BF16 run: the story section (story.py)
 
 
 def bound_lines(b: pd.Series | None) -> list[str]:
@@ -187,7 +269,7 @@ def bound_lines(b: pd.Series | None) -> list[str]:
 def benchmarks(ctx: Context) -> list[str]:
     out = []
     for d in ctx.dirs:
-        lines = bench_section(ctx, d)
+        lines = bench_report.section(d, lambda p: _rel(p, ctx), ctx.written)
         out += [f"### `{d.name}`", ""] + lines if lines else []
     return out or ["No benchmark results (`make fp8-train-bench`)."]
 
@@ -198,89 +280,13 @@ def health(ctx: Context) -> list[str]:
 
 def planner(ctx: Context) -> list[str]:
     """The planner's prediction beside every GPU row (planner.vs_measured: one pricing function for all labs)."""
-    return [vs_measured.section("fp8-train", ctx.results)]
+    return [vs_measured.section("fp8-train", ctx.results, "###")]
 
 
-SECTIONS: dict[str, Callable[[Context], list[str]]] = {"head": head, "models": models, "benchmarks": benchmarks,
-                                                       "planner": planner, "health": health}
-
-
-# ---- benchmarks --------------------------------------------------------------------------------
-
-def bench_section(ctx: Context, d: Path) -> list[str]:
-    b, g, k, sw = (_read(d / n) for n in ("bench_step.csv", "bench_gemm.csv", "bench_kernels.csv", "sweep.csv"))
-    lines = bench_step_lines(ctx, b, d) if b is not None and len(b) else []
-    if sw is not None and len(sw):  # train.py --sweep-hidden: tokens/s per hidden size
-        sp = speedups(sw.assign(step_time_s=sw["tokens_per_step"] / sw["tokens_per_s"]), "step_time_s")
-        png = plot_crossover(sp, d / "crossover.png", describe_runs(sw))
-        ctx.written.append(png)
-        lines += [f"![crossover]({_rel(png, ctx)})", ""]
-    if g is not None and len(g):
-        lines += ["GEMM paths (one GEMM per path and shape, best of the timed calls; "
-                  f"{g['timing'].iloc[0]}):", "", "| op | M x K x N | us | TFLOP/s |", "|---|---|---|---|"]
-        lines += [f"| {r.op} | {r.m}x{r.k}x{r.n} | {r.time_us:,.1f} | {r.tflops:.3g} |" for r in g.itertuples()] + [""]
-    if k is not None and len(k):
-        lines += ["Launch proxy (bench.py --parts kernels, CPU): kernels Inductor generates for one compiled "
-                  "block's FP8 forward + backward, and operators the eager scale update dispatches for that "
-                  "block's 6 FP8 linears. The shared scaling state makes the update one batched operation "
-                  "whatever the number of layers; the saved column-major FP8 copies remove the backward's "
-                  "re-layout passes:", "", "| fp8_linear.py | Inductor kernels | scale-update operators |",
-                  "|---|---|---|"]
-        lines += [f"| {r.fp8_linear_version} | {r.inductor_kernels} | {r.update_ops} |" for r in k.itertuples()] + [""]
-    return lines + health_report.monitor_lines(d)
-
-
-def bench_step_lines(ctx: Context, b: pd.DataFrame, d: Path) -> list[str]:
-    gpu = str(b["cuda_version"].iloc[0]) not in ("none", "nan")
-    ref_prec = "bf16" if gpu else "fp32"
-    sp = speedups(b, "step_time_s", ref_prec).set_index(["d_model", "run"]) if len(b) else pd.DataFrame()
-    how = ("speedup = BF16 step time / step time, higher is better; range: median to fastest-step timings"
-           if gpu else "step time / fp32 step time, lower is better (the CPU target is defined so)")
-    targeted = b["target_ratio"].notna().any()
-    lines = [f"Step cost ({b['n_layers'].iloc[0]} blocks, {b['tokens_per_step'].iloc[0]} tokens/step; "
-             + ("CUDA events, median step" if gpu else "modes interleaved, median step; the FP8 runs include the "
-                "bf16 emulation around their FP8 linears") + f"; {how}):", ""]
-    head = ["d_model", "run", "backend, version", "compiled", "ms/step (fastest)", "model TFLOP/s",
-            "speedup vs BF16" if gpu else "vs fp32", "kernels/step"] + (["target", "met"] if targeted else [])
-    ref = b[b["precision"] == ref_prec].set_index("d_model")["step_time_s"]
-    rows = []
-    for r in b.itertuples():
-        if gpu and (r.d_model, r.run) in sp.index:
-            s = sp.loc[(r.d_model, r.run)]
-            vs = f"{s['speedup']:.2f}x ({s['lo']:.2f}-{s['hi']:.2f})"
-        elif gpu:
-            vs = "1.00x (reference)" if r.precision == ref_prec else "no BF16 row"
-        else:
-            vs = f"{r.step_time_s / ref[r.d_model]:.2f}x" if r.d_model in ref.index else "no fp32 row"
-        fastest = f" ({r.step_time_min_s * 1e3:.2f})" if hasattr(r, "step_time_min_s") else ""
-        row = [r.d_model, r.run, f"{r.precision_backend}, "
-               + comparison.version_cell(b[b["run"] == r.run], r.precision_backend),
-               "compiled" if str(r.compiled).lower() == "true" else "eager", f"{r.step_time_s * 1e3:.2f}{fastest}",
-               f"{r.model_tflops:.3g}", vs, "not counted" if pd.isna(r.kernels_per_step) else int(r.kernels_per_step)]
-        if targeted:
-            met = "yes" if str(r.meets_target).lower() == "true" else "**no**"
-            row += ["", ""] if pd.isna(r.target_ratio) else [f"<= {r.target_ratio} vs fp32", met]
-        rows.append(row)
-    lines += md_table(head, rows).splitlines()
-    lines.append("")
-    if gpu and b["d_model"].nunique() > 1 and len(sp):
-        png = plot_crossover(sp.reset_index(), d / "crossover.png", describe_runs(b))
-        ctx.written.append(png)
-        lines += [f"![FP8 speedup over BF16 per hidden size]({_rel(png, ctx)})", ""] + crossover_lines(sp)
-    return lines
-
-
-def crossover_lines(sp: pd.DataFrame) -> list[str]:
-    """The smallest hidden size from which each FP8 mode is faster than BF16 at every larger size measured."""
-    out = []
-    for run, g in sp.reset_index().groupby("run", sort=False):
-        g = g.sort_values("d_model")
-        wins = set(g.loc[g["speedup"] > 1, "d_model"])
-        first = next((dm for dm in g["d_model"] if all(x in wins for x in g["d_model"] if x >= dm)), None)
-        at = ", ".join(f"{v:.2f}x at {d}" for v, d in zip(g["speedup"], g["d_model"]))
-        out.append(f"- {run}: " + (f"faster than BF16 from hidden {first} on" if first is not None else
-                                   "not faster than BF16 at any measured size") + f" (speedup {at})")
-    return out + [""]
+SECTIONS: dict[str, Callable[[Context], list[str]]] = {
+    "findings": _findings, "answer": answer, "story": story_section, "provenance": provenance, "models": models,
+    "benchmarks": benchmarks, "planner": planner, "health": health, "scales_audit": scales_audit,
+    "cpu_caveats": cpu_caveats}
 
 
 # ---- plumbing ----------------------------------------------------------------------------------

@@ -24,9 +24,11 @@ from scaling import DelayedScaling
 # own layer, TransformerEngine's te.Linear swap and TE's fused modules, and the measured FP8 bound
 # (bound.py). No fp32 run on GPUs (it says nothing about FP8 and costs more than the rest).
 # Checkpoints are off by default there: one is ~19 GB at this size (--ckpt-every N turns them on).
+# The CPU preset answers the lab's question in a few minutes on 2 cores (BF16 x2 seeds for the band, FP8 emulated
+# and native); the wider comparison (fp32, a third seed, MXFP8, NVFP4) is opt-in: `make fp8-train-wide`.
 PRESETS: dict[str, dict] = {
-    "cpu": dict(runs=("fp32", "bf16", "fp8:native", "fp8:emulated", "mxfp8:emulated", "nvfp4:emulated"),
-                noise_seeds=3, steps=200, batch=8, seq_len=128, d_model=128, n_layers=2, n_heads=4, lr=3e-3,
+    "cpu": dict(runs=("bf16", "fp8:emulated", "fp8:native"),
+                noise_seeds=2, steps=200, batch=8, seq_len=128, d_model=128, n_layers=2, n_heads=4, lr=3e-3,
                 warmup=20, compile=False, sweep_hidden=(), ckpt_every=50, bound=False),
     "h100": dict(runs=("bf16", "fp8:torchao", "fp8:native", "fp8:te", "fp8:te-fused"), noise_seeds=3, steps=200,
                  batch=8, seq_len=1024, d_model=4096, n_layers=8, n_heads=32, lr=3e-4, warmup=20, compile=True,

@@ -16,9 +16,11 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
-from common.hardware import parse_run_tag
+from common.findings import block
 from common.markdown import frame, number
-from common.plotting import describe_runs, new_figure, save
+import findings
+import measured
+import report_plots
 from planner import vs_measured
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
@@ -75,76 +77,6 @@ def table(df: pd.DataFrame, spec: str = ".3g") -> str:
     return frame(df, fmt=lambda v: number(v, spec))
 
 
-def efficiency(s: pd.DataFrame) -> pd.DataFrame:
-    """E(N) per (hardware file, strategy, mode) against the same strategy's world-size-1 row."""
-    base = s[s["world_size"] == 1].set_index(["hardware", "strategy", "mode"])["tokens_per_s"]
-    s = s.join(base.rename("t1"), on=["hardware", "strategy", "mode"])
-    return s.assign(efficiency=s["tokens_per_s"] / (s["world_size"] * s["t1"]))
-
-
-def plot_memory(a: pd.DataFrame) -> str:
-    fig, ax = new_figure()
-    for (strat, g), marker in zip(a.groupby("strategy", sort=False), "osD^v"):
-        g = g.sort_values("world_size")
-        held = g["param_bytes"] + g["grad_bytes"] + g["opt_bytes_worst_rank"]
-        zero = g["model_param_bytes"] + g["model_grad_bytes"] + g["model_opt_bytes"]
-        line, = ax.plot(g["world_size"], held / MiB, marker, mfc="none", ms=7, label=f"{strat} measured")
-        ax.plot(g["world_size"], zero / MiB, "--", color=line.get_color(), label=f"{strat} ZeRO formula")
-        if strat in ("zero3", "zero1"):  # the exact model: FSDP2's padding, ZeRO-1's whole-tensor partition
-            ax.plot(g["world_size"], g["exact_model_state_bytes"] / MiB, ":", color=line.get_color(),
-                    label=f"{strat} exact model")
-    ax.set(yscale="log", xlabel="ranks (fake process group)", ylabel="params + grads + optimizer, MiB per rank",
-           title="Model-state memory per rank: the real FSDP2/DDP code vs the ZeRO formula")
-    ax.set_xscale("log", base=2)
-    ax.legend(ncol=3, fontsize=7)
-    save(fig, RES / "memory_at_scale.png", describe_runs(a, {"model": a["model"].iloc[0]}))
-    return "results/memory_at_scale.png"
-
-
-def plot_scaling(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> str:
-    fig, axes = new_figure(1, 2, sharey=True)
-    for ax, mode in zip(axes, ("strong", "weak")):
-        for strat in ORDER[1:]:
-            g = s[(s["strategy"] == strat) & (s["mode"] == mode)].sort_values("world_size")
-            if g.empty:
-                continue
-            line, = ax.plot(g["world_size"], g["efficiency"], "o-", label=f"{strat} measured")
-            p = proj[(proj["target"] == "cpu") & (proj["strategy"] == strat) & (proj["mode"] == mode)]
-            if not p.empty:
-                ax.plot(p["n_gpus"], p["efficiency_no_overlap"], ":", color=line.get_color(),
-                        label=f"{strat} PROJECTION")
-        ax.set(xlabel="ranks", title=f"{mode} scaling", ylim=(0, max(1.1, 1.05 * s["efficiency"].max())))
-        ax.set_xscale("log", base=2)
-    axes[0].set_ylabel("efficiency T(N) / (N T(1))")
-    axes[1].legend(fontsize=7)
-    name = f"scaling_measured_{tag}.png"
-    save(fig, RES / name, describe_runs(s, {"model": s["model"].iloc[0]}))
-    return f"results/{name}"
-
-
-def plot_projection(proj: pd.DataFrame, target: str, model: str) -> str:
-    fig, axes = new_figure(1, 2, sharey=True)
-    for ax, mode in zip(axes, ("weak", "strong")):
-        for strat in ORDER[1:]:
-            p = proj[(proj["target"] == target) & (proj["model"] == model) & (proj["strategy"] == strat)
-                     & (proj["mode"] == mode)].sort_values("n_gpus")
-            if p.empty:
-                continue
-            oom = " (states exceed memory)" if not p["fits_in_memory"].astype(str).eq("True").any() else ""
-            line, = ax.plot(p["n_gpus"], p["efficiency_no_overlap"], "-", label=f"{strat}{oom}")
-            ax.plot(p["n_gpus"], p["efficiency_full_overlap"], ":", color=line.get_color())
-        ax.set(xlabel="GPUs", title=f"{mode} scaling", ylim=(0, 1.05))
-        ax.set_xscale("log", base=2)
-    fig.suptitle(f"PROJECTION: {model} on {target}")  # a model's full shape name is too long for each panel
-    axes[0].set_ylabel("projected efficiency (solid: no overlap, dotted: full)")
-    axes[0].legend()
-    src = proj[(proj["target"] == target) & (proj["model"] == model)].iloc[0]
-    save(fig, RES / f"projection_{target}_{model}.png",
-         f"PROJECTION (analytic model, not measured). compute: {src['compute_source']}. "
-         f"bandwidth: {src['bandwidth_source']}")
-    return f"results/projection_{target}_{model}.png"
-
-
 def section_memory(a: pd.DataFrame) -> list[str]:
     a = a.assign(measured=(a["param_bytes"] + a["grad_bytes"] + a["opt_bytes_worst_rank"]) / MiB,
                  zero=(a["model_param_bytes"] + a["model_grad_bytes"] + a["model_opt_bytes"]) / MiB,
@@ -179,7 +111,10 @@ def section_memory(a: pd.DataFrame) -> list[str]:
             "parameters from forward to backward and frees them after backward, so between steps its parameters "
             "are sharded. `paper's stage` is the paper's own ZeRO stage of each name; for zero2 that is ZeRO-2 "
             "(P_os+g, parameters replicated), which FSDP2 does not implement.", "",
-            table(t), "", f"![memory]({plot_memory(a)})", ""]
+            table(t), "", f"![memory]({_png(report_plots.memory_at_scale(a, RES / 'memory_at_scale.png'))})", "",
+            "*What to see:* for each strategy the measured model-state bytes per rank (hollow markers) sit on the ZeRO "
+            "formula's line (dashed) until FSDP2's padding takes over at the largest world sizes, which the exact "
+            "model (dotted) follows.", ""]
 
 
 def section_comms(a: pd.DataFrame, c: pd.DataFrame) -> list[str]:
@@ -195,158 +130,22 @@ def section_comms(a: pd.DataFrame, c: pd.DataFrame) -> list[str]:
                                "bus bytes/rank (Ψ)": g["bus_bytes_per_rank"] / unit,
                                "model (Ψ)": g["model_bus_bytes_per_rank"] / unit})), ""]
     if not c.empty:
-        c = c.assign(match=(c["count"] == c["model_count"]) & (c["payload_bytes"] == c["model_payload_bytes"]),
-                     cell=c["count"].astype(str) + " / " + c["model_count"].astype(str))
-        piv = c.pivot_table(index=["strategy", "collective", "group_size"], columns=["world_size", "nnodes"],
-                            values="cell", aggfunc="first")  # one column per world size and node count
-        piv.columns = [f"N={n}" + (f" on {k} nodes" if k > 1 else "") + ": measured / model" for n, k in piv.columns]
-        piv = piv.reset_index()
+        match = ((c["count"] == c["model_count"]) & (c["payload_bytes"] == c["model_payload_bytes"])).sum()
         out += [f"On real gloo ranks, grad-accum {int(c['grad_accum'].iloc[0])} (all-gathers on every micro-step, "
-                f"reductions once per step): {int(c['match'].sum())} of {len(c)} rows match the analytic plan "
-                "exactly, in count and in payload bytes.", "", table(piv.fillna("–")), ""]
+                f"reductions once per step): {int(match)} of {len(c)} rows match the analytic plan exactly, in count "
+                "and in payload bytes (every row in the appendix).", ""]
     return out
 
 
-def section_measured(s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
-    """One subsection per result set (a sweep: hardware, its world sizes, its nodes): rows of a tiny CPU model
-    and a GPU model, or of a sweep to 1 GPU and one to 8, never share a table or an average."""
-    out = []
-    for name, g in s.groupby("set", sort=False):
-        cpu = (g["backend"] == "gloo").all()
-        tag = parse_run_tag(name)
-        worlds = ", ".join(str(n) for n in sorted(set(g["world_size"])))
-        nodes = f" on {tag.nnodes} nodes" if tag and tag.nnodes > 1 else ""
-        out += [f"### {g['hardware'].iloc[0]}: world size {worlds}{nodes}"
-                + (" (CPU: contention, not scaling)" if cpu else "") + f" — `{name}.csv`", ""]
-        out += measured_one(g, proj if cpu else proj.iloc[0:0], name.removeprefix("scaling_"))
-    return out
-
-
-def measured_one(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> list[str]:
-    s = efficiency(s)
-    single = s[(s["strategy"] == "single") & (s["world_size"] == 1)].set_index("mode")["step_time_ms"]
-    one = s[(s["world_size"] == 1) & (s["strategy"] != "single")]
-    over = ", ".join(f"{r.strategy} {r.mode} {r.step_time_ms / single[r.mode] - 1:+.0%}" for r in one.itertuples()
-                     if r.mode in single)
-    spread_pct = (s["step_time_max_ms"] / s["step_time_min_ms"] - 1).median()
-    names = {"tokens_per_s": "tok/s", "efficiency": "E", "peak": "peak MiB", "mfu": "MFU"}
-    values = [v for v in names if v != "mfu" or s["mfu"].notna().any()]  # MFU: GPU rows only
-    piv = s.assign(peak=s["peak_mem_bytes"] / MiB).pivot_table(index=["mode", "strategy"], columns="world_size",
-                                                               values=values)
-    piv = piv.reindex(sorted(piv.index, key=lambda k: (k[0], ORDER.index(k[1]))))
-    piv = piv[[c for m in values for c in piv.columns if c[0] == m and (m, c[1]) != ("efficiency", 1)]]
-    piv.columns = [f"{names[m]} N={n}" for m, n in piv.columns]
-    out = loss_agreement(s) + [
-        f"Wrapper overhead at world size 1 against plain training (`single`), step time: {over or 'n/a'}. "
-        f"Noise: the timed steps of one row spread by a median of {spread_pct:.0%} (max / min - 1); on a "
-        "shared machine differences below that are not findings.", "",
-        "Throughput T (tokens/s, all ranks), efficiency E = T(N) / (N T(1)), and peak memory per rank "
-        f"({s['mem_method'].iloc[0]}; the largest rank). Model {s['model'].iloc[0]}, {_batches(s)}, grad-accum "
-        f"{int(s['grad_accum'].iloc[0])}:", "", table(piv.reset_index()), ""]
-    if set(s["world_size"]) == {1}:  # E(1) = 1 by definition: a plot of it carries no information
-        return out + one_rank(s)
-    return out + [plot_or_why(s, proj, tag), ""]
-
-
-def plot_or_why(s: pd.DataFrame, proj: pd.DataFrame, tag: str) -> str:
-    """The efficiency plot; a set without world-size-1 rows (one launch across nodes) has no T(1) to divide by."""
-    if not s["efficiency"].notna().any():
-        return ("No efficiency here: this set has no world-size-1 run to divide by (a launch across nodes "
-                "measures one world size); compare its tokens/s with a single-node sweep's table.")
-    return f"![measured scaling]({plot_scaling(s[s['strategy'] != 'single'], proj, tag)})"
-
-
-def loss_agreement(s: pd.DataFrame) -> list[str]:
-    """The last losses of every strategy at one world size and mode, which must agree; a spread above
-    LOSS_AGREE is flagged, and split by the first step's loss (before any update): a difference there
-    is different arithmetic, not different training."""
-    spread = s.groupby(["world_size", "mode"])["loss_last"].agg(["min", "max"]).reset_index()
-    spread["spread"] = spread["max"] - spread["min"]
-    spread["agree"] = spread["spread"].map(lambda v: "yes" if v <= LOSS_AGREE else "**no**")
-    out = ["Same tokens, same losses: every strategy at a given world size and mode trains on the same global "
-           "batch, so the loss after the last step must agree (the tests check the same at 1e-5 against one "
-           f"process in fp32 on CPU; here a spread above {LOSS_AGREE:g} is flagged):", "", table(spread, ".6g"), ""]
-    for r in spread[spread["spread"] > LOSS_AGREE].itertuples():
-        g = s[(s["world_size"] == r.world_size) & (s["mode"] == r.mode)]
-        groups = g.groupby(g["loss_first"].round(6), sort=True)["strategy"].apply(list)
-        within = g.groupby(g["loss_first"].round(6))["loss_last"].agg(lambda x: x.max() - x.min()).max()
-        means = g.groupby(g["loss_first"].round(6))["loss_last"].mean()
-        line = (f"**Flag: {r.mode} mode at {r.world_size} rank(s), the last losses spread by {r.spread:.4f}.** ")
-        if len(groups) > 1:
-            line += ("They differ already at the first step, before any update: "
-                     + "; ".join(f"{', '.join(v)} start at {k:.6f}" for k, v in groups.items())
-                     + f". Within each group the first losses agree and the last ones spread by at most {within:.4f} "
-                     f"(run-to-run nondeterminism of GPU kernels over {int(g['steps'].iloc[0])} steps); between the "
-                     f"groups' means by {means.max() - means.min():.4f}. " + MIXED_PRECISION)
-        else:
-            line += ("Their first losses agree, so the arithmetic is the same and the spread grew during training "
-                     "(nondeterministic kernels); these CSVs do not say more.")
-        out += [line, ""]
-    return out
-
-
-LOSS_AGREE = 1e-3
-MIXED_PRECISION = (
-    "The groups are the two ways the strategies compute in bf16 (strategies.py): single, DDP and ZeRO-1 run "
-    "under torch.autocast (matmuls in bf16; norms, softmax and the loss in fp32 on fp32 weights), the FSDP2 "
-    "strategies (zero2, zero3, HSDP) through MixedPrecisionPolicy(param_dtype=bf16), which casts every "
-    "parameter, norm weights and embeddings included, to bf16 for the whole forward. Same data, different "
-    "rounding: the losses agree only to bf16 precision, and the CPU tests (fp32) show the strategies themselves "
-    "agree to 1e-5. Why the strong mode amplifies its first-step difference far more than the weak mode does "
-    "is not determined by these CSVs (one 20-step run per row).")
-
-
-def _cost(r: pd.Series, ref: pd.Series) -> str:
-    """Step time against a reference row: median (fastest steps)."""
-    return (f"{r['step_time_ms'] / ref['step_time_ms'] - 1:+.0%} "
-            f"({r['step_time_min_ms'] / ref['step_time_min_ms'] - 1:+.0%})")
-
-
-def one_rank(s: pd.DataFrame) -> list[str]:
-    """What a sweep of one rank can and cannot show, and the per-rank cost of each wrapper it does show."""
-    one = s[s["world_size"] == 1].set_index(["mode", "strategy"])
-    rows = []
-    for (mode, strat), r in sorted(one.iterrows(), key=lambda kv: (kv[0][0], ORDER.index(kv[0][1]))):
-        vs = [_cost(r, one.loc[(mode, ref)]) if (mode, ref) in one.index and strat != ref else "–"
-              for ref in ("single", "ddp")]
-        ratio = (f"{r['step_time_ms'] / one.loc[('strong', strat), 'step_time_ms']:.2f}"
-                 if mode == "weak" and ("strong", strat) in one.index else "–")
-        rows.append([mode, strat, f"{r['step_time_ms']:.1f} ({r['step_time_min_ms']:.1f}-{r['step_time_max_ms']:.1f})",
-                     *vs, ratio, f"{r['peak_mem_bytes'] / MiB:,.0f}"])
-    single = one.xs("single", level="strategy")["step_time_ms"] if "single" in one.index.get_level_values(1) else None
-    both = single is not None and {"weak", "strong"} <= set(single.index)
-    compute = f"{single['weak'] / single['strong']:.2f}" if both else "n/a"
-    noise = (s["step_time_max_ms"] / s["step_time_min_ms"] - 1).median()
-    costly = [(mode, strat, r) for (mode, strat), r in one.iterrows() if (mode, "single") in one.index
-              and r["step_time_ms"] / one.loc[(mode, "single"), "step_time_ms"] - 1 > noise]
-    found = "; ".join(f"{strat} in {mode} mode {_cost(r, one.loc[(mode, 'single')])} vs single"
-                      + (f", {_cost(r, one.loc[(mode, 'ddp')])} vs DDP" if (mode, "ddp") in one.index else "")
-                      for mode, strat, r in costly)
-    return ["**One rank: what it can and cannot show.** Every row here ran on one GPU, so there is nothing to "
-            "communicate with and nothing to scale: E(1) = 1 by definition, and no scaling plot is drawn (it would "
-            "be a row of points at 1.0). Scaling efficiency, communication cost and overlap need N >= 2 "
-            "(`make fsdp-scaling-run GPU=h100 NPROC=8`). What one rank does show is each wrapper's own cost per "
-            "step when its collectives run over a group of one (FSDP2's all-gathers and reduce-scatters become "
-            "copies, plus its bf16 casts and sharded optimizer step), measured against plain training and DDP, "
-            "and the memory of one full replica:", "",
-            table(pd.DataFrame(rows, columns=["mode", "strategy", "step ms median (min-max)",
-                                              "vs single: median (fastest)", "vs DDP: median (fastest)",
-                                              "weak / strong step time", "peak MiB"])), "",
-            (f"Measured per-rank costs above the timing noise ({noise:.0%}): {found}. " if found else
-             f"No wrapper costs more than the timing noise ({noise:.0%}) at one rank. ")
-            + f"The weak mode's micro-batch is half the strong mode's, so compute alone makes its step about "
-            f"{compute}x as long (`single`). A wrapper whose weak step is not shorter than its strong one costs "
-            "time that does not shrink with the batch: per-step work, not per-token work. These CSVs do not split "
-            "that work further; the GPU profile (overlap.py) does, at N >= 2.", ""]
-
-def _batches(s: pd.DataFrame) -> str:
-    """The batch of each scaling mode the sweep ran (a sweep may run one mode only)."""
-    parts = []
-    if (s["mode"] == "strong").any():
-        parts.append(f"strong = {int(s[s['mode'] == 'strong']['effective_batch'].iloc[0])} sequences per step in all")
-    if (s["mode"] == "weak").any():
-        parts.append(f"weak = {int(s[s['mode'] == 'weak']['effective_batch'].min())} per rank")
-    return ", ".join(parts)
+def comms_grid(c: pd.DataFrame) -> list[str]:
+    """Every counted collective on real ranks beside the plan (the appendix)."""
+    if c.empty:
+        return ["No collective was counted on real ranks (every launch had one rank)."]
+    c = c.assign(cell=c["count"].astype(str) + " / " + c["model_count"].astype(str))
+    piv = c.pivot_table(index=["strategy", "collective", "group_size"], columns=["world_size", "nnodes"],
+                        values="cell", aggfunc="first")  # one column per world size and node count
+    piv.columns = [f"N={n}" + (f" on {k} nodes" if k > 1 else "") + ": measured / model" for n, k in piv.columns]
+    return [table(piv.reset_index().fillna("–")), ""]
 
 
 def weak_scaling_anchor(p: pd.DataFrame) -> list[str]:
@@ -379,6 +178,23 @@ def weak_scaling_anchor(p: pd.DataFrame) -> list[str]:
             verdict + " How much a given machine hides is what the GPU overlap profile measures.", ""]
 
 
+def _png(path: Path) -> str:
+    return f"results/{path.name}"
+
+
+def _batch(p: pd.DataFrame) -> str:
+    """The projection's batch, from its rows: strong keeps the global batch, weak the tokens per GPU."""
+    parts = []
+    for mode, g in p.groupby("mode"):
+        one = g[g["n_gpus"] == g["n_gpus"].min()]["tokens_per_rank"].iloc[0]
+        per = g.sort_values("n_gpus")["tokens_per_rank"]
+        parts.append(f"{mode}: {one * g['n_gpus'].min():,.0f} tokens per step in all (from {per.iloc[0]:,.0f} "
+                     f"tokens per GPU at {g['n_gpus'].min()} to {per.iloc[-1]:,.0f} at {g['n_gpus'].max()} GPUs)"
+                     if mode == "strong" else f"{mode}: {per.iloc[0]:,.0f} tokens per GPU per step at every GPU "
+                                               "count")
+    return "; ".join(parts)
+
+
 def section_projection(proj: pd.DataFrame) -> list[str]:
     out = []
     for (target, model), p in proj[proj["target"] != "cpu"].groupby(["target", "model"]):
@@ -387,12 +203,72 @@ def section_projection(proj: pd.DataFrame) -> list[str]:
                           + pick["efficiency_full_overlap"].map("{:.2f}".format)
                           + pick["fits_in_memory"].map({False: " (OOM)"}).fillna(""))
         piv = piv.pivot_table(index=["mode", "n_gpus"], columns="strategy", values="eff", aggfunc="first")
+        png = report_plots.projection(proj, target, model, RES / f"projection_{target}_{model}.png")
         out += [f"**PROJECTION: {model} ({p['n_params'].iloc[0] / 1e9:.2f} B params) on {target}.** Compute: "
-                f"{p['compute_source'].iloc[0]}. Bandwidth: {p['bandwidth_source'].iloc[0]}. Efficiency, no "
-                "overlap .. full overlap; (OOM) = model states alone exceed the GPU's memory:", "",
-                table(piv.reset_index()), "", f"![projection]({plot_projection(proj, target, model)})", ""]
+                f"{p['compute_source'].iloc[0]}. Bandwidth: {p['bandwidth_source'].iloc[0]}. Batch: {_batch(p)}. "
+                "Efficiency, no overlap .. full overlap (full overlap is 1.00 wherever communication takes less time "
+                "than compute); (OOM) = model states alone exceed the GPU's memory:", "",
+                table(piv.reset_index()), "", f"![projection]({_png(png)})", "",
+                "*What to see:* top, the efficiency each strategy keeps if nothing overlaps (the pessimistic "
+                "bound); bottom, communication time over compute time: below the dashed 1.0 a perfect overlap "
+                "would hide all communication (the optimistic bound is then 1.0), above it no overlap can.", ""]
         out += weak_scaling_anchor(p) if model == WEAK_SCALING_8B[0].model else []
     return out or ["No projection rows (run project.py)."]
+
+
+def section_overlap(ov: pd.DataFrame, s: pd.DataFrame) -> list[str]:
+    """The profiled overlap; a table of zeros (one rank: nothing to overlap) is one sentence instead."""
+    if ov.empty:
+        return ["Not measured: it needs GPUs (torch.profiler's NCCL kernels against compute kernels, overlap.py). "
+                "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
+                "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
+    timed = s[(s["backend"] == "nccl") & (s["world_size"] == 1) & (s["mode"] == "strong")]["step_time_ms"]
+    note = (f"Profiled steps ({ov['step_time_ms'].min():.0f}-{ov['step_time_ms'].max():.0f} ms) are longer than the "
+            f"timed ones ({timed.min():.0f}-{timed.max():.0f} ms, strong mode): they are the mean of a few steps "
+            "under torch.profiler, which records every kernel launch and costs most where kernels are many and "
+            "small (the FSDP2 rows); read speed from the timed tables and overlap from ratios within one profile."
+            if len(timed) else "")
+    if (ov["comm_ms"] == 0).all() and (ov["world_size"] == 1).all():
+        return [f"At one rank there is nothing to overlap: the profiler found 0 ms of communication kernels in all "
+                f"{len(ov)} rows ({', '.join(sorted(set(ov['strategy'])))}, prefetch off and on; "
+                f"{ov['hardware'].iloc[0]}). The overlap needs two or more GPUs: "
+                "`make fsdp-scaling-run GPU=h100 NPROC=8`. " + note, ""]
+    return [table(ov[["hardware", "world_size", "strategy", "prefetch", "step_time_ms", "compute_ms", "comm_ms",
+                      "exposed_comm_ms", "exposed_fraction"]]), "", note, ""]
+
+
+def decision_table(a: pd.DataFrame, s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
+    """One row per strategy: what the answer rests on, from each CSV (measured or PROJECTION, said per column)."""
+    gp = proj[proj["target"] != "cpu"]
+    if gp.empty:
+        return []
+    model = gp.groupby("model")["n_params"].first().idxmax()
+    gp = gp[(gp["model"] == model) & (gp["mode"] == "weak")]
+    target = gp["target"].iloc[0]
+    counts = [n for n in (8, 64, 1024) if n in set(gp["n_gpus"])]
+    held = a.assign(h=a["param_bytes"] + a["grad_bytes"] + a["opt_bytes_worst_rank"],
+                    f=a["model_param_bytes"] + a["model_grad_bytes"] + a["model_opt_bytes"])
+    held = held[held["world_size"] <= 128]
+    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)].set_index(["mode", "strategy"])
+    rows = []
+    for strat in ORDER[1:]:
+        g = gp[gp["strategy"] == strat].set_index("n_gpus")
+        if g.empty:
+            continue
+        cells = [f"{g.loc[n, 'state_GB_per_rank']:.0f}" + ("" if str(g.loc[n, "fits_in_memory"]) == "True" else
+                                                           " (OOM)") for n in counts]
+        h = held[held["strategy"] == strat]
+        dev = f"{(h['h'] / h['f'] - 1).abs().max():.2%}" if len(h) else "–"
+        cost = [f"{one.loc[(m, strat), 'step_time_ms'] / one.loc[(m, 'single'), 'step_time_ms'] - 1:+.0%}"
+                if (m, strat) in one.index and (m, "single") in one.index else "–" for m in ("strong", "weak")]
+        rows.append([strat, *cells, dev, *cost])
+    gpu = s[s["backend"] == "nccl"]["hardware"]
+    where = gpu.iloc[0] if len(gpu) else "GPU"
+    return ["**The numbers behind the answer**, per strategy:", "",
+            table(pd.DataFrame(rows, columns=["strategy", *[f"PROJECTION {model} states GB/GPU at {n} {target} GPUs"
+                                                            for n in counts],
+                                              "measured vs ZeRO formula (<= 128 ranks)",
+                                              f"1-rank step vs plain, strong ({where})", "same, weak"])), ""]
 
 
 @guard_report
@@ -414,20 +290,20 @@ def _report(cfg: ReportConfig) -> int:
     proj, worked, ov = read("projection.csv"), read("zero_worked_example.csv"), read("overlap_*.csv")
     if s.empty and a.empty and proj.empty:
         raise BadResults(f"no scaling_*.csv, at_scale.csv or projection.csv in {RES}; run `make fsdp-scaling-run`")
-    lines = ["# fsdp-scaling report", "",
-             "Generated by report.py from results/*.csv.", "",
-             *measured_on.paragraph(RES, ["scaling_*.csv", "comms_*.csv", "overlap_*.csv", "at_scale.csv",
-                                          "projection.csv"],
-                                    "`make fsdp-scaling-gpu` (one GPU) or `make fsdp-scaling`"),
-             "Every GPU figure not in a GPU row above is a labelled PROJECTION.", "",
-             "What a CPU machine can show, in order of trust: (1) correctness — every strategy trains exactly "
-             "like one process on the same global batch (tests, and the loss table below); (2) memory per rank, "
-             "measured on the real FSDP2/DDP code at 8 to 1024 ranks through PyTorch's fake process group; "
-             "(3) collective counts and bytes per step, exact; (4) a projection to GPU clusters. Timings on "
-             f"CPU are the weakest evidence: N ranks share the machine's cores{cores_note(s)} and gloo's "
-             "reduce-scatter is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies below "
-             "measure core contention and gloo over loopback, not how these strategies scale.", "",
-             "## 1. Memory per rank at scale (measured on the fake process group)", ""]
+    lines = ["# fsdp-scaling: which data-parallel strategy, and what it costs", ""]
+    lines += block(findings.opening(s, a, c, proj, ov))
+    gp = proj[proj["target"] != "cpu"]
+    if len(gp):
+        model = gp.groupby("model")["n_params"].first().idxmax()
+        target = gp[gp["model"] == model]["target"].iloc[0]
+        png = report_plots.memory_per_gpu(proj, target, model, RES / f"memory_per_gpu_{target}_{model}.png")
+        lines += [f"![model states per GPU against the GPU's memory]({_png(png)})", "",
+                  "*What to see:* PROJECTION from the ZeRO formula (checked against the real code in section 1): "
+                  "DDP's line stays flat (every GPU holds the whole model state), ZeRO-1 divides the optimizer "
+                  "state, ZeRO-3 and HSDP divide everything (HSDP only within its node); a line above the dashed "
+                  "one cannot train on that GPU at all, before any activation is counted.", ""]
+    lines += decision_table(a, s, proj)
+    lines += ["## 1. Memory per rank at scale (measured on the fake process group)", ""]
     lines += section_memory(a) if not a.empty else ["No at_scale.csv yet (make fsdp-scaling-run)."]
     if not worked.empty:
         w = worked.iloc[0]
@@ -438,17 +314,31 @@ def _report(cfg: ReportConfig) -> int:
                   table(pd.DataFrame(rows, columns=["", "baseline", "ZeRO-1", "ZeRO-2", "ZeRO-3"])), ""]
     lines += ["## 2. Communication per step", ""] + (section_comms(a, c) if not a.empty else [])
     lines += ["## 3. Measured throughput and scaling", ""]
-    lines += section_measured(s, proj) if not s.empty else ["No scaling CSV yet."]
+    lines += measured.section_measured(s, RES) if not s.empty else ["No scaling CSV yet."]
     lines += ["## 4. Projection to GPU clusters (a model, not a measurement)", ""] + section_projection(proj)
-    lines += ["## 5. Overlap of communication with compute", ""]
-    lines += [table(ov[["hardware", "world_size", "strategy", "prefetch", "step_time_ms", "compute_ms", "comm_ms",
-                        "exposed_comm_ms", "exposed_fraction"]]), ""] if not ov.empty else [
-        "Not measured: it needs GPUs (torch.profiler's NCCL kernels against compute kernels, overlap.py). "
-        "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
-        "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
-    lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:]]
-    lines += ["", vs_measured.section("fsdp-scaling", RES)]  # the planner's prediction beside every GPU row
-    out.write_text("\n".join(lines) + "\n")
+    lines += ["## 5. Overlap of communication with compute", ""] + section_overlap(ov, s)
+    lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:], ""]
+    lines += ["## Appendix: the audit behind the answer", "", "### Provenance", "",
+              "Generated by report.py from results/*.csv alone (`make fsdp-scaling-report`); the opening lines' "
+              "wording is `findings_template.md`, picked by `findings.py` from what the CSVs show.", "",
+              *measured_on.paragraph(RES, ["scaling_*.csv", "comms_*.csv", "overlap_*.csv", "at_scale.csv",
+                                           "projection.csv"],
+                                     "`make fsdp-scaling-gpu` (one GPU) or `make fsdp-scaling`"),
+              "Every GPU figure not in a GPU row above is a labelled PROJECTION.", "",
+              "### CPU caveats", "",
+              "What a CPU machine can show, in order of trust: (1) correctness — every strategy trains exactly "
+              "like one process on the same global batch (tests, and the loss tables below); (2) memory per rank, "
+              "measured on the real FSDP2/DDP code at 8 to 1024 ranks through PyTorch's fake process group; "
+              "(3) collective counts and bytes per step, exact; (4) a projection to GPU clusters. Timings on "
+              f"CPU are the weakest evidence: N ranks share the machine's cores{cores_note(s)} and gloo's "
+              "reduce-scatter is an all-reduce underneath (pytorch/pytorch#118911), so the efficiencies "
+              "measure core contention and gloo over loopback, not how these strategies scale.", "",
+              "### Same tokens, same losses: every result set", ""]
+    for name, g in s.groupby("set", sort=False):
+        lines += [f"`{name}.csv` ({g['hardware'].iloc[0]}):", ""] + measured.loss_agreement(g)
+    lines += ["### Collective counts on real ranks", ""] + comms_grid(c)
+    lines += [vs_measured.section("fsdp-scaling", RES, "###")]  # the planner's prediction beside every GPU row
+    out.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out}")
     return 0
 

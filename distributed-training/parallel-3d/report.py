@@ -10,6 +10,7 @@ CPU and GPU runs sit side by side, each labelled with its hardware.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from pathlib import Path
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, guard_report
+from common.findings import block
+from common.hardware import get_preset
 from common.plotting import new_figure, save
+import findings
 from planner import against_pytorch as ap, vs_measured
 
 LAB = Path(__file__).resolve().parent
@@ -75,6 +79,9 @@ def _loss_gap(row: dict, base: dict | None) -> str:
     return f"{max(gaps):.1e}"
 
 
+EMPTY_ON_CPU = ("MFU", "planner step s", "planner exposed comm s")  # columns a CPU run leaves empty
+
+
 def runs_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("runs_*.csv")):
@@ -95,12 +102,15 @@ def runs_section(results: Path) -> list[str]:
                          _num(_f(r, "planner_step_s"), ".3f"), _num(_f(r, "planner_exposed_comm_s"), ".3f"),
                          f"{float(r['loss_first']):.4f}→{float(r['loss_last']):.4f}", _loss_gap(r, base),
                          "yes" if r["counts_match_design"] == "true" else "**no**"])
+        head = ["degrees", "schedule", "layers per stage", "ZeRO", "recompute", "micro-batch × m", "step ms",
+                "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB", "planner total MiB",
+                "planner step s", "planner exposed comm s", "loss", "loss vs 1 rank", "collectives = design"]
+        empty = [i for i, h in enumerate(head) if h in EMPTY_ON_CPU and all(row[i] == "-" for row in body)]
+        note = (f" Not on this hardware: {', '.join(head[i] for i in empty)} (GPU rows only)." if empty else "")
         out += [f"**{path.stem}** ({provenance(rows)}; model {rows[0]['model']}, {rows[0]['precision']}, "
-                f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up)", "",
-                *ap.table(["degrees", "schedule", "layers per stage", "ZeRO", "recompute", "micro-batch × m",
-                           "step ms", "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB",
-                           "planner total MiB", "planner step s", "planner exposed comm s", "loss",
-                           "loss vs 1 rank", "collectives = design"], body), ""]
+                f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up).{note}",
+                "", *ap.table([h for i, h in enumerate(head) if i not in empty],
+                              [[c for i, c in enumerate(row) if i not in empty] for row in body]), ""]
         if any(_degrees(r).count("CP") for r in rows):
             out += ["Runs with CP have no planner columns yet: `planner_bridge` prices no context parallelism "
                     "(its Degrees has no cp), so they are left empty rather than filled with a CP-less prediction.", ""]
@@ -140,10 +150,15 @@ def activations_section(results: Path, plots: list[str], out_dir: Path) -> list[
         r0 = rows[0]
         shape = (f"micro-batch {r0['microbatch']}, s {r0['seq']}, h {r0['hidden']}, {r0['heads']} heads "
                  f"({r0['kv_heads']} K/V), ffn {r0['ffn']}, {r0['dtype']}")
+        png = plot_activations(rows, out_dir / f"{path.stem}.png")
+        plots.append(png)
         out += [f"**{path.stem}** ({provenance(rows)}; {shape})", "",
                 *ap.table(["t", "recompute", "measured MiB", "torch terms MiB", "planner MiB",
-                           "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), ""]
-        plots.append(plot_activations(rows, out_dir / f"{path.stem}.png"))
+                           "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), "",
+                f"![activation bytes per block, PyTorch against the planner](plots/{png})", "",
+                "*What to see:* one block's activation bytes per s·b·h element (bf16 units) as PyTorch keeps them "
+                "(measured) beside the planner's Korthikanti formula, per TP degree and recompute policy: equal "
+                "bars mean the planner's memory term holds; the gaps are explained below.", ""]
     return out or ["_Not measured yet: `make parallel-3d-activations`._"]
 
 
@@ -182,10 +197,15 @@ def plot_at_scale(rows: list[dict], path: Path) -> str:
 
 
 def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
-    text = ap.render(results)
+    text = [ap.render(results)]
     if (results / "at_scale.csv").exists():
-        plots.append(plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png"))
-    return [text]
+        png = plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png")
+        plots.append(png)
+        text += ["", f"![PyTorch against the planner, term by term](plots/{png})", "",
+                 "*What to see:* per study and measured rank, PyTorch's bytes beside the planner's for the model "
+                 "state and each kind of traffic (one panel each, GB): where the bars differ, the named terms above "
+                 "say why."]
+    return text
 
 
 def cp_at_scale_section(results: Path) -> list[str]:
@@ -260,8 +280,70 @@ def conclusions(results: Path) -> list[str]:
     return out
 
 
+def device(results: Path) -> tuple[float, str]:
+    """The GPU the at-scale study planned for (its saved config; h100 by default) and its memory in GB."""
+    cfg = results / "at_scale.config.json"
+    try:
+        gpu = json.loads(cfg.read_text()).get("gpu", "h100") if cfg.exists() else "h100"
+        p = get_preset(gpu)
+    except (ValueError, AttributeError) as e:
+        raise BadResults(f"{cfg}: not the at-scale study's config ({e})") from None
+    return p.memory_gb, p.label
+
+
+def ratios(rows: list[dict]) -> dict[str, float]:
+    return {findings.label(r): activation_ratio(r) for r in rows}
+
+
+def plot_peak(rows: list[dict], device_gb: float, gpu: str, path: Path) -> str:
+    """PyTorch's peak per GPU beside the planner's total, per study, against the device's memory."""
+    fig, ax = new_figure()
+    names = [findings.label(r).replace(" (", "\n(") for r in rows]
+    xs = range(len(rows))
+    torch_gb = [findings.peak_bytes(r) / 1e9 for r in rows]
+    bars = ax.bar([x - 0.2 for x in xs], torch_gb, 0.4, label="PyTorch: state + step peak (measured, fake PG)")
+    ax.bar([x + 0.2 for x in xs], [float(r["planner_total_bytes"]) / 1e9 for r in rows], 0.4,
+           label="planner's total")
+    ax.axhline(device_gb, color="tab:red", ls="--", lw=1, label=f"{gpu}: {device_gb:g} GB")
+    ax.bar_label(bars, ["does not fit" if g > device_gb else "" for g in torch_gb], fontsize=8, color="tab:red")
+    ax.set_xticks(list(xs), names, fontsize=8)
+    ax.set(ylabel="memory per GPU (GB)", title="Peak memory per GPU: PyTorch as written vs the planner",
+           ylim=(0, 1.35 * max(max(torch_gb), device_gb)))
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
+    return path.name
+
+
+def opening(results: Path) -> list[str]:
+    runs = [r for p in sorted(results.glob("runs_*.csv")) for r in ap.read(p)]
+    rows = ap.read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
+    device_gb, gpu = device(results)
+    return block(findings.opening(runs, rows, device_gb, gpu, ratios(rows)))
+
+
+def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
+    """The peak-memory plot and its table: what carries the answer."""
+    if not (results / "at_scale.csv").exists():
+        return []
+    rows = ap.read(results / "at_scale.csv")
+    device_gb, gpu = device(results)
+    png = plot_peak(rows, device_gb, gpu, out_dir / "peak_memory.png")
+    plots.append(png)
+    body = [[findings.label(r), ap.degrees(r), f"{findings.peak_bytes(r) / 1e9:.1f}",
+             f"{float(r['planner_total_bytes']) / 1e9:.1f}",
+             f"{findings.peak_bytes(r) / float(r['planner_total_bytes']) - 1:+.0%}",
+             "yes" if findings.peak_bytes(r) / 1e9 <= device_gb else "**does not fit**"] for r in rows]
+    return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
+            f"*What to see:* for each planner-chosen layout, the memory one GPU holds at the step's peak in PyTorch "
+            f"(measured on a fake process group) beside what the planner expects, against the {gpu}'s {device_gb:g} "
+            "GB (dashed): a blue bar above the line is a plan that does not fit as written.", "",
+            *ap.table(["study", "layout", "PyTorch GB per GPU", "planner GB", "PyTorch vs planner",
+                       f"fits {device_gb:g} GB"], body), ""]
+
+
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
-    sections = {"measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
+    sections = {"findings": opening(results), "answer": answer(results, plots, out_dir),
+                "measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
                                                                 "at_scale.csv", "at_scale_cp.csv"],
                                                       "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
                                                       "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
@@ -270,7 +352,7 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
                 "at_scale": at_scale_section(results, plots, out_dir),
                 "cp_at_scale": cp_at_scale_section(results),
                 "conclusions": conclusions(results),
-                "predicted": [vs_measured.section("parallel-3d", results)]}  # beside every GPU row
+                "predicted": [vs_measured.section("parallel-3d", results, "###")]}  # beside every GPU row
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 
@@ -285,9 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.read(path)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
-    if plots:
-        text += "\n\n" + "\n".join(f"![{p}](plots/{p})" for p in plots) + "\n"
-    Path(cfg.out).write_text(text)
+    Path(cfg.out).write_text(text.rstrip() + "\n")
     print(f"wrote {cfg.out} ({len(text.splitlines())} lines, {len(plots)} plots)")
     return 0
 

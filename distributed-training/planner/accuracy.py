@@ -1,4 +1,5 @@
-"""Section 5 of PARALLELISM_GUIDE.md: the planner against published runs, fitted and held out, and its choices.
+"""Section 4 of PLANNER_VALIDATION.md (the evidence behind PARALLELISM_GUIDE.md): the planner against published
+runs, fitted and held out, and its choices.
 
 Each function returns markdown computed now from the planner (published.py runs, a few seconds), so
 the guide's accuracy claims are regenerated with the model they describe:
@@ -133,8 +134,9 @@ def sc21_choices() -> str:
                  f"overlap: published.py) the planner's (TP, PP) equals the paper's in {sc21_matches('paper')} rows; "
                  f"with plan.py's defaults and only `--zero 0 --recompute full` in {sc21_matches('defaults')}. 'vs "
                  "fastest' is the chosen plan's projected throughput against the fastest the model found; the "
-                 "near-ties are the other layouts within the model's own error, among which the rules of section 2 "
-                 "chose. Where they differ, the paper's plan against the planner's, in the model: "
+                 "near-ties are the other layouts within the model's own error, among which the rules of the guide's "
+                 "recipe (its section 2) chose. Where they differ, the paper's plan against the planner's, in the "
+                 "model: "
                  + "; ".join(_misses()) + ".")
     head = ["model", "GPUs", "paper TP·PP"]
     for label in ("paper's software", "defaults"):
@@ -206,7 +208,7 @@ def measured_here() -> str:
 
 
 def titan_tp8_error() -> str:
-    """The projected excess of torchtitan's TP-8 run of an 8B model (quoted in section 5's reading)."""
+    """The projected excess of torchtitan's TP-8 run of an 8B model (quoted in section 4's reading)."""
     (row,) = [r for r in _rows() if r["source"] == published.TITAN and "TP8, 64" in r["name"]]
     return f"{row['error']:.0%}"
 

@@ -18,7 +18,7 @@ compute.py prices every kernel with a handful of constants. Most are published m
 Three are fitted, once, by fit_compute.py on the published runs marked `fit` in published.py
 (SC21 Table 1 on A100; torchtitan's compiled Llama 3 8B and Llama 3 405B on 8,192 GPUs on H100),
 and frozen here with the fit's provenance; every other published run is held out and reported
-separately (PARALLELISM_GUIDE.md section 5):
+separately (PLANNER_VALIDATION.md section 4):
 
 - sustained_ampere, sustained_hopper: the fraction of the burst MAMF a GPU of that generation
   sustains through a training step, with that era's libraries (a whole node at its power limit runs

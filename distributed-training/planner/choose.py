@@ -1,7 +1,7 @@
 """Deciding among near-equals: when plans lie within the model's own error, practitioners' rules choose.
 
 The cost model ranks plans by projected throughput, but its error against held-out published runs
-is several percent (median 5-10%, PARALLELISM_GUIDE.md section 5), and much of that error is not
+is several percent (median 5-10%, PLANNER_VALIDATION.md section 4), and much of that error is not
 shared between two plans (it sits in what they do differently: TP collectives against a pipeline
 bubble, say). So a plan a few percent faster than another is not known to be faster. Every plan
 within NEAR_TIE of the fastest is a near-tie, and among the near-ties the rules practitioners
@@ -11,7 +11,7 @@ separates go by throughput):
 1. Memory headroom: a plan within MEMORY_MARGIN of the usable memory may not fit in practice, so one
    with room wins. The memory model counts what is allocated; what a run reserves is more (allocator
    caching and fragmentation, library workspaces): torchtitan's Llama 3 8B runs reserved 1.06-1.18x
-   the planner's projection for them (PARALLELISM_GUIDE.md section 5), so a plan above 1/1.18 of the
+   the planner's projection for them (PLANNER_VALIDATION.md section 4), so a plan above 1/1.18 of the
    usable memory is at risk.
 2. TP inside the NVLink domain (Megatron SC21 Takeaway #1; torchtitan §3.3: "TP ... typically
    limited to intra-node scaling"): a TP group that spans domains loses to one that does not.

@@ -1,4 +1,5 @@
-"""The planner runs behind each rule of PARALLELISM_GUIDE.md (its accuracy tables are in accuracy.py).
+"""The planner runs behind each rule of the guide (PLANNER_VALIDATION.md section 2; accuracy.py has its
+accuracy tables).
 
 Each function returns markdown (a table and, where the rule needs one, a sentence whose numbers come
 from the same runs), so nothing quoted in the guide's prose is typed by hand. Settings shared by
@@ -178,8 +179,8 @@ def rule_zero3_vs_pp() -> str:
     zero3 = sum(r[-1].startswith("ZeRO-3") for r in rows)
     ties = f"{len(close)} is a near-tie" if len(close) == 1 else f"{len(close)} are near-ties"
     text = prose(f"ZeRO-3 is the faster option in {zero3} of these {len(rows)} cases; {ties} (within {NEAR_TIE:.0%}, "
-                 "the model's own error), where the rules of section 2 decide: the fewest pipeline stages, so "
-                 "ZeRO-3.")
+                 "the model's own error), where the rules of the guide's recipe (its section 2) decide: the fewest "
+                 "pipeline stages, so ZeRO-3.")
     return table(["model", "GPUs", "Gb/s", "tokens/GPU", "ZeRO-3, no PP", "PP + ZeRO-1", "faster"], rows) \
         + "\n\n" + text
 

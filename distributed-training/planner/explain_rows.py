@@ -7,7 +7,7 @@
 (model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) into a Run, and
 predict hands them to the same cost model `make plan` uses (costs.step_costs for a training step,
 compute.layer_times for one block, compute.gemm_time for one GEMM, common/collective_cost.py for one
-collective). Nothing is fitted to these rows: they are held out, like section 5's held-out published
+collective). Nothing is fitted to these rows: they are held out, like the evidence document's held-out published
 runs. Two of a row's columns enter as measured facts of what ran, not as fits: the Adam step its lab's code
 runs (own_runs.Stack.optimizer: fused AdamW with the clip folded in, or torch's default foreach AdamW), and,
 where the step's profiler counted its kernels (fp8-train's kernels_per_step), the per-kernel fixed cost paid

@@ -6,8 +6,8 @@ was made). The ratio predicted / measured says how much faster the planner thoug
 median over the rows of this cluster's GPU scales the achievable matmul rate (and the bf16 rate used for
 attention). This is one lumped factor: it folds whatever the model misses (kernel efficiency, launch and
 Python overhead, exposed communication) into the compute rate, which is where the planner is most
-optimistic (guide section 5). Rows from another GPU, or from the CPU preset (no prediction), are not used;
-a file with none for this cluster is an error, not a silent no-op.
+optimistic (PLANNER_VALIDATION.md section 4). Rows from another GPU, or from the CPU preset (no prediction),
+are not used; a file with none for this cluster is an error, not a silent no-op.
 
     make plan ARGS="--params 8B --gpus 64 --calibrate distributed-training/parallel-3d/results/runs_h100.csv"
 """

@@ -8,7 +8,7 @@ compute.py), communication (alpha-beta with ring factors on NVLink and the netwo
 schedules allow) and the pipeline bubble of possibly unequal stages, for every configuration the
 GPU count allows; among the plans within the model's own error of the fastest, practitioners'
 rules choose (choose.py). Every term and its source is in the module docstrings and in
-../PARALLELISM_GUIDE.md; the error against published runs is in its section 5.
+../PARALLELISM_GUIDE.md; the error against published runs is in ../PLANNER_VALIDATION.md, section 4.
 
     make plan ARGS="--params 70B --gpus 512 --gpu h100"                 # what to run
     make plan ARGS="--params 70B --gpus 512 --tp 8 --pp 4 --zero 1"     # price today's config
@@ -181,7 +181,7 @@ def error_band() -> dict:
             if r["role"] == "held-out" and r["throughput_error_pct"]]
     return {"median_abs": round(statistics.median(abs(e) for e in errs), 4), "low": min(errs), "high": max(errs),
             "runs": len(errs), "meaning": "projected minus published per-GPU throughput, over the held-out published "
-                                          "runs (section 5 of PARALLELISM_GUIDE.md)"}
+                                          "runs (PLANNER_VALIDATION.md, section 4)"}
 
 
 def table(w: Workload, cl: Cluster, res: Result) -> str:

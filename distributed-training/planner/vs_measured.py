@@ -1,7 +1,7 @@
 """Predicted beside measured, as markdown: the section each lab's report embeds and the guide's table.
 
     section("fp8-train", results_dir)   # a lab report's "Predicted vs measured" section (reports call it)
-    guide_table()                       # PARALLELISM_GUIDE.md section 5: every lab's GPU rows, summarised
+    guide_table()                       # PLANNER_VALIDATION.md section 4: every lab's GPU rows, summarised
     targets(compared)                   # the accuracy targets of issue 24, per row kind (tests)
 
 Everything is computed from the CSVs now (explain.compare over own_runs' rows), so a GPU run that lands in a

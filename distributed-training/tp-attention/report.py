@@ -19,9 +19,11 @@ from comm_count import tp_bytes_per_layer
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
+from common.findings import block
 from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
+import findings
 from planner import vs_measured
 
 LAB = Path(__file__).resolve().parent
@@ -86,10 +88,16 @@ def correctness_section(corr: pd.DataFrame) -> list[str]:
         "biases), gqa-bf16.", ""]
 
 
-def _plot_time_vs_tp(base: pd.DataFrame, tag: str, out: Path, footer: str) -> str:
+def _plot_time_vs_tp(base: pd.DataFrame, tag: str, out: Path, footer: str) -> str | None:
+    """Time per block against t: only where two or more t were measured, and SP only where it was."""
+    stale = out / f"time_vs_tp_{tag}.png"
+    if base["tp"].nunique() < 2:
+        stale.unlink(missing_ok=True)
+        return None
     fig, ax = new_figure()
+    with_sp = (base["sp"] & (base["tp"] > 1)).any()
     for impl, col in (("ours", "ours_ms"), ("DTensor", "dtensor_ms")):
-        for sp, style in ((False, "-o"), (True, "--s")):
+        for sp, style in ((False, "-o"), (True, "--s")) if with_sp else ((False, "-o"),):
             d = base[(base["sp"] == sp) | (base["tp"] == 1)].sort_values("tp")  # SP at t = 1 is no SP
             ax.plot(d["tp"], d[col], style, label=f"{impl}{' + SP' if sp else ''}")
     ref = base["ref_ms"].dropna()
@@ -153,12 +161,15 @@ def _share_trend(b: pd.DataFrame, seq: int) -> str:
                                                  "in this run it does not: the timing noise is larger than the trend"))
 
 
-def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
-    gloo = (b["backend"] == "gloo").all()
-    footer = describe_runs(b, held={"dtype": b["dtype"].iloc[0], "batch": b["batch"].iloc[0]})
-    seq = int(b["seq_len"].mode().iloc[0])  # the held values are the ones both sweeps share
+def base_shape(b: pd.DataFrame) -> tuple[int, int, pd.DataFrame]:
+    """The shape both sweeps share (s, h) and the rows at it, one per (t, SP)."""
+    seq = int(b["seq_len"].mode().iloc[0])
     dm = int(b["d_model"].mode().iloc[0])
-    base = b[(b["seq_len"] == seq) & (b["d_model"] == dm)].sort_values(["tp", "sp"])
+    return seq, dm, b[(b["seq_len"] == seq) & (b["d_model"] == dm)].sort_values(["tp", "sp"])
+
+
+def main_table(b: pd.DataFrame) -> list[str]:
+    seq, dm, base = base_shape(b)
     ref_ms = base["ref_ms"].dropna()
     speedup = (lambda ms: f"{ref_ms.iloc[0] / ms:.2f}") if len(ref_ms) else (lambda ms: "-")
     table = pd.DataFrame({
@@ -172,21 +183,37 @@ def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
                                                    zip(base["comm_bytes_ours"], base["comm_bytes_dtensor"],
                                                        base["comm_bytes_analytic"])],
     })
+    return [f"Forward+backward of one block at b = {b['batch'].iloc[0]}, s = {seq}, h = {dm} ({b['dtype'].iloc[0]}), "
+            f"median of {b['iters'].iloc[0]} iterations of the max over ranks, implementations interleaved "
+            f"({_provenance(b)}):", "", frame(table), ""]
+
+
+def time_plot(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
+    footer = describe_runs(b, held={"dtype": b["dtype"].iloc[0], "batch": b["batch"].iloc[0]})
+    png = _plot_time_vs_tp(base_shape(b)[2], tag, out, footer)
+    if png is None:
+        return []
+    return [f"![time vs t]({png})", "",
+            "*What to see:* one block's forward+backward time as the TP degree t grows, ours against DTensor (and "
+            "the plain block at t = 1): compute shrinks as 1/t, the collectives do not, so the curve flattens where "
+            "communication takes over." + (" On CPU the ranks share the cores: read the shape, not the ms."
+                                            if (b["backend"] == "gloo").all() else ""), ""]
+
+
+def bench_section(b: pd.DataFrame, tag: str, out: Path, shown: bool) -> list[str]:
+    """One benchmark file: its table (unless it is the report's main table), plots and sentences."""
+    footer = describe_runs(b, held={"dtype": b["dtype"].iloc[0], "batch": b["batch"].iloc[0]})
+    seq, dm, _ = base_shape(b)
     t1 = b[b["tp"] == 1].sort_values(["seq_len", "d_model"])
-    lines = [f"## Benchmark `{tag}`", "", f"Measured on {_provenance(b)}.", ""]
-    if gloo:
-        lines += ["**CPU / gloo.** Every rank is a process sharing a few cores and gloo runs over loopback TCP: "
-                  "these times measure core contention and gloo's latency, not tensor-parallel speedups, and "
-                  "t = 1 runs a full block on every rank at once. gloo implements reduce-scatter as an all-reduce "
-                  "plus a local chunk (pytorch/pytorch#118911), so the sequence-parallel reduce-scatters move twice "
-                  "the ring's bytes here. Read the shapes of the curves and the counts, not the milliseconds.", ""]
-    lines += [f"Forward+backward of one block at b = {b['batch'].iloc[0]}, s = {seq}, h = {dm} ({b['dtype'].iloc[0]}), "
-              f"median of {b['iters'].iloc[0]} iterations of the max over ranks, implementations interleaved:", "",
-              frame(table), "",
-              f"![time vs t]({_plot_time_vs_tp(base, tag, out, footer)})", "",
-              f"![time vs shape]({_plot_sweeps(b, seq, dm, tag, out, footer)})", ""]
+    lines = [f"### Benchmark `{tag}`", ""]
+    lines += ["Its table is at the top of this report.", ""] if shown else main_table(b) + time_plot(b, tag, out)
+    lines += [f"![time vs shape]({_plot_sweeps(b, seq, dm, tag, out, footer)})", "",
+              "*What to see:* ours (no SP) against sequence length at the common h (left) and against h at the common "
+              "s (right), one line per t.", ""]
     if (b["tp"] > 1).any():
         lines += [f"![communication]({_plot_comm(b, seq, tag, out, footer)})", "",
+                  "*What to see:* left, the share of the block's time spent in collectives per t and h; right, the "
+                  "bytes each rank sent against 8bsh(t-1)/t (on the dotted line: exact).", "",
                   f"Communication share, measured: {_share_trend(b, seq)}.", "",
                   f"Bytes: measured = the collectives' tensors counted at the dispatcher during one step, times the "
                   f"ring factors; it equals the analytic 8bsh(t-1)/t in "
@@ -196,18 +223,14 @@ def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
                   f"{'all passed' if b['verified'].all() else 'SOME FAILED'} (worst error "
                   f"{_sci(max(b['ours_max_rel_err'].max(), b['dtensor_max_rel_err'].max()))}).", ""]
     ratio = b["ours_over_dtensor"]
-    lines += [f"**Ours vs DTensor**: ours / DTensor time is {ratio.median():.2f} in the median row "
-              f"(range {ratio.min():.2f} to {ratio.max():.2f}) with identical collectives and bytes; below 1 "
-              f"means the hand-rolled block is faster. DTensor pays per-op Python dispatch and layout bookkeeping "
-              f"on every call, which weighs most on small shapes.", ""]
+    lines += [f"Ours / DTensor time: {ratio.median():.2f} in the median row (range {ratio.min():.2f} to "
+              f"{ratio.max():.2f})."]
     if len(t1) and t1["ref_ms"].notna().any():
         over = t1["ours_over_ref"]
-        lines += [f"**Wrapper overhead at t = 1** (ours / plain Block, same shapes): median {over.median():.2f} "
-                  f"over {len(t1)} shapes (range {over.min():.2f} to {over.max():.2f}). At t = 1 every operator "
-                  f"returns its input untouched and the block makes the same F.linear and SDPA calls as the plain "
-                  f"one" + (", so on this shared CPU the spread is timing noise; the single-GPU target "
-                            "(make tp-attention-gpu) measures the overhead on a quiet device." if gloo else "."), ""]
-    return lines
+        lines[-1] += (f" Ours / plain Block at t = 1, where every operator returns its input untouched: median "
+                      f"{over.median():.2f} over {len(t1)} shapes (range {over.min():.2f} to {over.max():.2f})"
+                      + (", timing noise on this shared CPU." if (b["backend"] == "gloo").all() else "."))
+    return lines + [""]
 
 
 def meaning_section() -> list[str]:
@@ -243,6 +266,13 @@ def meaning_section() -> list[str]:
         "with h.", ""]
 
 
+CPU_CAVEAT = ("**CPU / gloo.** Every rank is a process sharing a few cores and gloo runs over loopback TCP: the "
+              "times measure core contention and gloo's latency, not tensor-parallel speedups, and t = 1 runs a full "
+              "block on every rank at once. gloo implements reduce-scatter as an all-reduce plus a local chunk "
+              "(pytorch/pytorch#118911), so the sequence-parallel reduce-scatters move twice the ring's bytes there. "
+              "Read the shapes of the curves and the counts, not the milliseconds.")
+
+
 @guard_report
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
@@ -252,21 +282,30 @@ def main(argv: list[str] | None = None) -> int:
     corr_files, bench_files = sorted(results.glob("correctness_*.csv")), sorted(results.glob("bench_*.csv"))
     if not bench_files and not corr_files:
         raise BadResults(f"no correctness_*.csv or bench_*.csv in {cfg.results}; run `make tp-attention-run`")
-    corrs = {p: read_table(p, CORRECTNESS) for p in corr_files}  # every file checked before anything is drawn
-    benches = {p: read_table(p, BENCH) for p in bench_files}
-    lines = ["# tp-attention: hand-rolled Megatron tensor parallelism, verified and measured", "",
-             "Generated by report.py from the CSVs in results/ (do not edit). The runbook is README.md.", "",
-             *measured_on.paragraph(results, ["correctness_*.csv", "bench_*.csv"],
-                                    "`make tp-attention-gpu` (one GPU: wrapper overhead) or `make tp-attention-run` "
-                                    "(t up to the GPUs per node)")]
-    for path, corr in corrs.items():
-        lines += [f"## Correctness `{path.stem.removeprefix('correctness_')}`", "",
-                  f"Measured on {_provenance(corr)}.", "", *correctness_section(corr)]
-    for path, b in benches.items():
-        lines += bench_section(b, path.stem.removeprefix("bench_"), out.parent / "plots")
-    lines += [vs_measured.section("tp-attention", results), ""]  # the planner's prediction beside every GPU row
+    corrs = {p.stem.removeprefix("correctness_"): read_table(p, CORRECTNESS) for p in corr_files}  # checked first
+    benches = {p.stem.removeprefix("bench_"): read_table(p, BENCH) for p in bench_files}
+    plots = out.parent / "plots"
+    lines = ["# tp-attention: hand-rolled Megatron tensor parallelism, verified and measured", ""]
+    lines += block(findings.opening(corrs, benches))
+    main_tag = max(benches, key=lambda k: (benches[k]["tp"].nunique(), k)) if benches else None
+    if main_tag:
+        lines += time_plot(benches[main_tag], main_tag, plots) + main_table(benches[main_tag])
+    lines += ["## Benchmarks", ""]
+    for tag, b in benches.items():
+        lines += bench_section(b, tag, plots, shown=tag == main_tag)
     lines += meaning_section()
-    out.write_text("\n".join(lines))
+    lines += ["## Appendix: the audit behind the answer", "", "### Provenance", "",
+              "Generated by report.py from the CSVs in results/ (do not edit); the runbook is README.md; the opening "
+              "lines' wording is `findings_template.md`, picked by `findings.py` from what the CSVs show.", "",
+              *measured_on.paragraph(results, ["correctness_*.csv", "bench_*.csv"],
+                                     "`make tp-attention-gpu` (one GPU: wrapper overhead) or `make tp-attention-run` "
+                                     "(t up to the GPUs per node)")]
+    if any((b["backend"] == "gloo").all() for b in benches.values()):
+        lines += ["### CPU caveats", "", CPU_CAVEAT, ""]
+    for tag, corr in corrs.items():
+        lines += [f"### Correctness `{tag}`", "", f"Measured on {_provenance(corr)}.", "", *correctness_section(corr)]
+    lines += [vs_measured.section("tp-attention", results, "###"), ""]  # the planner's prediction beside every GPU row
+    out.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")
     return 0
 

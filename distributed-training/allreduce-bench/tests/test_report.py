@@ -42,7 +42,7 @@ def test_report_from_fixture_csvs(tmp_path):
     (res / "topology_cpu.md").write_text("## Some CPU\n\n- fixture topology\n")
     cfg = report.Config(results=str(res), out=str(tmp_path / "REPORT.md"))
     text = report.report(cfg)
-    assert "- GPU: no result is committed yet; `make allreduce-bench-gpu`" in text and "**CPU caveat.**" in text
+    assert "- GPU: no result is committed yet; `make allreduce-bench-gpu`" in text and "### CPU caveats" in text
     assert "| cpu 4 ranks, gloo, fp32 | all_reduce | " in text and "None: published busbw figures" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("| cpu 4 ranks, gloo, fp32 | all_gather |"))
     cells = [c.strip() for c in line.split("|")[1:-1]]
@@ -68,8 +68,9 @@ def test_report_from_fixture_csvs(tmp_path):
     # In place on one rank (all_reduce, broadcast) no data moves: left out; out-of-place shown as algbw.
     assert not any(ln.startswith(("| h100 1 rank, nccl, fp32 | broadcast |", "| h100 1 rank, nccl, fp32 | all_reduce |"))
                    for ln in text.splitlines())
-    one = next(ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | all_gather |"))
-    assert "(algbw) |" in one and "| n/a |" in one  # a 1-rank run is shown as algbw, with no link fraction
+    one = [ln for ln in text.splitlines() if ln.startswith("| h100 1 rank, nccl, fp32 | all_gather |")]
+    assert len(one) == 1 and "| 1 MiB |" in one[0]  # a 1-rank run: its own algbw table, never beside a busbw
+    assert text.index("## One rank: a local copy") < text.index(one[0]) and (res / "one_rank.png").exists()
     bcast = next(ln for ln in text.splitlines() if ln.startswith("| h100 8 ranks, nccl, fp32 | broadcast |"))
     peak = next(ln for ln in text.splitlines() if ln.startswith("| h100 8 ranks, nccl, fp32 | all_reduce |"))
     assert "% of 450 |" in peak

@@ -93,6 +93,6 @@ def test_report_arguments(capsys):
     ("{tmp}:fp32-s0", "steps.csv: line 1601 has"),
 ], ids=["no-dir", "no-run", "damaged"])
 def test_dashboard_command(run, needle, tmp_path, capsys):
-    (tmp_path / "steps.csv").write_text((LAB / "results" / "cpu_ws1" / "steps.csv").read_text()[:-200])  # cut short
+    (tmp_path / "steps.csv").write_text((LAB / "results" / "cpu_ws1-wide" / "steps.csv").read_text()[:-200])  # cut
     argv = ["--run", run.format(tmp=tmp_path), "--out", str(tmp_path / "d.html")]
     expect_bad_input(lambda: dashboard.main(argv), needle, capsys, watch=[LAB, tmp_path])

@@ -35,9 +35,9 @@ def h100(tmp_path_factory):
 
 def test_one_table_per_model_with_every_run(h100):
     res, text = h100
-    assert text.count("| run | folder |") == 1  # three folders, one model: one table
+    assert text.count("| run | folder | precision, scaling |") == 1  # three folders, one model: one table
     assert text.count("| target | measured |") == 1
-    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    table = text.split("| run | folder | precision, scaling |")[1].split("\n\n")[0]
     for run, folder in (("bf16-s0", "h100_ws1"), ("bf16-s1", "h100_ws1"), ("bf16-s0", "h100_ws1-te"),
                         ("fp8-torchao-s0", "h100_ws1"), ("fp8-native-s0", "h100_ws1"), ("fp8-te-s0", "h100_ws1-te"),
                         ("fp8-te-s0", "h100_ws1-te-current")):
@@ -63,7 +63,7 @@ def test_band_counts_distinct_seeds_once(h100):
 
 def test_no_silent_cell(h100):
     _, text = h100
-    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    table = text.split("| run | folder | precision, scaling |")[1].split("\n\n")[0]
     assert "| |" not in table.replace("|  |  |", "")  # only the bound columns of non-FP8 rows are blank
     assert "te, not recorded (run predates the column)" in table  # the CSVs lack the version column
     assert "torch, torch 2.11.0+cu130" in table  # torch's version is torch_version itself
@@ -76,7 +76,7 @@ def test_no_silent_cell(h100):
 
 def test_fp8_bound_and_share_of_it(h100):
     _, text = h100
-    table = text.split("| run | folder |")[1].split("\n\n")[0]
+    table = text.split("| run | folder | precision, scaling |")[1].split("\n\n")[0]
     def tokens_per_s(line):
         return float(line.split(" | ")[5].split(" ")[0].replace(",", ""))
 

@@ -13,7 +13,8 @@ from common.collective_cost import Network, members_per_domain
 from common.hardware import PRESETS
 from common.model import GPTConfig, count_params
 from planner import cluster, costs
-from report import efficiency, weak_scaling_anchor
+from measured import efficiency
+from report import weak_scaling_anchor
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
 

@@ -20,10 +20,13 @@ def test_report_from_the_committed_csvs(tmp_path):
     assert report.main(["--results", str(results), "--out", str(out)]) == 0
     text = out.read_text()
     assert "{{" not in text and "core contention" in text
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5."):
+    for heading in ("## What we found", "## 1.", "## 2.", "## 3.", "## 4.", "## Appendix",
+                    "### Collectives of one step, per pipeline rank"):
         assert heading in text
     assert "_No runs yet" not in text and "_Not measured yet" not in text
     assert (tmp_path / "plots" / "at_scale.png").exists() and list((tmp_path / "plots").glob("activations_*.png"))
+    assert (tmp_path / "plots" / "peak_memory.png").exists() and "| **does not fit** |" in text
+    assert text.count("*What to see:*") == 3  # every plot has its caption
     section = against_pytorch.render(results)
     assert section in text and "residual" in section
 

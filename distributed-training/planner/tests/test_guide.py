@@ -13,16 +13,28 @@ HERE = Path(__file__).resolve().parents[1]
 
 def test_guide_is_deterministic_and_committed(tmp_path):
     # One generation in a fresh process (what `make guide` runs), one in this one: the same bytes, and the
-    # same as the committed guide (regenerate it with `make guide` after changing the planner).
-    out = tmp_path / "guide.md"
-    proc = subprocess.run([sys.executable, "-m", "planner.guide", "--out", str(out)], capture_output=True,
+    # same as the committed guide and its evidence document (regenerate them with `make guide` after changing the
+    # planner). Rendering writes no file; main() draws the MFU plot beside a guide written elsewhere.
+    a, b = tmp_path / "a" / "guide.md", tmp_path / "b" / "guide.md"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "planner.guide", "--out", str(a)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     assert proc.returncode == 0, proc.stderr
-    text = guide.render()
-    assert out.read_text() == text
+    assert guide.main(["--out", str(b)]) == 0
+    for name in ("guide.md", "guide_validation.md"):
+        assert (a.parent / name).read_text() == (b.parent / name).read_text()
+    assert (a.parent / "guide_mfu.png").read_bytes() == (b.parent / "guide_mfu.png").read_bytes()
+    assert "](guide_validation.md)" in a.read_text() and "](guide_mfu.png)" in a.read_text()
+    text, evidence = guide.render(), guide.render(guide.VALIDATION_TEMPLATE)
     assert guide.OUT.read_text() == text, "PARALLELISM_GUIDE.md is stale: run `make guide`"
-    assert "{{" not in text and "projection" in text
-    assert not re.search(r"/(work|tmp|root|home)/", text)  # no machine paths in a committed file
+    assert guide.validation_path(guide.OUT).read_text() == evidence, "PLANNER_VALIDATION.md is stale: `make guide`"
+    for doc in (text, evidence):
+        assert "{{" not in doc and "projection" in doc
+        assert not re.search(r"/(work|tmp|root|home)/", doc)  # no machine paths in a committed file
+    lines = text.splitlines()
+    assert len(lines) <= 300 and lines.index("<!-- /findings -->") < 15  # a decision guide, answering first
+    assert "```mermaid" in text and text.count("**") > 8 and "## 3. Worked scenarios" in text
 
 
 def test_a_calibrated_guide_from_the_committed_csvs(tmp_path, capsys):
@@ -39,7 +51,7 @@ def test_a_calibrated_guide_from_the_committed_csvs(tmp_path, capsys):
     assert "the per-GPU network rate" in text.split("Everything else is")[1][:200]  # stayed the table's
     default = guide.render()  # main() restored the hardware table's context
     assert "Calibrated" not in default
-    matrix = lambda t: t.split("## 1. The decision matrix")[1].split("### 1.1")[0]  # noqa: E731
+    matrix = lambda t: t.split("## 1. The decision matrix")[1].split("## 2.")[0]  # noqa: E731
     assert matrix(text) != matrix(default)  # a 1 GB/s "NVLink" plans differently
     assert "{{" not in text and not re.search(r"/(tmp|root|home)/", text.split("## 1.")[1])
 

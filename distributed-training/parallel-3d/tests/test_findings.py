@@ -1,0 +1,37 @@
+"""The report's opening lines come from the CSVs: change committed results (in a copy) and the sentences change."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+import report
+from common.findings import read_block
+
+RESULTS = Path(report.__file__).resolve().parent / "results"
+
+
+def _opening(tmp_path: Path) -> dict[str, str]:
+    out = tmp_path / "REPORT.md"
+    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
+    return {f.label: f.text for f in read_block(out)}
+
+
+def test_the_answer_follows_the_csvs(tmp_path):
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS, res)
+    before = _opening(tmp_path)
+    assert before["Answer"].startswith("Yes on AMD EPYC (2 cores)") and "70B@512 at 85.2 GB does not fit" in before[
+        "Memory"]
+
+    runs = pd.read_csv(res / "runs_cpu.csv", dtype={"git_commit": str})
+    runs.loc[runs["tp"] == 2, "loss_last"] += 0.01  # the 3D runs no longer end where one process does
+    runs.to_csv(res / "runs_cpu.csv", index=False)
+    rows = pd.read_csv(res / "at_scale.csv", dtype={"git_commit": str})
+    rows.loc[rows["study"] == "70B@512", "peak_bytes"] -= 10e9  # 10 GB less at the peak: it fits
+    rows.to_csv(res / "at_scale.csv", index=False)
+    after = _opening(tmp_path)
+    assert after["Answer"].startswith("Not exactly on AMD EPYC (2 cores)")
+    assert "70B@512 75.2 GB" in after["Memory"] and "Every study fits" in after["Memory"]
