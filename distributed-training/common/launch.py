@@ -134,9 +134,16 @@ def check_pass(args) -> int:
     return subprocess.run([sys.executable, args.training_script, *args.training_script_args], env=env).returncode
 
 
+# The ranks torchrun's agent stopped itself after the first failure (their pids): victims of that failure,
+# never its cause. torchrun records them as failures too (their SIGTERM exit, read in the same poll as the
+# cause), and a victim may have a lower rank than the cause: which one is read first says nothing.
+STOPPED_BY_AGENT: set[int] = set()
+
+
 def _cap_failure_teardown(grace_s: float) -> None:
     """torchrun stops the surviving ranks after a failure with close() and a fixed 30 s wait; cap
-    that wait (only there: a signal to the job passes death_sig and keeps its own timeout)."""
+    that wait (only there: a signal to the job passes death_sig and keeps its own timeout), and note
+    which ranks were still running then (STOPPED_BY_AGENT): the first failure in time is not among them."""
     try:
         from torch.distributed.elastic.multiprocessing import api
         original = api.PContext.close
@@ -144,6 +151,9 @@ def _cap_failure_teardown(grace_s: float) -> None:
         return  # another torch layout: torchrun's own timing applies
 
     def close(self, death_sig=None, timeout=30):
+        if death_sig is None:  # after a failure (a signal to the job passes death_sig)
+            handlers = getattr(self, "subprocess_handlers", None) or {}
+            STOPPED_BY_AGENT.update(h.proc.pid for h in handlers.values() if h.proc.poll() is None)
         return original(self, death_sig, timeout if death_sig is not None else min(timeout, grace_s))
 
     api.PContext.close = close
@@ -159,14 +169,23 @@ def _message(data) -> str:
     return str(msg).strip().splitlines()[0] if str(msg).strip() else ""
 
 
+def _when(f) -> tuple[bool, float]:
+    """When a rank failed, for ordering: (stopped by the agent after the first failure, time). The time is the
+    rank's own (its error file), else when torchrun found it dead (whole seconds; ties go to the lower rank)."""
+    stopped = getattr(f, "pid", None) in STOPPED_BY_AGENT
+    return stopped, _dt(f.error_file_data).get("time_ns") or getattr(f, "timestamp", 0) * 1e9
+
+
 def explain(failures: dict, world: int) -> tuple[str, int]:
-    """(one line, exit code) for a failed job, from torchrun's ProcessFailure records."""
+    """(one line, exit code) for a failed job, from torchrun's ProcessFailure records: the first failure in
+    time, never a rank the agent stopped because of it (its SIGTERM is an effect; STOPPED_BY_AGENT)."""
     info = {r: (_dt(f.error_file_data), _message(f.error_file_data) if f.error_file != "<N/A>" else "", f.exitcode)
             for r, f in failures.items()}
-    order = sorted(failures, key=lambda r: (_dt(failures[r].error_file_data).get("time_ns", 0), r))
+    order = sorted(failures, key=lambda r: (*_when(failures[r]), r))
+    victims = {r for r in failures if _when(failures[r])[0]}
 
-    def first(pred):
-        return next((r for r in order if pred(*info[r])), None)
+    def first(pred, stopped_too: bool = True):
+        return next((r for r in order if pred(*info[r]) and (stopped_too or r not in victims)), None)
 
     r = first(lambda dt, msg, code: dt.get("kind") == "cause" or (msg and not dt))
     if r is not None:
@@ -175,7 +194,8 @@ def explain(failures: dict, world: int) -> tuple[str, int]:
             return f"rank {r} of {world} raised {msg} (its traceback is above)", 1
         return f"rank {r} of {world}: {msg}", dt.get("code", code)
     timeouts = [x for x in order if info[x][0].get("kind") == "timeout"]
-    r = first(lambda dt, msg, code: not dt and code < 0)
+    # a rank killed by a signal on its own; or, when the others timed out waiting, one the agent had to kill
+    r = first(lambda dt, msg, code: not dt and code < 0, stopped_too=bool(timeouts))
     if r is not None:
         sig = signal.Signals(-info[r][2]).name if -info[r][2] in signal.Signals._value2member_map_ else "?"
         if timeouts:

@@ -21,7 +21,7 @@ LABS = Path(__file__).resolve().parents[2]
 
 
 def _failure(exitcode: int, kind: str | None = None, message: str = "", code: int | None = None, t: int = 0,
-             recorded: bool = False):
+             recorded: bool = False, pid: int = 0):
     """What torchrun's ProcessFailure holds: the error file's JSON (ours, @record's, or none)."""
     if kind:
         data = {"message": {"message": message, "extraInfo": {"timestamp": "0"}},
@@ -31,7 +31,7 @@ def _failure(exitcode: int, kind: str | None = None, message: str = "", code: in
     else:
         data = {"message": "<NONE>"}
     return SimpleNamespace(exitcode=exitcode, error_file="<N/A>" if not (kind or recorded) else "/x/error.json",
-                           error_file_data=data)
+                           error_file_data=data, pid=pid, timestamp=0)
 
 
 @pytest.mark.parametrize("failures, line, code", [
@@ -39,13 +39,19 @@ def _failure(exitcode: int, kind: str | None = None, message: str = "", code: in
      "rank 1 of 4: --tp 3 must divide 4", 2),
     ({1: _failure(1, recorded=True, message="ValueError: a bug")}, "rank 1 of 4 raised ValueError: a bug", 1),
     ({0: _failure(4, "peer", "lost a peer rank"), 3: _failure(-9)}, "rank 3 of 4 died (SIGKILL)", 137),
+    ({0: _failure(-15, pid=100), 1: _failure(-9, pid=101)}, "rank 1 of 4 died (SIGKILL)", 137),
+    ({0: _failure(-15, pid=100), 1: _failure(4, "peer", "lost a peer rank", pid=101)}, "rank 1 of 4: lost a peer",
+     PEER_LOST),
     ({0: _failure(4, "timeout", "a collective timed out"), 2: _failure(-9)}, "rank 2 of 4 stopped answering",
      PEER_LOST),
     ({0: _failure(130, "interrupt", "interrupted")}, "interrupted (Ctrl-C)", 130),
     ({2: _failure(4, "peer", "lost a peer rank (it died)")}, "rank 2 of 4: lost a peer rank (it died)", PEER_LOST),
     ({1: _failure(7)}, "rank 1 of 4 exited with code 7", 7),
-], ids=["cause-first", "bug", "kill-9", "frozen", "ctrl-c", "lost-peer", "plain-exit"])
-def test_the_root_cause_is_one_line(failures, line, code):
+], ids=["cause-first", "bug", "kill-9", "kill-9-victim-read-first", "stopped-peer-read-first", "frozen", "ctrl-c",
+        "lost-peer", "plain-exit"])
+def test_the_root_cause_is_one_line(failures, line, code, monkeypatch):
+    # pid 100: a rank the agent was still running when the first failure came, and stopped (SIGTERM)
+    monkeypatch.setattr(launch, "STOPPED_BY_AGENT", {100}, raising=False)
     got, got_code = launch.explain(failures, 4)
     assert line in got and "\n" not in got and got_code == code
 
@@ -105,8 +111,12 @@ def _launch(*args: str, timeout: float = 180, **env_extra: str) -> subprocess.Co
                           timeout=timeout)
 
 
-def test_a_rank_killed_by_signal_9_is_one_line_once():
-    proc = _launch("die")
+@pytest.mark.parametrize("mode", ["die", "die-busy"])
+def test_a_rank_killed_by_signal_9_is_one_line_once(mode):
+    """Rank 1 is killed by SIGKILL. Rank 0 either finds its peer gone and exits (code 4), or torchrun's agent sees
+    rank 1 dead first and stops rank 0 with SIGTERM (always so in die-busy, where rank 0 is not in a collective).
+    torchrun then records both, rank 0's SIGTERM first: the cause is the failure before the agent stopped anyone."""
+    proc = _launch(mode)
     err = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 137 and err == ["error: rank 1 of 2 died (SIGKILL); the other ranks lost it and were "
                                               "stopped"], proc.stderr
