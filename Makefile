@@ -32,7 +32,10 @@ endif
 # ---- hardware and launch --------------------------------------------------------------------
 # GPU preset: auto|cpu|a100|a100-40gb|h100|h200|b200|gb200 (the table is common/hardware.py)
 GPU ?= auto
-NGPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+# Under a time limit: a GPU in a bad state makes nvidia-smi hang, and make would print nothing, ever
+# (`make doctor` then names the hang; common/cuda_env.py reads the same limit).
+DT_SMI_TIMEOUT_S ?= 15
+NGPUS := $(shell timeout -k 2 $(DT_SMI_TIMEOUT_S) nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 ifeq ($(GPU),cpu)
   NPROC ?= 4
 else ifeq ($(NGPUS),0)

@@ -190,16 +190,21 @@ DRIVERS = {535: ("535.183.01", "12.2"), 550: ("550.54.15", "12.4"), 570: ("570.1
            580: ("580.82.07", "13.0")}
 
 
-def fake_nvidia_smi(folder, driver: int | None, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3",
+def fake_nvidia_smi(folder, driver: int | str | None, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3",
                     compute_cap: str = "9.0"):
     """Write an executable `nvidia-smi` into `folder` (put it first on PATH) answering `nvidia-smi`, `-L` and
     `--query-gpu=name,compute_cap` like the named driver with `gpus` GPUs; driver=None fails like a machine
-    whose driver is missing. Returns the script's path."""
+    whose driver is missing, "hang" never answers (a GPU in a bad state), "garbage" exits 0 with no driver
+    in its output. Returns the script's path."""
     from pathlib import Path
     path = Path(folder) / "nvidia-smi"
     if driver is None:
         body = ('echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver. '
                 'Make sure that the latest NVIDIA driver is installed and running."; exit 9')
+    elif driver == "hang":
+        body = "exec sleep 3600"  # exec: a timeout's kill reaches the sleep itself, not only its shell
+    elif driver == "garbage":
+        body = 'echo "Segmentation fault (core dumped) at 0x0"; echo "GPU ??: ERR!"'
     else:
         version, cuda = DRIVERS[driver]
         header = (f"+{'-' * 89}+\\n| NVIDIA-SMI {version:<22} Driver Version: {version:<14} "

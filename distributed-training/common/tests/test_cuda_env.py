@@ -87,11 +87,11 @@ def test_refusal_without_a_gpu_and_with_a_mismatch():
 def test_doctor_says_the_right_thing_here_and_with_a_faked_mismatch(tmp_path, monkeypatch, capsys):
     from common.doctor import main
 
-    fake_nvidia_smi(tmp_path, None)  # a machine without a driver: as this CPU machine, said plainly
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert not any((Path(d) / "nvidia-smi").exists() for d in ("/usr/bin", "/bin"))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")  # a machine without a driver, said plainly
     assert main([]) == 0
     out, err = capsys.readouterr()
-    assert f"torch       {torch.__version__}, a CPU build" in out and "driver      none (nvidia-smi finds no driver)" \
+    assert f"torch       {torch.__version__}, a CPU build" in out and "driver      none (no nvidia-smi on PATH)" \
         in out and err == ""
     fake_nvidia_smi(tmp_path, 550)
     assert main([]) == 1
@@ -100,6 +100,76 @@ def test_doctor_says_the_right_thing_here_and_with_a_faked_mismatch(tmp_path, mo
     (line,) = err.splitlines()
     assert line.startswith(f"doctor: error: torch {torch.__version__} (a CPU build) cannot use the 8 GPUs")
     assert line.endswith('-m pip install "torch==2.13.0+cu126" --index-url https://download.pytorch.org/whl/cu126')
+
+
+@pytest.mark.parametrize("behaviour, problem", [
+    ("hang", "`nvidia-smi` did not answer within 1 s: the NVIDIA driver or a GPU hangs"),
+    (None, "`nvidia-smi` failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA"),
+    ("garbage", "`nvidia-smi` printed no driver and CUDA version ('Segmentation fault (core dumped) at 0x0')"),
+])
+def test_a_hanging_failing_or_garbage_driver_is_named_as_such(behaviour, problem, tmp_path):
+    smi = str(fake_nvidia_smi(tmp_path, behaviour))
+    found = cuda_env.probe_driver(smi, timeout_s=1)
+    assert isinstance(found, cuda_env.DriverFault) and found.problem.startswith(problem), found
+    assert read_driver(smi, timeout_s=1) is None  # for the callers that need a Driver: none that answers
+    assert cuda_env.probe_driver(str(tmp_path / "no-such-nvidia-smi")) is None  # no nvidia-smi: no driver, no fault
+    line = refusal("allreduce-bench-gpu", "make allreduce-bench", found, ("2.13.0+cpu", None, False))
+    assert line == f"allreduce-bench-gpu runs on NVIDIA GPUs only and this machine's driver does not answer: " \
+        f"{found.problem}"
+
+
+@NO_GPU
+def test_doctor_and_every_probe_give_up_on_a_hanging_driver_and_name_it(tmp_path, monkeypatch, capsys):
+    """nvidia-smi that never answers (a GPU in a bad state): doctor and GPU=auto name the hang, within the limit."""
+    from common.doctor import main
+    from common.hardware import get_preset
+
+    fake_nvidia_smi(tmp_path, "hang")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("DT_SMI_TIMEOUT_S", "1")
+    assert main([]) == 1
+    out, err = capsys.readouterr()
+    assert "driver      not answering: `nvidia-smi` did not answer within 1 s" in out
+    assert err.splitlines() == ["doctor: error: the NVIDIA driver does not answer: `nvidia-smi` did not answer within "
+                                "1 s: the NVIDIA driver or a GPU hangs (a GPU in a bad state does this; ask for the "
+                                "GPU to be reset or the node rebooted)"]
+    with pytest.raises(ValueError, match=r"^GPU=auto: the NVIDIA driver does not answer: `nvidia-smi` did not answer"):
+        get_preset("auto")  # never quietly the CPU preset on a node whose GPUs hang
+
+
+def test_a_hanging_nvml_is_named_within_its_limit(monkeypatch):
+    import threading
+
+    import pynvml
+
+    from common.hardware import NVMLUnavailable, bounded, nvml
+
+    release = threading.Event()
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: release.wait(30))  # a driver call that does not return
+    monkeypatch.setenv("DT_NVML_TIMEOUT_S", "0.5")
+    with pytest.raises(NVMLUnavailable, match=r"^NVML \(nvmlInit\) did not answer within 0.5 s: the NVIDIA driver "):
+        with nvml():
+            pass
+    release.set()
+    assert bounded(lambda: 7, 1, "x") == 7
+    with pytest.raises(ZeroDivisionError):
+        bounded(lambda: 1 / 0, 1, "x")
+
+
+def test_make_gives_up_on_a_hanging_nvidia_smi(tmp_path):
+    """make help (and every target: make reads the GPU count first) within the limit, not never."""
+    fake_nvidia_smi(tmp_path, "hang")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    r = subprocess.run(["make", "help", "DT_SMI_TIMEOUT_S=1", f"PYTHON={sys.executable}"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("Targets (variables: GPU=auto NPROC=4 "), r.stderr
+    r = subprocess.run(["make", "allreduce-bench-gpu", "DT_SMI_TIMEOUT_S=1", f"PYTHON={sys.executable}"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]
+    assert r.returncode == 2 and ours == ["error: allreduce-bench-gpu runs on NVIDIA GPUs only and this machine's "
+                                          "driver does not answer: `nvidia-smi` did not answer within 1 s: the NVIDIA "
+                                          "driver or a GPU hangs (a GPU in a bad state does this; ask for the GPU to "
+                                          "be reset or the node rebooted)"], r.stderr
 
 
 @NO_GPU
