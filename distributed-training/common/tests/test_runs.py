@@ -196,3 +196,31 @@ def test_a_filesystem_without_locks_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(RunError, match="the filesystem does not support file locks") as e:
         _run(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_a_held_lock_covers_the_whole_invocation_and_refuses_everyone_else(tmp_path, monkeypatch):
+    """hold(): what a make target runs under the lock (its launches) writes there without taking it again; a
+    process outside that invocation is refused naming the holder; the lock is released when the command ends."""
+    from common.runs import Lock, hold
+
+    folder = tmp_path / "runs" / "sweep"
+    lock = Lock(folder)
+    lock.acquire()
+    inside = ("import os, subprocess, sys; from pathlib import Path; from common.runs import RunFolder, check_free, "
+              "lock_holder\n"
+              "folder, results = Path(sys.argv[1]), Path(sys.argv[2])\n"
+              "assert lock_holder(folder) is None; check_free(folder)\n"
+              "run = RunFolder.open(folder, results, 'append'); run.close(); RunFolder.open(folder, results).close()\n"
+              "env = {k: v for k, v in os.environ.items() if k != 'DT_RUN_LOCKS'}\n"
+              "other = subprocess.run([sys.executable, '-c', 'import sys; from pathlib import Path; "
+              "from common.runs import RunFolder; RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2]))', *sys.argv[1:]],"
+              " env=env, capture_output=True, text=True)\n"
+              "assert other.returncode == 1 and f'pid {os.getppid()} ' in other.stderr, other.stderr\n"
+              "print(lock_holder(folder), flush=True)")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    assert hold(lock, [sys.executable, "-c", inside, str(folder), str(tmp_path / "results")]) == 0
+    assert lock_holder(folder) is None  # released with the command's end
+    again = Lock(folder)
+    again.acquire()
+    assert hold(again, ["sh", "-c", "exit 3"]) == 3 and hold(None, ["sh", "-c", "kill -9 $$"]) == 137
+    assert lock_holder(folder) is None
