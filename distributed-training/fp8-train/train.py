@@ -46,7 +46,7 @@ import backends
 import bound
 import checkpoint
 from alerts import AlertEngine
-from common.config import changed_flags, config_dict, parse_config, parse_size
+from common.config import config_dict, parse_config, parse_size
 from common.data import load_data
 from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
                          planned_world, print0, select_device)
@@ -54,7 +54,7 @@ from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
-from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
+from common.runs import RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
 from faults import parse as parse_faults
 from precision import LOW, PrecisionSettings, RunSpec, parse_runs, prepare, select_modules
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu = preset.name != "cpu"
     if on_gpu and not torch.cuda.is_available():
         fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
-    changed = changed_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
+    changed = experiment_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
     cfg = with_preset(cfg, preset.name, bool(cfg.runs))
     threads = torch.get_num_threads()
     if cfg.threads:

@@ -3,6 +3,7 @@ promotion, explicit merges by key, earlier unpublished runs kept, a dead holder'
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -224,3 +225,17 @@ def test_a_held_lock_covers_the_whole_invocation_and_refuses_everyone_else(tmp_p
     again.acquire()
     assert hold(again, ["sh", "-c", "exit 3"]) == 3 and hold(None, ["sh", "-c", "kill -9 $$"]) == 137
     assert lock_holder(folder) is None
+
+
+def test_every_publishing_target_decides_by_the_one_rule():
+    """Preset or experiment is common.runs.experiment_flags everywhere: no runner filters the flags it compares
+    (fsdp-scaling's studies once published `--strategies ddp` runs, their config recording flags they ignored)."""
+    labs = Path(__file__).resolve().parents[2]
+    publishes = re.compile(r"finish\(([\w.]+, )?complete=")  # RunFolder.finish, or parallel-3d's wrapper of it
+    runners = [p for p in labs.glob("*/*.py") if p.parent.name != "common" and p.name != "run_folders.py"
+               and publishes.search(p.read_text())]
+    assert len(runners) == 12, runners
+    for path in runners:
+        text = path.read_text()
+        assert "changed_flags" not in text, path
+        assert "experiment_flags(" in text or "from bench import" in text and "changed" in text, path
