@@ -6,6 +6,7 @@ scripts, so the planner's folder is appended to sys.path (a lab's own module nam
 modules that this imports share none with a lab).
 
     from common.predicted import section
+    predicted.check_inputs(results_dir)                # first, before anything is drawn
     lines += ["", section("fp8-train", results_dir)]
     step_seconds(gcfg, "h100", zero=3, sequences=2)     # the planner's compute model for a run not measured
 """
@@ -29,6 +30,14 @@ def step_seconds(gcfg, gpu: str, zero: int, sequences: int) -> float:
     _planner()
     import explain_rows
     return explain_rows.one_gpu_step_s(gcfg, gpu, zero, sequences)
+
+
+def check_inputs(results: str | Path) -> None:
+    """Every config saved beside a result under `results` (what the planner reads besides the CSVs, which it reads
+    through common.csvread), checked before a report draws anything: BadResults (one line naming the file)."""
+    from .csvread import read_json
+    for path in sorted(Path(results).rglob("*.config.json")):
+        read_json(path, "the config saved beside a result")
 
 
 def section(lab: str, results: str | Path | None = None, heading: str = "##") -> str:

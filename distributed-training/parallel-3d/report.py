@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
         ap.read(path)
+    predicted.check_inputs(results)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
     if plots:
