@@ -51,7 +51,7 @@ from common.data import load_data
 from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
                          planned_world, print0, select_device)
 from common.failures import PREEMPTED, entrypoint, report
-from common.hardware import get_preset
+from common.hardware import device_kind, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
 from common.runs import RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
@@ -282,11 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     explicit = bool(cfg.runs) or cfg.fp8_backend != "auto"
     try:
         preset = get_preset(cfg.gpu)
+        on_gpu = device_kind(preset) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
     except ValueError as e:
         fail(str(e), 2)
-    on_gpu = preset.name != "cpu"
-    if on_gpu and not torch.cuda.is_available():
-        fail(f"GPU={cfg.gpu} needs a CUDA GPU and torch sees none; use GPU=cpu here", 2)
     changed = experiment_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
     cfg = with_preset(cfg, preset.name, bool(cfg.runs))
     threads = torch.get_num_threads()

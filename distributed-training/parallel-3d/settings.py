@@ -18,9 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, TypeVar
 
-import torch
-
-from common.hardware import CHOICES, GPUPreset, get_preset
+from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.model import GPTConfig
 from common.runs import PROMOTE_CHOICES
 from pipeline_stages import split_layers
@@ -161,8 +159,7 @@ def resolve(cfg: C) -> tuple[C, GPUPreset]:
     """A runner's config (train.py's or activations.py's: both have `gpu` and `precision`) with its preset
     resolved and `--precision auto` made concrete: fp32 on the CPU preset, bf16 on a GPU one."""
     preset = get_preset(cfg.gpu)
-    if preset.name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"--gpu {cfg.gpu} needs a CUDA GPU and torch sees none; use --gpu cpu")
+    device_kind(preset)  # the one line when torch cannot use CUDA (common.hardware: the driver, the build, the fix)
     precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
     return replace(cfg, gpu=preset.name, precision=precision), preset
 

@@ -220,11 +220,11 @@ def test_every_gpu_target_checks_cuda_first(target):
     assert RECIPES[target][0].startswith("$(call require_cuda"), RECIPES[target]
 
 
-def make(target, tmp_path):
+def make(target, tmp_path, *variables):
     fake_nvidia_smi(tmp_path, 550)  # 8 H100s on a CUDA 12.4 driver; this torch cannot use them
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    return subprocess.run(["make", target, f"PYTHON={sys.executable}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(["make", target, f"PYTHON={sys.executable}", *variables], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=180)
 
 
 @NO_GPU
@@ -239,6 +239,21 @@ def test_every_gpu_target_refuses_on_unusable_gpus_and_writes_nothing(target, tm
     assert ours[0].startswith(f"error: {target} runs on NVIDIA GPUs only: torch ") and \
         "driver 550.54.15, CUDA <= 12.4" in ours[0] and '"torch==2.13.0+cu126"' in ours[0]
     assert r.stdout == "" and [tree_state(w) for w in watched] == before
+
+
+@NO_GPU
+@pytest.mark.parametrize("target", ["fp8-train", "fp8-train-bench", "parallel-3d-baseline"])
+def test_a_gpu_preset_on_unusable_gpus_is_the_one_mismatch_line(target, tmp_path):
+    """Not a *-gpu target, a GPU preset: the same line as the GPU targets (the driver, the build, the fix), never
+    "use GPU=cpu here" on a node whose GPUs only need the right torch."""
+    watched = [LABS / lab / sub for lab in ("fp8-train", "parallel-3d") for sub in ("results", "runs")]
+    before = [tree_state(w) for w in watched]
+    r = make(target, tmp_path, "GPU=h100", "NPROC=1")
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]
+    assert r.returncode == 2 and len(ours) == 1, r.stderr
+    assert "--gpu h100 needs a CUDA GPU and torch sees none: torch " in ours[0] and \
+        "driver 550.54.15, CUDA <= 12.4" in ours[0] and '"torch==2.13.0+cu126"' in ours[0], ours[0]
+    assert [tree_state(w) for w in watched] == before
 
 
 def test_cuda_env_cli(capsys):
