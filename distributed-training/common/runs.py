@@ -70,8 +70,11 @@ def shown(path: Path) -> str:
 
 
 def run_dir_for(results_root: Path, tag: str) -> Path:
-    """The run folder of results written under `results_root`: its sibling runs/<tag>."""
-    return results_root.parent / "runs" / tag
+    """The run folder of results written under `results_root`: beside a lab's results/ folder, runs/<tag>; under
+    any other folder (`--out /some/dir` publishes into /some), inside it: runs/ beside /some would be /runs."""
+    results_root = Path(results_root)
+    base = results_root.parent if results_root.name == "results" else results_root
+    return base / "runs" / tag
 
 
 # ---- the lock ---------------------------------------------------------------------------------

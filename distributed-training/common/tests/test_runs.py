@@ -239,3 +239,13 @@ def test_every_publishing_target_decides_by_the_one_rule():
         text = path.read_text()
         assert "changed_flags" not in text, path
         assert "experiment_flags(" in text or "from bench import" in text and "changed" in text, path
+
+
+def test_a_run_folder_never_lands_beside_an_arbitrary_output_folder():
+    """Beside a lab's results/ (its layout); inside any other folder: `train.py --out /some/dir` publishes into
+    /some, and runs/ beside /some was the filesystem root."""
+    from common.runs import run_dir_for
+
+    assert run_dir_for(Path("/labs/fp8-train/results"), "cpu_ws1") == Path("/labs/fp8-train/runs/cpu_ws1")
+    assert run_dir_for(Path("/some"), "dir") == Path("/some/runs/dir")
+    assert run_dir_for(Path("/tmp/x/results"), "r") == Path("/tmp/x/runs/r")

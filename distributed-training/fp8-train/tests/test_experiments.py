@@ -33,3 +33,13 @@ def test_a_benchmark_with_other_sizes_stays_in_runs(tmp_path, capsys):
                        "--out", str(results / "cpu_ws1")]) == 0
     out = capsys.readouterr().out
     assert "experiment (--" in out and tree_state(results) == before, out
+
+
+def test_out_elsewhere_keeps_its_run_folder_beside_the_results(tmp_path, tiny):
+    """`train.py --out /some/dir` publishes into /some/dir; its run folder and lock are /some/runs/dir, not
+    /runs/dir at the top of the filesystem (the parent of /some)."""
+    out = tmp_path / "some" / "dir"
+    assert train.main(tiny.TINY + ["--runs", "fp32", "--steps", "2", "--val-every", "0", "--out", str(out),
+                                   "--ckpt-dir", str(tmp_path / "ckpt")]) == 0
+    assert (tmp_path / "some" / "runs" / "dir" / "run.json").is_file() and (out / "steps.csv").is_file()
+    assert not (tmp_path / "runs").exists()
