@@ -156,3 +156,25 @@ def test_a_job_of_several_nodes_checks_once(phase, checked, started, tmp_path, m
     assert ("check pass" in capfd.readouterr().out) == checked and bool(ran) == started
     monkeypatch.setenv("DT_LAUNCH_PHASE", "later")
     assert launch.main(args) == 2 and "DT_LAUNCH_PHASE must be one of all, check, ranks" in capfd.readouterr().err
+
+
+def test_a_multi_node_launch_says_what_it_waits_for_and_gives_up_in_time():
+    """NNODES=2 and no second node: where and for how many it waits, how many joined, then one line (exit 4) after
+    DT_RDZV_TIMEOUT_S, not torchrun's 600 s in silence."""
+    from common.testing import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_PHASE": "ranks",
+           "DT_RDZV_TIMEOUT_S": "4", "DT_RDZV_REPORT_S": "1"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "common.launch", "--nnodes", "2", "--nproc-per-node", "1",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(RANKS), "ok"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    took = time.monotonic() - start
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == PEER_LOST and "Traceback" not in proc.stderr, proc.stderr
+    assert err[0].startswith(f"launch: waiting up to 4 s for 2 nodes at 127.0.0.1:{port} (c10d rendezvous"), err
+    assert any(f"still waiting at 127.0.0.1:{port}: 1 of 2 nodes joined" in line for line in err[1:-1]), err
+    assert err[-1].startswith(f"error: the rendezvous at 127.0.0.1:{port} did not gather 2 nodes within 4 s "
+                              "(1 of 2 nodes joined); start the same command on every node"), err
+    assert took < 4 + 60  # the limit, plus a torch start-up on a shared machine; torchrun alone waits 600 s
