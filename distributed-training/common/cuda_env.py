@@ -4,6 +4,8 @@
     python -m common.cuda_env require allreduce-bench-gpu --cpu "make allreduce-bench"
                                                    # every *-gpu make target's first step: exit 2 unless
                                                    # torch can use CUDA, before anything is written
+    python -m common.cuda_env backend cu126        # make's check when TORCH_BACKEND is given and .venv
+                                                   # exists: exit 2 unless its torch is that build
 
 nvidia-smi is the driver's own word on what it runs: its header names the newest CUDA the driver
 supports ("CUDA Version: 12.4" for driver 550). PyTorch publishes each release once per CUDA version
@@ -217,6 +219,29 @@ def refusal(target: str, cpu_alternative: str | None, driver: Driver | DriverFau
     return f"{target} runs on NVIDIA GPUs only: {mismatch(torch_version, torch_cuda, False, driver)}"
 
 
+BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (common/torch_install.py)
+
+
+def backend_problem(requested: str, installed: str | None, driver: Driver | DriverFault | None) -> str | None:
+    """One line when TORCH_BACKEND asks for a torch build that the existing .venv does not hold (the venv is
+    rebuilt only when requirements.txt changes, so the variable alone would change nothing); else None.
+    `installed` is the venv's torch version ("2.13.0+cpu"), None without torch."""
+    if requested not in BACKENDS:
+        return f"TORCH_BACKEND={requested!r}; allowed: {', '.join(BACKENDS)}"
+    if requested == "registry":  # whatever the package registry serves: nothing to compare
+        return None
+    if isinstance(driver, DriverFault) and requested == "auto":
+        return f"TORCH_BACKEND=auto reads the driver, and it does not answer: {driver.problem}"
+    want = preferred_builds(driver if isinstance(driver, Driver) else None)[0].variant if requested == "auto" \
+        else requested
+    have = (installed or "").partition("+")[2]
+    if have == want:
+        return None
+    holds = f"torch {installed}" if installed else "no torch"
+    return (f"TORCH_BACKEND={requested} asks for torch +{want} and .venv holds {holds} (a venv is rebuilt only when "
+            f"requirements.txt changes): `make clean-venv setup TORCH_BACKEND={requested}` installs that build")
+
+
 def describe(driver: Driver | DriverFault | None) -> str:
     if isinstance(driver, DriverFault):
         return f"not answering: {driver.problem}"
@@ -233,7 +258,21 @@ def main(argv: list[str] | None = None) -> int:
     req = sub.add_parser("require", help="exit 2 with one line unless torch can use CUDA")
     req.add_argument("target", help="the make target, named in the message")
     req.add_argument("--cpu", default=None, help="the command that runs this lab's CPU preset instead")
+    back = sub.add_parser("backend", help="exit 2 with one line unless this torch is the TORCH_BACKEND build")
+    back.add_argument("requested", help="TORCH_BACKEND as given")
     args = ap.parse_args(argv)
+    if args.cmd == "backend":  # no torch import: the installed version is enough
+        from importlib import metadata
+        try:
+            installed = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            installed = None
+        needs_driver = args.requested == "auto"
+        line = backend_problem(args.requested, installed, probe_driver() if needs_driver else None)
+        if line:
+            print(f"error: {line}", file=sys.stderr)
+            return 2
+        return 0
     driver = probe_driver()
     if args.cmd == "require":
         line = refusal(args.target, args.cpu, driver)

@@ -259,3 +259,36 @@ def test_a_gpu_preset_on_unusable_gpus_is_the_one_mismatch_line(target, tmp_path
 def test_cuda_env_cli(capsys):
     assert cuda_env.main([]) == 0
     assert "fits        torch +" in capsys.readouterr().out
+
+
+def test_torch_backend_given_to_an_existing_venv_is_checked_not_ignored(tmp_path):
+    """make rebuilds .venv only when requirements.txt changes: TORCH_BACKEND=cu126 on a venv holding the CPU build
+    is one line naming both and the command that installs it, exit 2; the build it holds, or none given, passes."""
+    d550 = Driver("550.54.15", (12, 4), ("NVIDIA H100 80GB HBM3",), ((9, 0),))
+    assert cuda_env.backend_problem("cpu", "2.13.0+cpu", None) is None
+    assert cuda_env.backend_problem("registry", "2.13.0", None) is None
+    assert cuda_env.backend_problem("auto", "2.13.0+cu126", d550) is None
+    assert "asks for torch +cu126 and .venv holds torch 2.13.0+cpu" in cuda_env.backend_problem("auto", "2.13.0+cpu",
+                                                                                                   d550)
+    assert cuda_env.backend_problem("rocm", "2.13.0+cpu", None).startswith("TORCH_BACKEND='rocm'; allowed: auto, cpu")
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    (tmp_path / "requirements.txt").write_text("torch==2.13.0\n")
+    (venv / ".installed").touch()  # newer than requirements.txt: make would not rebuild it
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def setup(*variables: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "-f", str(ROOT / "Makefile"), f"LABS_DIR={LABS}", "setup", *variables],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    import importlib.metadata
+    here = importlib.metadata.version("torch")
+    other = "cu126" if not here.endswith("+cu126") else "cpu"
+    r = setup(f"TORCH_BACKEND={other}")
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]
+    assert r.returncode == 2 and ours == [f"error: TORCH_BACKEND={other} asks for torch +{other} and .venv holds "
+                                          f"torch {here} (a venv is rebuilt only when requirements.txt changes): "
+                                          f"`make clean-venv setup TORCH_BACKEND={other}` installs that build"], r.stderr
+    assert setup().returncode == 0 and setup(f"TORCH_BACKEND={here.partition('+')[2] or 'registry'}").returncode == 0
