@@ -288,7 +288,7 @@ def test_torch_backend_given_to_an_existing_venv_is_checked_not_ignored(tmp_path
     other = "cu126" if not here.endswith("+cu126") else "cpu"
     r = setup(f"TORCH_BACKEND={other}")
     ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]
-    assert r.returncode == 2 and ours == [f"error: TORCH_BACKEND={other} asks for torch +{other} and .venv holds "
-                                          f"torch {here} (a venv is rebuilt only when requirements.txt changes): "
-                                          f"`make clean-venv setup TORCH_BACKEND={other}` installs that build"], r.stderr
+    assert r.returncode == 2 and ours == [
+        f"error: TORCH_BACKEND={other} asks for torch +{other} and .venv holds torch {here} (a venv is rebuilt only "
+        f"when requirements.txt changes): `make clean-venv setup TORCH_BACKEND={other}` installs that build"], r.stderr
     assert setup().returncode == 0 and setup(f"TORCH_BACKEND={here.partition('+')[2] or 'registry'}").returncode == 0

@@ -214,8 +214,8 @@ def test_a_held_lock_covers_the_whole_invocation_and_refuses_everyone_else(tmp_p
               "run = RunFolder.open(folder, results, 'append'); run.close(); RunFolder.open(folder, results).close()\n"
               "env = {k: v for k, v in os.environ.items() if k != 'DT_RUN_LOCKS'}\n"
               "other = subprocess.run([sys.executable, '-c', 'import sys; from pathlib import Path; "
-              "from common.runs import RunFolder; RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2]))', *sys.argv[1:]],"
-              " env=env, capture_output=True, text=True)\n"
+              "from common.runs import RunFolder; RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2]))', "
+              "*sys.argv[1:]], env=env, capture_output=True, text=True)\n"
               "assert other.returncode == 1 and f'pid {os.getppid()} ' in other.stderr, other.stderr\n"
               "print(lock_holder(folder), flush=True)")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
