@@ -23,8 +23,11 @@ PLANNED = 5 * 3 * 11  # collectives (no send_recv on one rank) x dtypes x sizes 
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
+    # Ctrl-C as a terminal sends it: a suite started in the background (`(make test &)`) inherits SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler
     return subprocess.Popen([sys.executable, str(LAB / "bench.py"), *SWEEP, "--out", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _keys(path: Path) -> list[tuple[str, str, str]]:
