@@ -13,7 +13,7 @@ MAKEFLAGS += --no-print-directory
 # ---- environment ----------------------------------------------------------------------------
 # The managed .venv gets the pinned torch built for this machine's NVIDIA driver (+cu126/+cu128/+cu130,
 # or +cpu without one) from PyTorch's wheel index, or, where that index does not answer within
-# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): common/torch_install.py.
+# TORCH_INDEX_TIMEOUT_S, what the package registry serves (one line says so): provision/torch_install.py.
 BOOTSTRAP_PYTHON ?= python3
 TORCH_BACKEND ?= auto
 TORCH_INDEX ?= https://download.pytorch.org/whl
@@ -61,7 +61,10 @@ ARGS ?=
 # CPU: torchrun would set OMP_NUM_THREADS=1 anyway (with a warning); we set it so it is visible.
 RUN_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONUNBUFFERED=1
 LABS_DIR := distributed-training
-PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR) $(PYTHON)
+# KIT_SITE: where `make offline-install` puts a carried kit's wheels (TransformerEngine, torchao) without
+# touching the interpreter's own environment; every target sees it, and the caller's PYTHONPATH after it.
+KIT_SITE ?= .kit-site
+PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR):$(abspath $(KIT_SITE))$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
 LAUNCH = $(PYRUN) -m common.launch
 ifeq ($(NNODES),1)
   TORCHRUN = $(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(NPROC)
@@ -101,10 +104,10 @@ $(VENV)/.installed: requirements.txt
 	@$(BOOTSTRAP_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else \
 	  "error: Python >= 3.10 is needed, $(BOOTSTRAP_PYTHON) is " + sys.version.split()[0] + \
 	  "; pass BOOTSTRAP_PYTHON=python3.11 or similar")'
-	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m common.torch_install preflight --python $(BOOTSTRAP_PYTHON)
+	@PYTHONPATH=$(LABS_DIR) $(BOOTSTRAP_PYTHON) -m provision.torch_install preflight --python $(BOOTSTRAP_PYTHON)
 	@$(VENV)/bin/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(BOOTSTRAP_PYTHON) -m venv $(VENV); }
 	@echo "installing requirements.txt into $(VENV) (once; again only when it changes)"
-	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m common.torch_install install --requirements requirements.txt \
+	PYTHONPATH=$(LABS_DIR) $(VENV)/bin/python -m provision.torch_install install --requirements requirements.txt \
 	  --backend $(TORCH_BACKEND) --index $(TORCH_INDEX) --timeout-s $(TORCH_INDEX_TIMEOUT_S)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $@
@@ -124,35 +127,59 @@ test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
 	$(PYTHON) -m pytest $(ARGS)
 
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
-	@$(PYRUN) -m common.doctor --gpu $(GPU)
+	@$(PYRUN) -m provision.doctor --gpu $(GPU)
 
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md from its committed CSVs
+
+# One short GPU lease (15 minutes, no network): the FP8 question answered in priority order under BUDGET_S,
+# the kit installed first, the archive always written (provision/gpu_quick.py). GPU=cpu rehearses it.
+BUDGET_S ?= 480
+KIT ?=
+KIT_PYTHON ?= 3.12
+KIT_TORCH ?= 2.11.0+cu130
+KIT_ARCHS ?= 90
+KIT_MAX_MB ?= 60
+ARCHIVE_DIR ?= .
+.PHONY: gpu-quick offline-kit offline-install
+gpu-quick: $(SETUP) ## one short GPU slot: kit, doctor, fp8-train by priority, a bench size, archive (BUDGET_S=480)
+	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --archive-dir $(ARCHIVE_DIR) \
+	  --site $(abspath $(KIT_SITE)) $(if $(KIT),--kit $(KIT)) $(ARGS)
+
+offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), checked (~15 min)
+	@test -n "$(KIT)" || { echo "error: offline-kit needs KIT=dir (the folder to fill)" >&2; exit 2; }
+	@$(PYRUN) -m provision.offline_kit build --kit $(KIT) --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
+	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --max-mb $(KIT_MAX_MB)
+
+offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) with no network; every target sees it
+	@test -n "$(KIT)" || { echo "error: offline-install needs KIT=dir (made by make offline-kit)" >&2; exit 2; }
+	@$(PYRUN) -m provision.offline_kit install --kit $(KIT) --site $(abspath $(KIT_SITE))
 
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
 # interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
 # next. `make gpu-suite` runs all five; `make gpu-suite PART=2` one of them. Times on one H100 80GB:
 #   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); then
-#      parallel-3d (1 GPU: baseline + activations; 8+ GPUs also TP2 x PP2 x DP2)         not run yet
+#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        not run yet
+#      TP2 x PP2 x DP2)
 #   2  fp8-train preset, first half: BF16 x3 seeds, torchao, the native layer, and     not run yet (the two
 #      the FP8 bound; its run folder stays unpublished until part 5                    halves: 404 s for 4
 #   5  fp8-train preset, second half (--resume): TE's te.Linear swap and its fused     runs at 68dffd9)
 #      modules; publishes results/<preset> and writes the report
 #   3  fsdp-scaling on the node's GPUs: 6 strategies x 2 modes, overlap profile       330 s (68dffd9)
-#   4  fp8-train-bench: step cost and FP8 bound at hidden 1024-8192, GEMM rates,      not run whole yet:
-#      monitoring cost                                                                 236 s for 3 sizes
+#   4  fp8-train-bench: step cost and FP8 bound at hidden 1024, 2048, 4096            236 s (521bf75)
+#   6  fp8-train-bench: hidden 8192, GEMM rates, monitoring cost; the report           not run yet
 # DT_GIT_COMMIT names the commit where the tree has no .git (a copied checkout); results-archive
 # then packs everything for the trip home.
 PART ?= all
 GPU_PART_LIMIT_S ?= 540
-GPU_PARTS := $(if $(filter all,$(PART)),1 2 5 3 4,$(PART))
+GPU_PARTS := $(if $(filter all,$(PART)),1 2 5 3 4 6,$(PART))
 FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
-.PHONY: gpu-suite gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 \
-        results-archive results-import wheelhouse
+.PHONY: gpu-suite results-archive results-import wheelhouse \
+        gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..5 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | fp8 bench | fp8 TE
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
-	@case "$(PART)" in all|1|2|3|4|5) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, all" >&2; exit 2;; esac
+	@case "$(PART)" in all|1|2|3|4|5|6) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, 6, all" >&2; exit 2;; esac
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
 	  timeout -s TERM -k 60 $(GPU_PART_LIMIT_S) $(MAKE) -k gpu-suite-part-$$p || failed="$$failed $$p"; \
@@ -167,6 +194,7 @@ gpu-suite-part-1:
 	$(MAKE) doctor || failed="$$failed doctor"; \
 	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
 	$(MAKE) tp-attention-gpu || failed="$$failed tp-attention"; \
+	$(MAKE) cp-attention-gpu || failed="$$failed cp-attention"; \
 	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead || failed="$$failed allreduce-bench"; \
 	$(MAKE) parallel-3d-gpu || failed="$$failed parallel-3d"; \
 	test -z "$$failed" || { echo "gpu-suite part 1: failed:$$failed (the other steps ran)" >&2; exit 1; }
@@ -187,23 +215,29 @@ gpu-suite-part-3:
 	$(call require_cuda)
 	$(MAKE) fsdp-scaling-gpu
 
+# The bench's GPU run in two parts that each fit GPU_PART_LIMIT_S (one launch of all four sizes and the
+# monitoring pass ran 8.5-10 min): each merges its rows into results/<preset>_ws1 as they are complete.
 gpu-suite-part-4:
 	$(call require_cuda)
-	$(MAKE) fp8-train-bench fp8-train-report
+	$(MAKE) fp8-train-bench ARGS="--hidden 1024,2048,4096 --parts step --promote merge"
 
-ARCHIVE_DIR ?= .
+gpu-suite-part-6:
+	$(call require_cuda)
+	$(MAKE) fp8-train-bench ARGS="--hidden 8192 --parts step,gemm,monitor --promote merge"
+	$(MAKE) fp8-train-report
+
 results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=...), commit recorded
-	@$(PYRUN) -m common.archive create --out $(ARCHIVE_DIR)
+	@$(PYRUN) -m provision.archive create --out $(ARCHIVE_DIR)
 
 results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then regenerate every report
 	@test -n "$(ARCHIVE)" || { echo "error: results-import needs ARCHIVE=path/to/results_*.tar.gz" >&2; exit 2; }
-	@$(PYRUN) -m common.archive extract $(ARCHIVE)
+	@$(PYRUN) -m provision.archive extract $(ARCHIVE)
 	$(MAKE) reports
 
 # The optional FP8 backends of fp8-train. torchao: the version requirements-fp8.txt pins (0.18 pairs with
 # torch 2.13). TransformerEngine TE: the core wheel for this torch's CUDA major, and its PyTorch extension
 # compiled here against this torch; its prerequisites (a CUDA torch, nvcc of the same major, cuDNN headers,
-# g++) are checked first, each missing one told in one line (common/te_install.py). Compiling takes a few
+# g++) are checked first, each missing one told in one line (provision/te_install.py). Compiling takes a few
 # minutes on 8+ cores (an estimate). TE= skips it. WHEELHOUSE=dir installs all of it with no network, from
 # a folder `make wheelhouse` filled where there is internet (for this Python and the pinned torchao, unless
 # WHEEL_PY/TORCHAO/TE_CUDA say otherwise).
@@ -216,18 +250,18 @@ TE_CUDA_ARCHS ?=
 TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(TE_CUDA_ARCHS),--cuda-archs "$(TE_CUDA_ARCHS)")
 wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (core + torch sdist) and their deps
 	@test -n "$(WHEELHOUSE)" || { echo "error: wheelhouse needs WHEELHOUSE=dir" >&2; exit 2; }
-	$(PYRUN) -m common.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
+	$(PYRUN) -m provision.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
 	  $(if $(WHEEL_PY),--python $(WHEEL_PY)) $(if $(TE_CUDA),--te-cuda $(TE_CUDA))
 
 setup-fp8: $(SETUP) ## optional FP8 backends: torchao + TransformerEngine (TE= torchao alone; WHEELHOUSE=dir offline)
-	$(if $(TE),@$(PYRUN) -m common.te_install check $(TE_FLAGS))
+	$(if $(TE),@$(PYRUN) -m provision.te_install check $(TE_FLAGS))
 ifeq ($(WHEELHOUSE),)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
 	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
 endif
-	$(if $(TE),$(PYRUN) -m common.te_install install $(TE_FLAGS))
-	$(PYRUN) -m common.doctor
+	$(if $(TE),$(PYRUN) -m provision.te_install install $(TE_FLAGS))
+	$(PYRUN) -m provision.doctor
 
 clean-venv: ## remove the managed .venv
 	rm -rf .venv

@@ -2,9 +2,11 @@
 
 Each lab is a folder of scripts (bench.py, report.py, ...) that import each other by plain
 name, as they do when run from their own folder. Two labs may both have a report.py, so while
-pytest collects or runs one lab's tests, that lab's folder is first on sys.path and only its
-own modules are in sys.modules; the other labs' modules are parked and restored on return.
-`import common` always resolves to distributed-training/common itself, never a lab's symlink.
+pytest collects or runs one lab's tests, that lab's folder (and its tests/ folder, for helpers
+such as a stand-in library, as pytest's default import mode would) is first on sys.path and only
+its own modules are in sys.modules; the other labs' modules are parked and restored on return.
+`import common` always resolves to distributed-training/common itself, never a lab's symlink;
+`common` and `planner` are packages shared by every lab, imported by name, never parked.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ def _lab_of(path) -> Path | None:
         rel = Path(path).resolve().relative_to(LABS)
     except (ValueError, OSError):
         return None
-    if len(rel.parts) < 2 or rel.parts[0] == "common":
+    if len(rel.parts) < 2 or rel.parts[0] in ("common", "planner"):
         return None
     return LABS / rel.parts[0]
+
+
+def _folders(lab: Path) -> list[str]:
+    return [str(lab), str(lab / "tests")]
 
 
 def _activate(lab: Path) -> None:
@@ -41,8 +47,9 @@ def _activate(lab: Path) -> None:
         for name in leaving:
             del sys.modules[name]
         _parked[_active] = leaving
-        sys.path.remove(str(_active))
-    sys.path.insert(0, str(lab))
+        for folder in _folders(_active):
+            sys.path.remove(folder)
+    sys.path[:0] = _folders(lab)
     sys.modules.update(_parked.pop(lab, {}))
     _active = lab
 

@@ -54,7 +54,8 @@ from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_to
 from common.failures import PEER_LOST, classify, entrypoint, report, short
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import SchemaMismatch, check_resume, provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
+from common.runs import (PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags,
+                         run_dir_for, shown)
 from common.timing import Timing, time_iterations
 
 BENCH_VERSION = "1"
@@ -203,9 +204,9 @@ def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
 
 def comm_env() -> dict[str, str]:
     """The NCCL settings in force (NCCL_*, TORCH_NCCL_*); paths and addresses masked (they may name hosts)."""
-    def shown(k: str, v: str) -> str:
+    def masked(k: str, v: str) -> str:
         return "<masked>" if "/" in v or k == "NCCL_COMM_ID" or "ADDR" in k or "HOST" in k else v
-    return {k: shown(k, v) for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "TORCH_NCCL_"))}
+    return {k: masked(k, v) for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "TORCH_NCCL_"))}
 
 
 def sizes(cfg: Config) -> list[int]:
@@ -312,7 +313,7 @@ def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
         write_topology(folder.file(f"topology_{preset.tag}.md"), env)
     if writer:
         print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
-              f"{env.device.type}) -> {_shown(folder.path)}" + (f" ({writer.n_done} already there)" if cfg.resume
+              f"{env.device.type}) -> {shown(folder.path)}" + (f" ({writer.n_done} already there)" if cfg.resume
                                                                   else ""), flush=True)
     if env.world_size == 1:
         print0(f"note: {ONE_RANK_NOTE}; algbw is still measured")
@@ -364,13 +365,6 @@ def _line(r: dict) -> str:
     cells = [f"{r[c]:.1f}" if isinstance(r[c], float) and c.startswith("time") else
              f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in TABLE]
     return " ".join(f"{c:>{w}}" for c, w in zip(cells, (12, 11, 11, 11, 11, 10, 10, 5, 5)))
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,12 @@ from common import measured_on
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
-from common import predicted
-from common.csvread import BadResults, Schema, guard_report, read_tables, read_text, results_folder
+from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, read_text, results_folder
 from common.hardware import PRESETS
 from common.markdown import number, table
 from common.plotting import describe_runs, log2_size_axis, new_figure, save
 import collectives as C
+from planner import vs_measured
 from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -220,7 +220,7 @@ def report(cfg: Config) -> str:
     df = load(results, required=True)
     nccl_tests, overhead = load(results, "nccl_tests_*.csv", NCCL_TESTS), load(results, "overhead_*.csv", OVERHEAD)
     topologies = [read_text(p, "a topology section (topology.py)") for p in sorted(results.glob("topology_*.md"))]
-    predicted.check_inputs(results)  # every input checked before anything is drawn
+    check_configs(results)  # every input checked before anything is drawn
     summ = summary(df)
     plot_bandwidth(df, results / "busbw.png")
     plot_time_fit(df, summ, results / "time_fit.png")
@@ -278,7 +278,7 @@ def report(cfg: Config) -> str:
         df, nccl_tests)
     L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
         overhead)
-    L += ["", predicted.section("allreduce-bench", results)]  # the planner's prediction beside every GPU row
+    L += ["", vs_measured.section("allreduce-bench", results)]  # the planner's prediction beside every GPU row
     L += ["", "## Plots", "", f"![busbw vs size]({rel(results / 'busbw.png')})", "",
           f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "",
           "The machines' links are in [TOPOLOGY.md](TOPOLOGY.md)."]

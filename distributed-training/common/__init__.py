@@ -1,4 +1,5 @@
-"""Shared utilities for the labs, symlinked into each lab as `common`. Kept tiny and stable.
+"""Shared utilities for the labs, symlinked into each lab as `common`. Kept tiny and stable: what
+labs import at run time and the shared formulas (installing and carrying results home: `provision`).
 
 One concept per module:
     dist       the torchrun environment contract: DistInfo, distributed(), print0, fail, from_rank0,
@@ -20,10 +21,7 @@ One concept per module:
     model      the small GPT, its parameter count and FLOPs per token (MFU)
     data       the byte-level stdlib corpus and nanoGPT .bin files, deterministic batches
     testing    run a function on N forked gloo ranks (tests only)
-    doctor     `make doctor`
     cuda_env   nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
-    torch_install  `make setup`'s torch: that build from PyTorch's index, or the registry's (said in one line)
-    te_install `make setup-fp8`'s TransformerEngine: its prerequisites checked, core wheel, torch extension built
 
 Import the submodule you need (`from common.dist import distributed`); this file imports
 nothing so that `import common` stays cheap.

@@ -50,8 +50,29 @@ Constants, from published measurements (allreduce-anchors section 3):
   through that latency, and pricing medium and large messages right is what the labs and the planner
   need. Small messages (< 1 MiB) are overpriced by up to 1.6x.
 
-The size at half bandwidth, n_1/2 (Hockney's half-performance length): busbw = B / 2 where the latency
-and bandwidth terms are equal, S = latency x B / factor(n).
+Protocols (NCCL's tuning model, src/graph/tuning.cc; allreduce-anchors section 5.4). NCCL moves a message with
+one of three protocols and picks, per call, the one its model says is fastest: LL (8-byte stores, 4 of them flag:
+the lowest latency, a quarter of the bus rate for an all-reduce or across nodes and a third otherwise), LL128
+(128-byte lines with 8 bytes of flag: 0.92 of the bus rate, a middle latency) and Simple (the full bus rate, the
+highest latency). NCCL's constants, per protocol LL / LL128 / Simple, in us: ring base latency 3.6 / 10.0 / 8.4,
+per ring step over NVLink 0.47 / 1.9 / 3.4, per tree level across the network 5.0 / 8.5 / 50. The formula above is
+the Simple protocol's time with effective latencies; LL and LL128 take NCCL's latency of the same steps and levels,
+scaled by the ratio of the effective Simple latency to NCCL's Simple latency (the effective constants then carry
+over), and their share of the bus rate:
+
+    t_p = latency x L_p(n_l, k) / L_Simple(n_l, k)  +  factor(n) S / (f_p B),    t = min over p of t_p
+    L_p = base_p + passes x ((n_l - 1) hop_p + ceil(log2 k) level_p)
+
+A small message then costs the LL latency (an 8-GPU all-reduce of 32 KiB: 13 us with the H100 figures, where the
+Simple line alone gave 70), a medium one LL128's, a large one Simple's bandwidth. Inside one NVLink domain only:
+across domains the effective line is itself fitted to measured curves that include NCCL's choice of protocol and
+algorithm (NVIDIA's NVLSTree scan, 32 to 8192 H100s, half bandwidth at 64-256 MiB), and NCCL's ratios on top of it
+would put half bandwidth at 16-64 MiB there, below what was measured. A Network lists the protocols its library
+has: NCCL clusters (preset_network) all three, a bare alpha-beta network (gloo, a fitted sweep as it was measured)
+only Simple.
+
+The size at half bandwidth, n_1/2 (Hockney's half-performance length): busbw = B / 2 where the Simple protocol's
+latency and bandwidth terms are equal, S = latency x B / factor(n).
 
 Calibration from measured sweeps (allreduce-bench CSVs) is in collective_fit.py; the GPU preset
 figures in hardware.py.
@@ -60,6 +81,7 @@ figures in hardware.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -70,6 +92,21 @@ NVLINK_EFFICIENCY = 0.80
 NETWORK_EFFICIENCY = 0.92
 ALPHA_STEP_US = 5.0  # per ring step inside an NVLink domain
 ALPHA_LEVEL_US = 70.0  # per tree level across domains
+
+
+class Protocol(NamedTuple):
+    """One of NCCL's protocols: its latencies (us) in NCCL's tuning model and its share of the bus rate."""
+    name: str
+    base_us: float  # per call (ring)
+    hop_us: float  # per ring step over NVLink
+    level_us: float  # per tree level across the network
+    bus_share: float  # of the Simple protocol's bus rate (LL: an all-reduce, or across nodes; see ll_share)
+
+
+# NVIDIA/nccl src/graph/tuning.cc: baseLat (ring), hwLat[NVLINK][ring], hwLat[NET][tree]; LL's 1/4 and LL128's 0.92.
+PROTOCOLS = {"LL": Protocol("LL", 3.6, 0.47, 5.0, 0.25), "LL128": Protocol("LL128", 10.0, 1.9, 8.5, 0.92),
+             "Simple": Protocol("Simple", 8.4, 3.4, 50.0, 1.0)}
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 
 
 def busbw_factor(collective: str, n):
@@ -115,6 +152,7 @@ class Network:
     alpha_step_us: float = ALPHA_STEP_US
     alpha_level_us: float = ALPHA_LEVEL_US
     source: str = "hardware table"
+    protocols: tuple[str, ...] = ("Simple",)  # what the library picks from (NCCL: NCCL_PROTOCOLS)
 
     def calibrated(self, **changes) -> "Network":
         return replace(self, **changes)
@@ -126,8 +164,8 @@ def preset_network(domain: int, nvlink_GBps: float | None, net_Gbits: float, sou
     No NVLink (None or 0) or a domain of 1 is a PCIe-only machine: every collective at the NIC rate."""
     nic = net_Gbits / 8 * NETWORK_EFFICIENCY
     if not nvlink_GBps or domain <= 1:
-        return Network(1, nic, nic, source=source)
-    return Network(int(domain), nvlink_GBps * NVLINK_EFFICIENCY, nic, source=source)
+        return Network(1, nic, nic, source=source, protocols=NCCL_PROTOCOLS)
+    return Network(int(domain), nvlink_GBps * NVLINK_EFFICIENCY, nic, source=source, protocols=NCCL_PROTOCOLS)
 
 
 def domains(n, n_local):
@@ -153,12 +191,47 @@ def latency_s(collective: str, n, n_local, net: Network):
     return passes * ((np.asarray(n_local, float) - 1) * step + ceil_log2(k) * level)
 
 
-def collective_time_s(collective: str, nbytes, n, n_local, net: Network):
-    """Seconds for one collective on S = nbytes (nccl-tests' S) over n GPUs, n_local per domain."""
+def nccl_latency_us(collective: str, n_local, k, proto: Protocol):
+    """NCCL's modelled latency of one call with protocol `proto`: base + ring steps in the domain + tree levels."""
+    passes = 2 if collective == "all_reduce" else 1
+    if collective == "send_recv":
+        return proto.base_us + np.where(np.asarray(k) > 1, proto.level_us, proto.hop_us)
+    return proto.base_us + passes * ((np.asarray(n_local, float) - 1) * proto.hop_us + ceil_log2(k) * proto.level_us)
+
+
+def ll_share(collective: str, k) -> np.ndarray:
+    """LL's share of the bus rate: a quarter for an all-reduce or across nodes, a third otherwise (tuning.cc)."""
+    across = np.asarray(k) > 1
+    return np.where(across | (collective == "all_reduce"), 0.25, 1.0 / 3.0)
+
+
+def protocol_time_s(collective: str, nbytes, n, n_local, net: Network, protocol: str):
+    """Seconds for one collective with one protocol (module docstring); the Simple line is the effective model."""
     n = np.asarray(n, float)
+    k = domains(n, n_local)
     wire = busbw_factor(collective, np.maximum(n, 1.0)) * np.asarray(nbytes, float)
-    t = latency_s(collective, n, n_local, net) + wire / (bus_rate_GBps(net, n, n_local) * 1e9)
+    simple = latency_s(collective, n, n_local, net)
+    proto = PROTOCOLS[protocol]
+    share = ll_share(collective, k) if protocol == "LL" else proto.bus_share
+    simple_nccl = nccl_latency_us(collective, n_local, k, PROTOCOLS["Simple"])
+    scale = nccl_latency_us(collective, n_local, k, proto) / simple_nccl
+    t = simple * scale + wire / (share * bus_rate_GBps(net, n, n_local) * 1e9)
+    if protocol != "Simple":  # inside one domain only: across domains the effective line is NCCL's measured choice
+        t = np.where(k > 1, np.inf, t)
     return np.where(n > 1, t, 0.0)
+
+
+def collective_time_s(collective: str, nbytes, n, n_local, net: Network):
+    """Seconds for one collective on S = nbytes (nccl-tests' S) over n GPUs, n_local per domain: the fastest of
+    the network's protocols (Simple alone on a bare alpha-beta network)."""
+    times = [protocol_time_s(collective, nbytes, n, n_local, net, p) for p in net.protocols]
+    return np.minimum.reduce(times) if len(times) > 1 else times[0]
+
+
+def protocol_of(collective: str, nbytes, n, n_local, net: Network) -> str:
+    """The protocol collective_time_s prices one call with (scalars): what NCCL's tuner would pick."""
+    times = [float(protocol_time_s(collective, nbytes, n, n_local, net, p)) for p in net.protocols]
+    return net.protocols[int(np.argmin(times))]
 
 
 def half_bandwidth_bytes(collective: str, n, n_local, net: Network):

@@ -24,6 +24,10 @@ all_reduce rows of allreduce-bench sweeps (time_us, the median of the per-iterat
   What alpha holds beyond the 2(g-1) in-node steps is the tree's 2 ceil(log2 k) levels. Run it with
   NCCL_ALGO=RING: NCCL's tree and NVLS algorithms reduce inside the node first and report more than the
   NICs carry (allreduce-anchors section 3.3).
+- Protocols: the fit is the Simple protocol's line (collective_cost.py). On a network whose library also has LL
+  and LL128 (NCCL), small and medium sizes ride those, below the line: the fit then takes only the sizes at which
+  the network being calibrated prices Simple as the fastest (allreduce-anchors section 5.5: fit the large-message
+  regime; 64 MiB and up on 8 H100s, about 256 MiB and up across 4 nodes), where a sweep has two of them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .collective_cost import Network, busbw_factor, ceil_log2, ring_latency_steps
+from .collective_cost import Network, busbw_factor, ceil_log2, protocol_of, ring_latency_steps
 
 PLATEAU = 0.80  # B counts as measured where the fitted busbw at the largest size reaches this fraction of it
 SWEEP_COLUMNS = ("collective", "world_size", "nnodes", "size_bytes", "time_us")
@@ -100,8 +104,11 @@ def fit_alpha_beta(collective: str, n: int, sizes_bytes: Sequence[float], times_
                min_bytes=int(s.min()), max_bytes=int(s.max()), kind=kind)
 
 
-def _fit_run(rows: pd.DataFrame, n: int) -> Fit:
+def _fit_run(rows: pd.DataFrame, n: int, net: Network, n_local: int) -> Fit:
     g = rows.sort_values("size_bytes")
+    if net.protocols != ("Simple",):  # the Simple protocol's regime (module docstring)
+        simple = g[[protocol_of("all_reduce", s, n, n_local, net) == "Simple" for s in g["size_bytes"]]]
+        g = simple if len(simple) >= 2 else g
     fit = fit_alpha_beta("all_reduce", n, g["size_bytes"], g["time_us"] * 1e-6)
     if math.isnan(fit.bw_GBps):
         raise ValueError(f"the {n}-rank all_reduce sweep has no bandwidth regime (time does not grow with size)")
@@ -126,13 +133,13 @@ def calibrate(net: Network, rows: pd.DataFrame) -> tuple[Network, list[str]]:
     changes, notes = {}, []
     if not single.empty and net.domain > 1:
         n = int(single["world_size"].max())
-        fit = _fit_run(single[single["world_size"] == n], n)
+        fit = _fit_run(single[single["world_size"] == n], n, net, n)
         changes.update(intra_GBps=fit.bw_GBps, alpha_step_us=fit.alpha_us / (2 * (n - 1)))
         notes.append(_described(fit, f"in-domain rate and latency from a {n}-rank all_reduce sweep"))
     if not multi.empty:
         n, k = max(zip(multi["world_size"].astype(int), multi["nnodes"].astype(int)))
-        fit = _fit_run(multi[(multi["world_size"] == n) & (multi["nnodes"] == k)], n)
         g = n // k
+        fit = _fit_run(multi[(multi["world_size"] == n) & (multi["nnodes"] == k)], n, net, g)
         in_node = 2 * (g - 1) * changes.get("alpha_step_us", net.alpha_step_us)
         changes.update(nic_GBps=fit.bw_GBps / g,
                        alpha_level_us=max(0.0, fit.alpha_us - in_node) / (2 * max(1.0, float(ceil_log2(k)))))

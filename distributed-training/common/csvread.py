@@ -23,7 +23,8 @@ is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
 Only columns named in the schema are required and type-checked; those declared str are read as
 text (a commit hash of digits and one "e" is not a float), the others as pandas infers them.
 Configs saved beside results and other text a report reads go through read_json and read_text:
-the same one line for a file that is missing, binary, cut, empty or holds NaN.
+the same one line for a file that is missing, binary, cut, empty or holds NaN; check_configs(results)
+reads every *.config.json under a results folder that way, before a report draws anything.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pandas as pd
+
+from common.runs import shown
 
 BAD_INPUT = 2
 ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema
@@ -67,13 +70,6 @@ class Schema:
         return Schema(self.name, {**self.columns, **kinds}, self.allow_empty, self.nonfinite, self.key, self.finite)
 
 
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def _check_cell(kind: type, text: str) -> bool:
     """True if `text` (non-empty) is a value of `kind`."""
     if kind is str:
@@ -98,7 +94,7 @@ def _finite(text: str) -> bool:
 
 def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
     """Header, rows and text of a structurally sound CSV; BadResults otherwise."""
-    where = _shown(path)
+    where = shown(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -129,8 +125,8 @@ def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]
                          f"repeated column names; not a {schema.name} CSV")
     missing = [c for c in schema.columns if c not in header]
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise BadResults(f"{where} lacks the column(s) {shown}: not a {schema.name} CSV (a foreign or older file?)")
+        names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise BadResults(f"{where} lacks the column(s) {names}: not a {schema.name} CSV (a foreign or older file?)")
     rows = lines[1:]
     cut = not text.endswith(("\n", "\r"))
     half = ("a half-written last row (the run was killed while writing it?); resume the run to repair it, or delete "
@@ -152,7 +148,7 @@ def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[
         for i, row in enumerate(rows):
             cell = row[j]
             if cell.strip() and not _check_cell(kind, cell):
-                raise BadResults(f"{_shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
+                raise BadResults(f"{shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
                                  f"{'an' if kind is int else 'a'} {kind.__name__}")
     _check_values(path, schema, header, rows)
 
@@ -166,7 +162,7 @@ def _check_values(path: Path, schema: Schema, header: list[str], rows: list[list
         for j in sorted(floats | others):
             cell = row[j].strip()
             if (j in floats and cell and not _finite(cell)) or cell.lower() in _NONFINITE:
-                raise BadResults(f"{_shown(path)}: line {i + 2}, column {header[j]}: {cell[:40]!r} is not a finite "
+                raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {cell[:40]!r} is not a finite "
                                  "number (a failed measurement written as a value?); rerun the run that writes it")
     seen: dict[tuple[str, ...], int] = {}
     key = [header.index(c) for c in schema.key if c in header]
@@ -176,7 +172,7 @@ def _check_values(path: Path, schema: Schema, header: list[str], rows: list[list
             what = (f"repeats the key ({', '.join(f'{c}={v}' for c, v in zip(schema.key, ident))}) of line "
                     f"{seen[ident]}: two runs mixed in one file?" if key and len(key) == len(schema.key)
                     else f"repeats line {seen[ident]} exactly")
-            raise BadResults(f"{_shown(path)}: line {i + 2} {what}; keep one (rerun, or publish with --promote "
+            raise BadResults(f"{shown(path)}: line {i + 2} {what}; keep one (rerun, or publish with --promote "
                              "replace)")
         seen[ident] = i + 2
 
@@ -206,7 +202,7 @@ def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
         return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
     except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
-        raise BadResults(f"{_shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+        raise BadResults(f"{shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
 
 
 def read_rows(path: str | Path, schema: Schema) -> list[dict[str, str]]:
@@ -221,7 +217,7 @@ def read_text(path: str | Path, what: str) -> str:
     """A text file a report reads (a saved topology, a template's input): UTF-8, not empty, no NUL byte,
     no byte-order mark; BadResults naming the file otherwise."""
     path = Path(path)
-    where = _shown(path)
+    where = shown(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -253,26 +249,33 @@ def read_json(path: str | Path, what: str, kinds: Mapping[str, type] | None = No
     try:
         data = json.loads(text, parse_constant=no_constant)
     except (json.JSONDecodeError, ValueError) as e:
-        raise BadResults(f"{_shown(path)} is not valid JSON ({str(e).splitlines()[0][:80]}): cut or damaged, "
+        raise BadResults(f"{shown(path)} is not valid JSON ({str(e).splitlines()[0][:80]}): cut or damaged, "
                          f"not {what}") from None
     if not isinstance(data, dict):
-        raise BadResults(f"{_shown(path)} holds a JSON {type(data).__name__}, not {what} (an object)")
+        raise BadResults(f"{shown(path)} holds a JSON {type(data).__name__}, not {what} (an object)")
     for name, kind in (kinds or {}).items():
         value = data.get(name)
         ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             ok = True
         if name in data and not ok:
-            raise BadResults(f"{_shown(path)}: {name} is {value!r}, not {'an' if kind is int else 'a'} "
+            raise BadResults(f"{shown(path)}: {name} is {value!r}, not {'an' if kind is int else 'a'} "
                              f"{kind.__name__}: not {what}")
     return data
+
+
+def check_configs(results: str | Path) -> None:
+    """Every config saved beside a result under `results` (what a report reads besides its CSVs), checked
+    before the report draws anything: BadResults (one line naming the file) for the first damaged one."""
+    for path in sorted(Path(results).rglob("*.config.json")):
+        read_json(path, "the config saved beside a result")
 
 
 def results_folder(folder: str | Path, hint: str = "") -> Path:
     """The folder a report reads; a missing one is an error, not an empty report."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise BadResults(f"results folder {_shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
+        raise BadResults(f"results folder {shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
     return folder
 
 
@@ -286,7 +289,7 @@ def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool
     files = sorted(folder.glob(pattern))
     if not files:
         if required:
-            raise BadResults(f"no {pattern} in {_shown(folder)}" + (f"; {hint}" if hint else ""))
+            raise BadResults(f"no {pattern} in {shown(folder)}" + (f"; {hint}" if hint else ""))
         return pd.DataFrame()
     frames = [read_table(f, schema) for f in files]
     if source:

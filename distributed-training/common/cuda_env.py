@@ -26,7 +26,7 @@ driver hangs, never "no GPU". One that fails, or prints no driver version, is na
 (`probe_driver` -> DriverFault); the GPU targets and `make doctor` say so and exit non-zero.
 uv's `--torch-backend=auto` makes a similar choice (the newest 12.x for any 12.x driver); this module
 exists because `make setup` also probes the index first and falls back to the registry
-(common/torch_install.py), because `make doctor` and the GPU targets need the same rule to tell a user
+(provision/torch_install.py), because `make doctor` and the GPU targets need the same rule to tell a user
 what to fix, and because it must run before any package is installed: the standard library only here,
 torch is imported inside the functions that need it.
 """

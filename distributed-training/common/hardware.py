@@ -15,6 +15,9 @@ and GB200 NVL72 about 186 GB (NVIDIA's GB200 NVL72 page, nvidia.com/en-us/data-c
 A figure we do not know is None, and everything downstream prints "unknown" for it rather than
 guessing (the CPU row, FP8 on A100, FP4 before Blackwell).
 
+SM counts are NVIDIA's data-sheet figures (A100 whitepaper: 108 SMs; H100 SXM5 and H200 SXM: 132; B200: 148
+per package of two dies); the planner's GEMM model spreads output tiles over them in waves (planner/compute.py).
+
 The achievable matmul rates (MAMF, "maximum achievable matmul FLOPS") are measured, not vendor
 figures: the best mean TFLOP/s that ml-engineering's mamf-finder.py found over a search of GEMM
 shapes (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
@@ -52,6 +55,7 @@ class GPUPreset:
     device_names: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that select this row
     bf16_mamf_tflops: float | None = None  # measured achievable dense BF16 matmul TFLOP/s (see module docstring)
     fp8_mamf_tflops: float | None = None  # the same for FP8 (e4m3) matmuls
+    sm_count: int | None = None  # streaming multiprocessors: how many GEMM tiles run at once (one wave)
 
     @property
     def supports_fp8(self) -> bool:
@@ -85,24 +89,24 @@ class GPUPreset:
 PRESETS: dict[str, GPUPreset] = {p.name: p for p in (
     GPUPreset("cpu", "CPU (gloo)", None, None, None, None, None, None, 1, None),
     GPUPreset("a100-40gb", "A100 SXM4 40GB", 312.0, None, None, 40.0, 1.555, 300.0, 8, 200.0,
-              ("A100-SXM4-40GB",), bf16_mamf_tflops=271.2),
+              ("A100-SXM4-40GB",), bf16_mamf_tflops=271.2, sm_count=108),
     GPUPreset("a100", "A100 SXM4 80GB", 312.0, None, None, 80.0, 2.0, 300.0, 8, 200.0,
-              ("A100-SXM4-80GB", "A100-SXM-80GB"), bf16_mamf_tflops=271.2),
+              ("A100-SXM4-80GB", "A100-SXM-80GB"), bf16_mamf_tflops=271.2, sm_count=108),
     GPUPreset("h100", "H100 SXM 80GB", 989.4, 1978.9, None, 80.0, 3.35, 450.0, 8, 400.0,
-              ("H100 80GB HBM3", "H100 SXM"), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1402.6),
+              ("H100 80GB HBM3", "H100 SXM"), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1402.6, sm_count=132),
     # Meta's Grand Teton H100 (torchtitan's benchmark hosts): 96 GB HBM2e at 2.4 TB/s, run at a 500 W power
     # limit (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md). Same silicon as the SXM part;
     # its sustained matmul rate scales with the clock the power limit allows: dynamic power ~ f·V² with V ~ f
     # over the DVFS range, so f ~ P^(1/3) and the MAMF is the SXM one x (500/700)^(1/3) = 0.894 (an estimate).
     GPUPreset("h100-gt", "H100 96GB HBM2e at 500 W (Grand Teton)", 989.4, 1978.9, None, 96.0, 2.4, 450.0, 8, 400.0,
               (), bf16_mamf_tflops=round(794.5 * (500 / 700) ** (1 / 3), 1),
-              fp8_mamf_tflops=round(1402.6 * (500 / 700) ** (1 / 3), 1)),
+              fp8_mamf_tflops=round(1402.6 * (500 / 700) ** (1 / 3), 1), sm_count=132),
     GPUPreset("h200", "H200 SXM 141GB", 989.4, 1978.9, None, 141.0, 4.8, 450.0, 8, 400.0,
-              ("H200",), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1453.4),
+              ("H200",), bf16_mamf_tflops=794.5, fp8_mamf_tflops=1453.4, sm_count=132),
     GPUPreset("b200", "B200 (HGX, 1000 W)", 2250.0, 4500.0, 9000.0, 180.0, 8.0, 900.0, 8, 400.0,
-              ("B200",), bf16_mamf_tflops=1745.0, fp8_mamf_tflops=3432.5),
+              ("B200",), bf16_mamf_tflops=1745.0, fp8_mamf_tflops=3432.5, sm_count=148),
     GPUPreset("gb200", "GB200 NVL72 (B200 at 1200 W)", 2500.0, 5000.0, 10000.0, 186.0, 8.0, 900.0, 72, 400.0,
-              ("GB200",), bf16_mamf_tflops=1822.0, fp8_mamf_tflops=3615.6),
+              ("GB200",), bf16_mamf_tflops=1822.0, fp8_mamf_tflops=3615.6, sm_count=148),
 )}
 ALIASES = {"a100-80gb": "a100"}
 CHOICES = ("auto", *PRESETS, *ALIASES)

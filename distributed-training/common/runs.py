@@ -63,6 +63,7 @@ def _stamp() -> str:
 
 
 def shown(path: Path) -> str:
+    """A path as a message shows it: relative to the working directory when it lies below it, else as given."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
@@ -276,7 +277,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _data_rows(run_dir: Path) -> int:
+def data_rows(run_dir: Path) -> int:
     """Rows in the folder's CSVs (a header alone does not count)."""
     n = 0
     for p in run_dir.rglob("*.csv"):
@@ -321,7 +322,7 @@ class RunFolder:
         exists = (self.path / MANIFEST).is_file()
         if self.mode == "fresh" and self.path.exists():
             state = read_manifest(self.path).get("state") if exists else "unknown"
-            if state in ("promoted", "merged") or _data_rows(self.path) == 0:
+            if state in ("promoted", "merged") or data_rows(self.path) == 0:
                 shutil.rmtree(self.path)
             else:
                 aside = self.path.with_name(f"{self.path.name}@{_stamp()}")
@@ -438,12 +439,28 @@ def _merged_csv(run_csv: Path, target_csv: Path, key: list[str]) -> list[list[st
         return [header] + rows
     old_header, old_rows = _read_rows(target_csv)
     if old_header != header:
-        raise RunError(f"cannot merge {shown(run_csv)} into {shown(target_csv)}: their columns differ; publish it "
-                       "with replace instead, or move the old file away")
+        # Rows written before a column existed (or after one was dropped) keep their cells; the columns one side
+        # lacks are empty there, which the reports read as "not recorded" (a run that predates the column).
+        missing = [k for k in key if k not in old_header]
+        if missing:
+            raise RunError(f"cannot merge {shown(run_csv)} into {shown(target_csv)}: the old file lacks the key "
+                           f"column(s) {', '.join(missing)}; publish it with replace instead, or move the old file away")
+        header, rows, old_rows = _union(header, rows, old_header, old_rows)
     idx = [header.index(k) for k in key]
     new = {tuple(r[i] for i in idx): r for r in rows}
     out = [new.pop(tuple(r[i] for i in idx), r) for r in old_rows]
     return [header] + out + [r for r in rows if tuple(r[i] for i in idx) in new]
+
+
+def _union(header: list[str], rows: list[list[str]], old_header: list[str],
+           old_rows: list[list[str]]) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """Both files' rows under one header: the new run's columns in its order, then the old file's others."""
+    union = header + [c for c in old_header if c not in header]
+
+    def widen(cols: list[str], rs: list[list[str]]) -> list[list[str]]:
+        where = {c: i for i, c in enumerate(cols)}
+        return [[r[where[c]] if c in where else "" for c in union] for r in rs]
+    return union, widen(header, rows), widen(old_header, old_rows)
 
 
 def _merged_config(run_json: Path, target_json: Path) -> str:
@@ -518,7 +535,7 @@ def promote_run(run_dir: Path, merge: bool = False) -> list[Path]:
 def _status(run_dir: Path) -> str:
     m = read_manifest(run_dir)
     holder = lock_holder(run_dir)
-    what = f"{m.get('state')}, {_data_rows(run_dir)} rows, " + ("preset" if m.get("preset") else
+    what = f"{m.get('state')}, {data_rows(run_dir)} rows, " + ("preset" if m.get("preset") else
                                                                f"experiment ({', '.join(m.get('changed', []))})")
     return f"{shown(run_dir)}: {what}; target {shown((run_dir / m['target']).resolve())}" + \
         (f"; in use: {holder}" if holder else "")

@@ -26,13 +26,17 @@
                 proxy for GPU launches that any machine can measure.
 
     make fp8-train-bench GPU=cpu            # -> results/cpu_ws1/bench_{step,gemm,monitor,kernels}.csv
-    make fp8-train-bench GPU=h100           # -> results/h100_ws1/bench_*.csv (about 5 minutes on one H100)
+    make fp8-train-bench GPU=h100           # -> results/h100_ws1/bench_*.csv (all of it: 8.5-10 min, one H100)
+    make gpu-suite PART=4; make gpu-suite PART=6          # the same in two launches that fit 540 s each
+    make fp8-train-bench ARGS="--hidden 4096 --parts step --promote merge --fp8-scaling current"  # one size
+A stopped launch (SIGTERM: a time limit) keeps the rows of every mode it finished in runs/<preset>_ws1-bench/.
     PYTHONPATH=distributed-training python distributed-training/fp8-train/bench.py --gpu cpu --hidden 128,512
 """
 
 from __future__ import annotations
 
 import dataclasses
+import signal
 import statistics
 import sys
 import tempfile
@@ -52,13 +56,13 @@ from alerts import AlertEngine
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
-from common.failures import entrypoint
+from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import CHOICES, device_kind, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, run_dir_for
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, run_dir_for, shown
 from runloop import RunLoop
 from settings import Config, with_preset
 from train import free_memory, settings
@@ -86,6 +90,8 @@ class BenchConfig:
     warmup: int = field(default=3, metadata={"help": "untimed steps per mode (compilation happens here)"})
     iters: int = field(default=15, metadata={"help": "timed steps per mode"})
     compile: bool | None = field(default=None, metadata={"help": "compile each block (default: on GPU only)"})
+    fp8_scaling: str = field(default="delayed", metadata={"help": "per-tensor FP8 scaling of the te, native and "
+                                                                  "emulated modes", "choices": ["delayed", "current"]})
     monitor_run: str = field(default="", metadata={"help": "run whose monitoring cost is measured (empty: cpu "
                                                            "fp8:emulated, gpu fp8:torchao: compiled, its amax "
                                                            "probes ride in the graph)"})
@@ -122,7 +128,8 @@ class BenchConfig:
 def _train_cfg(b: BenchConfig, d_model: int, steps: int, **kw) -> Config:
     c = Config(gpu=b.gpu, batch=b.batch, seq_len=b.seq_len, d_model=d_model, n_layers=b.n_layers,
                n_heads=max(1, d_model // 128 if d_model >= 1024 else d_model // 64), steps=steps, lr=1e-3, warmup=1,
-               val_every=0, log_every=10 ** 9, progress=False, compile=b.compile, ckpt_every=0, **kw)
+               val_every=0, log_every=10 ** 9, progress=False, compile=b.compile, ckpt_every=0,
+               fp8_scaling=b.fp8_scaling, **kw)
     return with_preset(c, "cpu" if b.gpu == "cpu" else "h100", explicit_runs=True)
 
 
@@ -181,6 +188,8 @@ class ModeInfo(NamedTuple):
 
 
 def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: ResultsWriter | None = None) -> None:
+    """Every mode at every hidden size; each mode's row is written as soon as it is measured (on a GPU, one
+    mode at a time), so a benchmark stopped by its time limit keeps what it finished."""
     specs, skipped = runnable_specs(cfg.runs, env.device)
     for note in skipped:
         print0(f"step cost: skipped {note}")
@@ -190,13 +199,10 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: 
     for d in cfg.hidden:
         tcfg = _train_cfg(cfg, d, cfg.warmup + cfg.iters + 2, monitor=False, stats_every=0, fractions_every=0,
                           health_every=0)
-        groups = [specs] if interleave else [[s] for s in specs]
-        times: dict[str, list[float]] = {}
-        info: dict[str, ModeInfo] = {}
-        for group in groups:
+        base: float | None = None  # the first mode's median: every row's ratio_to_first
+        for group in ([specs] if interleave else [[s] for s in specs]):
             trainers = {s.name: _trainer(tcfg, s, env, data) for s in group}
-            for name in trainers:
-                times[name] = []
+            times: dict[str, list[float]] = {name: [] for name in trainers}
             for step in range(cfg.warmup + cfg.iters):
                 for name, tr in trainers.items():  # interleaved on CPU: contention hits every mode alike
                     t = tr.train_step(step)["step_time_s"]
@@ -205,12 +211,13 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: 
             for name, tr in trainers.items():
                 mem = torch.cuda.max_memory_allocated(env.device) / 2**20 if env.device.type == "cuda" else None
                 counted = kernels_per_step(tr, cfg.warmup + cfg.iters)
-                info[name] = ModeInfo(tr.p.backend, tr.p.compiled, counted, mem)
+                base = base or statistics.median(times[name])
+                write_step_row(cfg, d, tcfg, tr.spec, times[name], base, ModeInfo(tr.p.backend, tr.p.compiled,
+                                                                                 counted, mem), env, writer)
                 if bound_writer is not None and tr.spec.precision == "bf16" and env.device.type == "cuda":
                     write_bound(tcfg, tr, cfg.warmup + cfg.iters + 1, bound_writer)
             del trainers, tr
             free_memory(env.device)
-        write_step_rows(cfg, d, tcfg, specs, times, info, env, writer)
 
 
 def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWriter) -> None:
@@ -223,31 +230,39 @@ def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWrite
            f"of the BF16 step, {b.bf16_gemm_ms:.1f} -> {b.fp8_gemm_ms:.1f} ms in FP8)")
 
 
-def write_step_rows(cfg, d, tcfg, specs, times, info: dict[str, ModeInfo], env, writer) -> None:
+def scaling_of(backend: str, precision: str, asked: str) -> str | None:
+    """How a mode scaled its FP8 tensors: torchao's tensorwise/rowwise recipes always scale by the tensor's
+    own amax (current scaling); TE, the native layer and the emulator follow --fp8-scaling."""
+    if precision != "fp8":
+        return None
+    return "current" if backend == "torchao" else asked
+
+
+def write_step_row(cfg, d, tcfg, s, times: list[float], base: float, info: ModeInfo, env, writer) -> None:
+    """One mode's row at one hidden size: the median of its timed steps, and its ratio to the first mode's."""
     mcfg = GPTConfig(vocab_size=256, seq_len=tcfg.seq_len, d_model=d, n_layers=tcfg.n_layers, n_heads=tcfg.n_heads)
     fpt = flops_per_token(mcfg, tcfg.seq_len)
     tokens = cfg.batch * tcfg.seq_len
-    base = statistics.median(times[specs[0].name])
-    for s in specs:
-        med = statistics.median(times[s.name])
-        backend, compiled, counted, mem = info[s.name]  # ModeInfo
-        ratio = med / base
-        target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
-            and env.device.type == "cpu" else None
-        q1, _, q3 = statistics.quantiles(times[s.name], n=4) if len(times[s.name]) > 1 else (med, med, med)
-        writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                          precision_backend=backend, precision_backend_version=backends.backend_version(backend),
-                          compiled=compiled, tokens_per_step=tokens, step_time_s=med,
-                          step_time_min_s=min(times[s.name]), step_time_p25_s=q1, step_time_p75_s=q3,
-                          tokens_per_s=tokens / med, model_tflops=tokens / med * fpt / 1e12,
-                          kernels_per_step=counted.kernels if counted else None,
-                          gpu_busy_ms=counted.busy_ms if counted else None, peak_mem_MiB=mem,
-                          ratio_to_first=ratio, target_ratio=target,
-                          meets_target=None if target is None else ratio <= target))
-        print0(f"d_model {d:5d}  {s.name:18s} {med * 1e3:8.2f} ms/step  {tokens / med * fpt / 1e12:7.1f} TFLOP/s  "
-               f"x{ratio:4.2f} vs {specs[0].name}"
-               + ("" if counted is None else f"  {counted.kernels} kernels, GPU busy {counted.busy_ms:.1f} ms")
-               + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
+    med = statistics.median(times)
+    backend, compiled, counted, mem = info
+    ratio = med / base
+    target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
+        and env.device.type == "cpu" else None
+    q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (med, med, med)
+    writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
+                      precision_backend=backend, precision_backend_version=backends.backend_version(backend),
+                      fp8_scaling=scaling_of(backend, s.precision, tcfg.fp8_scaling),
+                      compiled=compiled, tokens_per_step=tokens, step_time_s=med,
+                      step_time_min_s=min(times), step_time_p25_s=q1, step_time_p75_s=q3,
+                      tokens_per_s=tokens / med, model_tflops=tokens / med * fpt / 1e12,
+                      kernels_per_step=counted.kernels if counted else None,
+                      gpu_busy_ms=counted.busy_ms if counted else None, peak_mem_MiB=mem,
+                      ratio_to_first=ratio, target_ratio=target,
+                      meets_target=None if target is None else ratio <= target))
+    print0(f"d_model {d:5d}  {s.name:18s} {med * 1e3:8.2f} ms/step  {tokens / med * fpt / 1e12:7.1f} TFLOP/s  "
+           f"x{ratio:4.2f} vs the first mode"
+           + ("" if counted is None else f"  {counted.kernels} kernels, GPU busy {counted.busy_ms:.1f} ms")
+           + ("" if target is None else f"  (target <= {target}: {'met' if ratio <= target else 'MISSED'})"))
 
 
 def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
@@ -337,11 +352,19 @@ def _time_op(fn, dev: torch.device) -> float:
     return min(samples)
 
 
+class Stopped(Exception):
+    """SIGTERM: a scheduler's or gpu-quick's time limit."""
+
+
+def _stopped(signum, frame) -> None:
+    raise Stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(BenchConfig, argv, description=__doc__, prog="fp8-train-bench")
     try:
         preset = get_preset(cfg.gpu)
-        on_gpu = device_kind(preset) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
+        on_gpu = device_kind(preset) == "cuda"
     except ValueError as e:
         fail(str(e), 2)
     if "kernels" in cfg.parts and on_gpu:
@@ -362,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     changed = experiment_flags(cfg, BenchConfig(gpu=cfg.gpu, out=cfg.out, threads=cfg.threads,
                                              promote=cfg.promote).resolved(on_gpu))
     data = load_data()
+    before = signal.signal(signal.SIGTERM, _stopped)  # a time limit: the rows written so far stay in the run folder
+    try:
+        return _measure(cfg, folder, changed, data, on_gpu, baseline)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _measure(cfg: BenchConfig, folder: RunFolder, changed: list[str], data, on_gpu: bool, baseline) -> int:
     with distributed(device="cuda" if on_gpu else "cpu") as env:
         prov = provenance(env, "2")
         w = lambda name, cols, key, **kw: folder.writer(name, cols, key, prov, **kw)  # noqa: E731
@@ -371,13 +402,15 @@ def main(argv: list[str] | None = None) -> int:
                 bounds = w("bench_bound.csv", bound.COLUMNS, bound.KEY) if on_gpu else None
                 step_cost(cfg, env, data, w("bench_step.csv", [
                     "d_model", "n_layers", "run", "precision", "precision_backend", "precision_backend_version",
-                    "compiled", "tokens_per_step",
+                    "fp8_scaling", "compiled", "tokens_per_step",
                     "step_time_s", "step_time_min_s", "step_time_p25_s", "step_time_p75_s", "tokens_per_s",
                     "model_tflops", "kernels_per_step", "gpu_busy_ms",
-                    "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"], ["d_model", "run"],
+                    "peak_mem_MiB", "ratio_to_first", "target_ratio", "meets_target"],
+                    ["d_model", "run", "fp8_scaling"],
                     config=saved), bounds)
             if "gemm" in cfg.parts:
-                shapes = [(8192, h, h) for h in cfg.hidden] if on_gpu else [(1024, 512, 512)]
+                # the GPU default sizes whatever --hidden says: the GEMM rates are one table, whichever part runs them
+                shapes = [(8192, h, h) for h in GPU_DEFAULTS[1]] if on_gpu else [(1024, 512, 512)]
                 gemm(env, w("bench_gemm.csv", ["op", "m", "k", "n", "time_us", "tflops", "timing"],
                             ["op", "m", "k", "n"]), shapes)
             if "monitor" in cfg.parts:
@@ -387,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
             if "kernels" in cfg.parts:
                 kernels.kernel_counts(baseline, cfg.kernels_baseline, w("bench_kernels.csv", [
                     "fp8_linear_version", "fp8_linears", "inductor_kernels", "update_ops"], ["fp8_linear_version"]))
+        except Stopped:
+            folder.finish(complete=False, changed=changed)
+            report(f"fp8-train-bench: SIGTERM; the rows measured so far stay in {shown(folder.path)} (publish them "
+                   f"with `python -m common.runs promote {shown(folder.path)} --merge`)", PREEMPTED, "preempted")
+            return PREEMPTED
         except BaseException:
             folder.finish(complete=False, changed=changed)
             raise

@@ -206,8 +206,8 @@ def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None) -> li
                "compiled" if r.compiled else "eager", f"{r.tokens_per_s:,.0f} ±{r.tps_iqr:.1%}",
                f"{speed:.2f}x ({spread})" if bf16 else "no BF16 run"]
         if gpu:
-            row += _bound_cells(r, speed, bound)
-        row.append(_mfu_cell(r, gpu))
+            row += bound_cells(r, speed, bound)
+        row.append(mfu_cell(r, gpu))
         row.append(f"{r.memory:,.1f}" if not math.isnan(r.memory) else "not measured")
         if id(r) in repeat_of:
             s = repeat_of[id(r)]
@@ -222,7 +222,7 @@ def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None) -> li
     return _md(head, rows)
 
 
-def _mfu_cell(r: Run, gpu: bool) -> str:
+def mfu_cell(r: Run, gpu: bool) -> str:
     if not math.isnan(r.mfu):
         return f"{r.mfu:.1%}"
     if not gpu:
@@ -230,7 +230,7 @@ def _mfu_cell(r: Run, gpu: bool) -> str:
     return "n/a (FP8)" if r.fp8 else "not measured"
 
 
-def _bound_cells(r: Run, speed: float, bound: pd.Series | None) -> list[str]:
+def bound_cells(r: Run, speed: float, bound: pd.Series | None) -> list[str]:
     if not r.fp8:
         return ["", ""]
     if bound is None:

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import hashlib
+import pickle
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ContextManager
 
 import torch
@@ -153,35 +156,69 @@ class Prepared:
     compiled: bool = False  # its blocks run under torch.compile (recorded in every timed row)
 
 
+# Weights drawn for models this big are also kept on disk, for the plan's next launch: drawing the h100 preset's
+# 1.6B weights on the CPU takes ~34 s (one thread's normal_), reading them back a few.
+DISK_MIN_PARAMS = 100_000_000
+INITIAL_PREFIX = "initial-"
+
+
+def _initial_path(cfg: GPTConfig, seed: int, folder: Path) -> Path:
+    """The file of one (config, seed): named by both and the torch that drew it (its RNG stream)."""
+    key = hashlib.sha256(f"{cfg!r} {seed} {torch.__version__}".encode()).hexdigest()[:16]
+    return folder / f"{INITIAL_PREFIX}s{seed}-{key}.pt"
+
+
 @functools.lru_cache(maxsize=1)
-def _initial_state(cfg: GPTConfig, seed: int) -> dict[str, torch.Tensor]:
+def _initial_state(cfg: GPTConfig, seed: int, folder: Path | None = None) -> dict[str, torch.Tensor]:
+    path = _initial_path(cfg, seed, folder) if folder is not None else None
+    if path is not None and path.is_file():
+        try:
+            return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except (OSError, RuntimeError, pickle.UnpicklingError):
+            path.unlink(missing_ok=True)  # a damaged copy is drawn again
     torch.manual_seed(seed)
-    return GPT(cfg).state_dict()
+    state = GPT(cfg).state_dict()
+    if path is not None and sum(t.numel() for t in state.values()) >= DISK_MIN_PARAMS:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)  # atomic: a launch killed while writing leaves no half file under the real name
+    return state
 
 
-def initial_gpt(cfg: GPTConfig, seed: int, device: torch.device) -> GPT:
+def forget_initial_weights(folder: Path) -> None:
+    """A fresh plan draws its weights again (its config or the model code may have changed)."""
+    for path in folder.glob(f"{INITIAL_PREFIX}*.pt*"):
+        path.unlink(missing_ok=True)
+    _initial_state.cache_clear()
+
+
+def initial_gpt(cfg: GPTConfig, seed: int, device: torch.device, folder: Path | None = None) -> GPT:
     """The GPT every run of this seed starts from, on `device`.
 
     The weights are drawn on the CPU (same values on every device and in every mode) once per
-    (config, seed) and kept for the next run of the same seed: at hidden 4096 drawing 1.6B weights
-    takes longer than training a run's first steps. The model itself is built on the meta device and
-    materialised on `device`, so the weights are copied once, straight to where they train.
+    (config, seed) and kept for the next run of the same seed, in memory and, for big models, in
+    `folder` (the plan's checkpoint folder) for the next launch of the same plan: at hidden 4096 drawing
+    1.6B weights takes longer than training a run's first steps. The model itself is built on the meta
+    device and materialised on `device`, so the weights are copied once, straight to where they train.
     """
     with torch.device("meta"):
         model = GPT(cfg)
     model.to_empty(device=device)
-    model.load_state_dict(_initial_state(cfg, seed))
+    model.load_state_dict(_initial_state(cfg, seed, folder))
     torch.manual_seed(seed)  # the RNG state after building is the same whether the cache hit or not
     return model
 
 
-def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device) -> Prepared:
-    """Build the GPT for one run: same seed -> same initial weights, then the precision conversion."""
+def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.device,
+            init_dir: Path | None = None) -> Prepared:
+    """Build the GPT for one run: same seed -> same initial weights (kept in `init_dir` for the plan's next
+    launch), then the precision conversion."""
     if s.compile:
         # Dynamo keeps 8 compiled entries per code object (torch._dynamo.config.cache_size_limit) and
         # every run shares GPT.forward: without a reset the 9th model of a process silently runs eager.
         torch._dynamo.reset()
-    model = initial_gpt(cfg, spec.seed, device)
+    model = initial_gpt(cfg, spec.seed, device, init_dir)
     cpu = device.type == "cpu"
     hp = None if spec.precision == "fp32" else (torch.float16 if spec.precision == "fp16" else torch.bfloat16)
     names: list[str] = []
@@ -235,9 +272,6 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
             # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
             import torch._inductor.config as inductor_config
             inductor_config.emulate_precision_casts = True
-            # Fp8Linear.slot (its columns in the shared scaling state) differs per layer: as a symbolic
-            # int every block shares one graph, instead of one recompile per block up to dynamo's limit.
-            torch._dynamo.config.allow_unspec_int_on_nn_module = True
             # Regional compilation, as torchtitan does: each block is compiled in place (same module,
             # same parameter names and hooks); identical blocks share one graph, so compile time does
             # not grow with depth. Embeddings, the final norm, the LM head and the loss run eagerly.

@@ -23,11 +23,11 @@ import comparison
 import health_report
 import scale_stats
 from common.config import parse_config
-from common import predicted
-from common.csvread import BadResults, guard_report, read_json, results_folder
+from common.csvread import BadResults, check_configs, guard_report, read_json, results_folder
 from common.markdown import table as md_table
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
+from planner import vs_measured
 from report_plots import plot_crossover, plot_loss, plot_scales, speedups
 from tables import SCHEMAS, read as _read
 
@@ -61,7 +61,7 @@ CONFIG_KINDS = {"n_heads": int, "steps": int, "data": str, "data_fingerprint": s
 
 
 def load(results: Path, root: Path) -> Context:
-    predicted.check_inputs(results)
+    check_configs(results)
     dirs = sorted(p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
     for d in dirs:  # every result file checked before anything is drawn (one line, exit 2)
         for name in SCHEMAS:
@@ -203,8 +203,8 @@ def health(ctx: Context) -> list[str]:
 
 
 def planner(ctx: Context) -> list[str]:
-    """The planner's prediction beside every GPU row (common.predicted: one pricing function for all labs)."""
-    return [predicted.section("fp8-train", ctx.results)]
+    """The planner's prediction beside every GPU row (planner.vs_measured: one pricing function for all labs)."""
+    return [vs_measured.section("fp8-train", ctx.results)]
 
 
 SECTIONS: dict[str, Callable[[Context], list[str]]] = {"head": head, "models": models, "benchmarks": benchmarks,

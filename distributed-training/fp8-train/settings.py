@@ -48,6 +48,11 @@ class Config:
     only: tuple[str, ...] = field(default=(), metadata={"help": "train only these of the planned runs now "
                                                                 "(precision[:backend]); the others later with "
                                                                 "--resume, which publishes once all are done"})
+    list_runs: bool = field(default=False, metadata={"help": "print the plan (each run, or why it is skipped here) "
+                                                          "and stop: what make gpu-quick orders its steps by"})
+    publish_finished: bool = field(default=False, metadata={
+        "help": "merge the plan's finished runs into results/ now and stop (the end of a short GPU job); a run cut "
+                "off mid-way loses its rows and checkpoint: --resume trains it again from its first step"})
     fp8_backend: str = field(default="auto", metadata={"help": "backend for fp8 runs", "choices": BACKENDS})
     seed: int = field(default=0, metadata={"help": "seed of every run (weights and batch order)"})
     noise_seeds: int = field(default=0, metadata={"help": "bf16 seeds for the noise band (0 = preset)"})

@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -54,9 +56,11 @@ from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import device_kind, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
-from common.runs import RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
+from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
+                         read_manifest, run_dir_for, shown)
 from faults import parse as parse_faults
-from precision import LOW, PrecisionSettings, RunSpec, parse_runs, prepare, select_modules
+from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
+                       select_modules)
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
 from settings import Config, with_preset
 from trainer import StopRun, Trainer, Writers
@@ -92,30 +96,46 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
             except backends.BackendUnavailable as e:
                 if explicit:
                     raise
-                skipped.append(f"{s.name}: {e}")
+                skipped.append(Skipped(s, str(e)))
                 continue
         keep.append(s)
-    selected(keep, cfg.only, skipped)  # an --only item that names no runnable planned run fails here
+    selected(keep, cfg.only, skipped)  # an --only item that names no planned run fails here
     # The base seed's runs first: they share one set of initial weights (precision.initial_gpt caches it).
     keep.sort(key=lambda s: s.seed != cfg.seed)
     return keep, skipped
 
 
-def selected(specs: list[RunSpec], only: tuple[str, ...], skipped: list[str] = ()) -> list[RunSpec]:
-    """The planned runs that --only names (all of them without --only); `bf16` means every bf16 seed."""
+class Skipped(NamedTuple):
+    """A preset run that cannot run here, and why (its backend's own reason)."""
+    spec: RunSpec
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.spec.name}: {self.reason}"
+
+
+def names(item: str, spec: RunSpec) -> bool:
+    """Whether an --only item names this run: its name (`bf16-s0`, `fp8-te-fused-s0`) or `precision[:backend]`
+    (`bf16`: every bf16 seed; `fp8`: every FP8 backend)."""
+    if item == spec.name:
+        return True
+    prec, _, backend = item.partition(":")
+    return spec.precision == prec and backend in ("", spec.backend)
+
+
+def selected(specs: list[RunSpec], only: tuple[str, ...], skipped: list[Skipped] = ()) -> list[RunSpec]:
+    """The planned runs that --only names, in the plan's order (all of them without --only).
+
+    An item that names only preset runs that cannot run here selects nothing: plan() has said why, and the
+    rest of a short job still runs. An item that names no run of the plan is an error.
+    """
     if not only:
         return specs
-    chosen = []
     for item in only:
-        prec, _, backend = item.partition(":")
-        hits = [s for s in specs if s.precision == prec and (not backend or s.backend == backend)]
-        if not hits:
-            name = "-".join(x for x in (prec, backend) if x)
-            why = next((n.partition(": ")[2] for n in skipped if n.startswith(name + "-")), "")
-            raise ValueError(f"--only {item}: " + (f"that run cannot run here ({why})" if why else
-                             f"not one of this plan's runs ({', '.join(s.name for s in specs)})"))
-        chosen += [s for s in hits if s not in chosen]
-    return chosen
+        if not any(names(item, s) for s in list(specs) + [k.spec for k in skipped]):
+            raise ValueError(f"--only {item}: not one of this plan's runs ({', '.join(s.name for s in specs)}); "
+                             "name a run (bf16-s0) or precision[:backend] (bf16, fp8:torchao)")
+    return [s for s in specs if any(names(item, s) for item in only)]
 
 
 def settings(cfg: Config) -> PrecisionSettings:
@@ -124,8 +144,8 @@ def settings(cfg: Config) -> PrecisionSettings:
                              mx_scale_rule=cfg.mx_scale_rule)
 
 
-def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo):
-    prep = prepare(spec, mcfg, settings(cfg), env.device)
+def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, init_dir: Path | None = None):
+    prep = prepare(spec, mcfg, settings(cfg), env.device, init_dir)
     if env.world_size > 1:  # FSDP2 per block then root (common.fsdp); fp32 params, autocast does bf16
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -179,8 +199,9 @@ def _load_data(path: str | None, nbytes: int):
 # Flags that do not change what is measured: a run differing from its preset only in them is the
 # preset's run (published to results/); CONFIG_IGNORE: what a resumed run may change.
 OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
-               "threads", "log_every", "promote", "only")
-CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only")
+               "threads", "log_every", "promote", "only", "list_runs", "publish_finished")
+CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only", "list_runs",
+                 "publish_finished")
 
 
 def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_json: dict,
@@ -205,15 +226,21 @@ def writers_for(folder: RunFolder | Path | None, env: DistInfo, prov: dict, cfg_
 def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
             ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> Path | None:
     """Train one run to its end (or its stop); returns its checkpoint path when it keeps one."""
-    prep = build(cfg, spec, mcfg, env)
+    # Rank 0 holds the CSVs: it says how far this run got, every rank acts on its answer. A finished run
+    # is told so before any model is built (at hidden 4096 building one costs seconds of the slot).
+    rows = from_rank0(rows_state(writers, spec.name, cfg.steps) if env.is_main else None)
+    if cfg.resume and rows == "complete" and not from_rank0(bound_due(cfg, spec, writers) if env.is_main else None):
+        print0(f"== {spec.name}: complete, nothing to resume")
+        return None
+    prep = build(cfg, spec, mcfg, env, ckpt_dir)
     print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
            "".join(f"; {n}" for n in prep.notes))
-    ckpt = ckpt_dir / f"{spec.name}.pt" if (cfg.ckpt_every or cfg.resume) else None
+    # Checkpoints only where they are on: the GPU presets turn them off (one is ~19 GB), and a resumed
+    # launch then writes none either.
+    ckpt = ckpt_dir / f"{spec.name}.pt" if cfg.ckpt_every else None
     tr = Trainer(cfg, spec, prep, env, data, mcfg, peak, ckpt, parse_faults(cfg.inject))
     loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
     start = 0
-    # Rank 0 holds the CSVs: it says how far this run got, every rank acts on its answer.
-    rows = from_rank0(rows_state(writers, spec.name, cfg.steps) if env.is_main else None)
     if cfg.resume and ckpt is not None and ckpt.exists():
         state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend in backends.TE_BACKENDS)
         tr.restore(state)
@@ -221,9 +248,9 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         start = state["step"]
         print0(f"   resumed from its checkpoint at step {start}")
     elif cfg.resume and rows == "complete":
-        print0("   complete, nothing to resume")
-        # An earlier launch may have stopped between this run and its bound; GEMM times do not depend on
-        # the weights' values, so the bound taken on the initial weights is the same measurement.
+        # An earlier launch stopped between this run and its bound; GEMM times do not depend on the
+        # weights' values, so the bound taken on the initial weights is the same measurement.
+        print0("   complete; measuring its FP8 bound, which the launch that trained it did not reach")
         measure_bound(cfg, spec, tr, writers)
         return None
     elif cfg.resume and rows == "partial":
@@ -255,15 +282,24 @@ def rows_state(writers: Writers, run: str, steps: int) -> str:
     return "partial" if writers.steps.done({"run": run, "step": 0}) else "none"
 
 
-def measure_bound(cfg: Config, spec: RunSpec, tr: Trainer, writers: Writers) -> None:
-    """The FP8 bound of this model (bound.py), from its base-seed BF16 run; where asked (one GPU), once."""
+def bound_shape(cfg: Config) -> dict:
+    """bound.csv's key for this plan's model."""
+    return dict(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads, seq_len=cfg.seq_len,
+                batch=cfg.batch)
+
+
+def bound_due(cfg: Config, spec: RunSpec, writers: Writers) -> bool:
+    """Whether this run still owes the plan its FP8 bound: the base-seed BF16 run, where asked (one GPU), once."""
     writer = writers.extra.get("bound")
-    if writer is None or spec.precision != "bf16" or spec.seed != cfg.seed:
+    return writer is not None and spec.precision == "bf16" and spec.seed == cfg.seed and \
+        not writer.done(bound_shape(cfg))
+
+
+def measure_bound(cfg: Config, spec: RunSpec, tr: Trainer, writers: Writers) -> None:
+    """The FP8 bound of this model (bound.py), from its base-seed BF16 run (see bound_due)."""
+    if not bound_due(cfg, spec, writers):
         return
-    shape = dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads, seq_len=cfg.seq_len,
-                 batch=cfg.batch)
-    if writer.done(shape):
-        return
+    writer, shape = writers.extra["bound"], bound_shape(cfg)
     b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, cfg.fp8_modules, cfg.hp_modules), cfg.steps)
     writer.write(dict(shape, tokens_per_step=tr.tokens_per_step, compiled=tr.p.compiled, **b.row()))
     print0(f"   FP8 bound: BF16 step {b.bf16_step_ms:.1f} ms, FP8-able GEMMs {b.bf16_gemm_ms:.1f} ms "
@@ -312,11 +348,11 @@ def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
     specs, skipped = plan(cfg, select_device("cuda" if on_gpu else "cpu"), explicit, mcfg)
     data = _load_data(cfg.data, parse_size(cfg.data_size))
     cfg_json = {**config_dict(cfg), "preset": preset.name, "data": data.source, "data_fingerprint":
-                data.fingerprint, "skipped_runs": skipped}
+                data.fingerprint, "skipped_runs": [str(k) for k in skipped]}
     if not launched_by_torchrun():  # the launcher's check pass, or the one process of a CPU run
         run_dir = run_dir_for(out.parent, out.name)
         check_free(run_dir)
-        if cfg.resume:
+        if cfg.resume or cfg.publish_finished:
             check_resumable(run_dir)
             check_resume(run_dir / "steps.csv", STEP_COLUMNS, cfg_json, CONFIG_IGNORE)
     return specs, skipped, data, dataclasses.replace(mcfg, vocab_size=data.vocab_size), cfg_json
@@ -328,6 +364,19 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         specs, skipped, data, mcfg, cfg_json = _check(cfg, preset, on_gpu, explicit, out)
     except (ValueError, backends.BackendUnavailable, RunError) as e:
         fail(str(e), 2)
+    if cfg.list_runs:  # one line per run: `run NAME` or `skipped NAME: reason`, in the plan's order
+        for s in specs:
+            print(f"run {s.name}")
+        for k in skipped:
+            print(f"skipped {k}")
+        return 0
+    if cfg.publish_finished:
+        return publish_finished(cfg, specs, out)
+    if not selected(specs, cfg.only, skipped):  # --only named preset runs that cannot run here
+        for k in skipped:
+            print0(f"skipped {k}")
+        print0(f"--only {','.join(cfg.only)}: nothing to train here; nothing written")
+        return 0
     with distributed(device="cuda" if on_gpu else "cpu") as env:
         # The bound profiles one process's BF16 step (bound.py): one GPU, and only where asked.
         wants_bound = bool(cfg.bound) and env.device.type == "cuda" and env.world_size == 1
@@ -351,7 +400,8 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         for note in (folder.notes if folder else []) + [f"skipped {n}" for n in skipped]:
             print0(note)
         try:
-            code = _train_all(cfg, specs, mcfg, env, data, writers, run_path, ckpt_dir, preset)
+            code = _train_all(cfg, specs, selected(specs, cfg.only, skipped), mcfg, env, data, writers, run_path,
+                              ckpt_dir, preset)
         except BaseException:
             if folder is not None:
                 folder.finish(complete=False, changed=changed)
@@ -362,13 +412,49 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
     return 0 if code == INCOMPLETE else code
 
 
-def _train_all(cfg: Config, specs, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, run_path: Path,
+def publish_finished(cfg: Config, specs: list[RunSpec], out: Path) -> int:
+    """--publish-finished: the plan's finished runs merged into results/ by key, the unfinished ones kept out.
+
+    The end of a short GPU job: whatever runs of the plan finished are results of their own (a BF16 run and
+    an FP8 run of one model compare without the third seed). A run cut off mid-way has rows but no end: they
+    are dropped, with its checkpoint, so that neither a report nor a later --resume reads half a run.
+    """
+    run_dir = run_dir_for(out.parent, out.name)
+    if read_manifest(run_dir).get("state") in ("promoted", "merged"):
+        print(f"{shown(run_dir)}: published already (every run of the plan finished)")
+        return 0
+    try:
+        folder = RunFolder.open(run_dir, out, "resume")
+    except RunError as e:
+        fail(str(e), 2)
+    ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
+    with folder.path.joinpath("steps.config.json").open() as f:
+        saved = json.load(f)
+    writers = writers_for(folder, None, {}, saved)
+    states = {s.name: rows_state(writers, s.name, cfg.steps) for s in specs}
+    for name in (n for n, state in states.items() if state == "partial"):
+        gone = sum(w.discard("run", name) for w in (writers.steps, writers.fp8, writers.layers, writers.events))
+        (ckpt_dir / f"{name}.pt").unlink(missing_ok=True)
+        print(f"{name}: cut off mid-way; its {gone} rows and checkpoint dropped (--resume trains it again)")
+    folder.finish(complete=False, changed=[])
+    done = [n for n, state in states.items() if state == "complete"]
+    if not done:
+        print(f"no run of the plan finished: nothing published ({shown(folder.path)} keeps the plan)")
+        return 0
+    files = promote_run(folder.path, merge=True)
+    print(f"published {', '.join(done)} ({len(files)} file(s) merged into {shown(out)}); not run yet: "
+          f"{', '.join(n for n, state in states.items() if state != 'complete') or 'none'}")
+    return 0
+
+
+def _train_all(cfg: Config, specs, now, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, run_path: Path,
                ckpt_dir: Path, preset) -> int:
+    """Train `now` (the runs --only selects, in the plan's order) of the plan `specs`."""
     completed: list[Path] = []
-    if not cfg.resume and env.is_main:  # a fresh plan: no run of it may later resume from an older checkpoint
+    if not cfg.resume and env.is_main:  # a fresh plan: nothing of it may come from an older plan's files
         for s in specs:
             (ckpt_dir / f"{s.name}.pt").unlink(missing_ok=True)
-    now = selected(specs, cfg.only)
+        forget_initial_weights(ckpt_dir)
     with checkpoint.GracefulStop() as stop:
         for spec in now:
             try:

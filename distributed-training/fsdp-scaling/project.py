@@ -37,7 +37,6 @@ import torch
 import memory_model as mm
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
 from common.collective_fit import calibrate
-from common import predicted
 from common.config import parse_config
 from common.csvread import BadResults, Schema, read_table
 from common.dist import DistInfo, fail
@@ -47,6 +46,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import provenance
 from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
 from common.zero_memory import ZERO_PAPER
+from planner.explain_rows import one_gpu_step_s
 from settings import MODELS, OPERATIONAL, Config, describe_model, parse_model, results_dir, saved_config
 
 LAB = Path(__file__).resolve().parent
@@ -197,7 +197,7 @@ def measured_targets(csv: Path, strong_global: int | None) -> list[Target]:
 
 def planner_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Target:
     """No run of this model on this GPU: the planner's compute model for each strategy's one-rank step."""
-    per_seq = {(s, m): predicted.step_seconds(gcfg, p.name, ZERO[s], seqs) / seqs for s in STRATEGIES
+    per_seq = {(s, m): one_gpu_step_s(gcfg, p.name, ZERO[s], seqs) / seqs for s in STRATEGIES
                for m in ("strong", "weak")}
     mfus = [x for x in (_mfu(gcfg, v, p.bf16_tflops) for v in per_seq.values()) if x is not None]
     return Target(p.name, name, gcfg, seqs, STRONG_GLOBAL, per_seq,

@@ -15,11 +15,11 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
-from common import predicted
-from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
+from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, results_folder
 from common.hardware import parse_run_tag
 from common.markdown import frame, number
 from common.plotting import describe_runs, new_figure, save
+from planner import vs_measured
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
 LAB = Path(__file__).resolve().parent
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
     default, RES = RES, results_folder(cfg.results, "run `make fsdp-scaling-run`")  # the plots go there too
     try:
-        predicted.check_inputs(RES)
+        check_configs(RES)
         return _report(cfg)
     finally:
         RES = default
@@ -449,7 +449,7 @@ def _report(cfg: ReportConfig) -> int:
         "`make fsdp-scaling-gpu` records it on one GPU (where there is nothing to overlap) and "
         "`make fsdp-scaling-run GPU=h100 NPROC=8` on a node.", ""]
     lines += ["## 6. Reading: which strategy", "", *READING[:2], across_nodes(proj), *READING[2:]]
-    lines += ["", predicted.section("fsdp-scaling", RES)]  # the planner's prediction beside every GPU row
+    lines += ["", vs_measured.section("fsdp-scaling", RES)]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
     return 0

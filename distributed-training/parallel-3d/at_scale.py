@@ -30,11 +30,19 @@ The sends and receives themselves run through the fake group like every collecti
     make parallel-3d-at-scale
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/at_scale.py --studies 8B@64,70B@512
 
+One context-parallel plan too (--cp-studies, default 8B@64/cp2): the planner's choice for 8B on 64 GPUs,
+with CP 2 carved out of its DP and the sequence twice as long, so every rank holds as many tokens as in the
+8B@64 study (Llama 3's long-context recipe: CP 16 at 131,072 tokens keeps the 8,192 of its short stage per
+rank). FSDP2 shards over the same 64 ranks (dp x cp), so the state bytes should equal 8B@64's; the ring's
+K/V and dK/dV transfers are counted per step against ring_attention.ring_bytes. The planner's CP terms are
+not priced here (planner_bridge has no CP yet): those rows go to at_scale_cp.csv, beside the no-CP study.
+
 Rows go to runs/at_scale/ first and are merged into results/ by study when the run completes (run_folders.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import sys
@@ -55,6 +63,7 @@ from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import provenance
+from common.ring_attention import ring_bytes
 from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
@@ -75,6 +84,12 @@ COLUMNS = ["study", "role", "rank", "world", "layers", "hidden", "heads", "vocab
            *[f"{p}_{d}_bus_bytes" for p in ("planner", "explained", "design") for d in ("tp", "pp", "dp")],
            "counts_match_design", "wall_s"]
 KEY = ["study", "role"]
+CP_COLUMNS = ["study", "role", "baseline_study", "rank", "world", "layers", "hidden", "heads", "kv_heads", "vocab", "seq",
+              "n_params", "tp", "pp", "dp", "cp", "microbatch", "num_microbatches", "interleave", "recompute", "run_zero",
+              "stage_layers", "param_bytes", "grad_bytes", "opt_bytes", "peak_bytes",
+              *[f"{d}_{x}" for d in ("tp", "pp", "dp", "cp") for x in ("count", "payload_bytes", "bus_bytes")],
+              *[f"design_{d}_bus_bytes" for d in ("tp", "pp", "dp", "cp")], "ring_formula_bytes",
+              "counts_match_design", "wall_s"]
 TERM_COLUMNS = ["study", "role", "quantity", "term", "bytes"]
 TERM_KEY = ["study", "role", "quantity", "term"]
 
@@ -83,6 +98,9 @@ TERM_KEY = ["study", "role", "quantity", "term"]
 class AtScaleConfig:
     studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
                                      metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
+    cp_studies: tuple[str, ...] = field(default=("8B@64/cp2",),
+                                        metadata={"help": "MODEL@GPUS/cpN: that study's plan with N-way CP taken out "
+                                                          "of its DP, at an N times longer sequence"})
     gpu: str = field(default="h100", metadata={"help": "the GPU the planner plans for"})
     resume: bool = field(default=False, metadata={"help": "continue the study's interrupted run folder (runs/)"})
     promote: str = field(default="auto", metadata={"help": PROMOTE_HELP, "choices": PROMOTE_CHOICES})
@@ -93,6 +111,10 @@ class AtScaleConfig:
             model, _, gpus = s.partition("@")
             if not model or not gpus.isdigit() or int(gpus) < 1:
                 raise ValueError(f"--studies entry {s!r} is not MODEL@GPUS (e.g. 70B@512)")
+        for s in self.cp_studies:
+            base, _, cp = s.partition("/cp")
+            if "@" not in base or not cp.isdigit() or int(cp) < 2:
+                raise ValueError(f"--cp-studies entry {s!r} is not MODEL@GPUS/cpN with N >= 2 (e.g. 8B@64/cp2)")
 
 
 def skip_p2p_vote(schedule) -> None:
@@ -122,13 +144,13 @@ def run_zero(planner_zero: int) -> int:
     return 3 if planner_zero == 3 else 2
 
 
-def measure(g, d: pb.Degrees, rank: int) -> dict:
-    """Rank `rank` of the full world on the fake group: two steps, the second measured."""
-    layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches)
+def measure(g, d: pb.Degrees, rank: int, cp: int = 1) -> dict:
+    """Rank `rank` of the full world (d's ranks x cp) on the fake group: two steps, the second measured."""
+    layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches, cp)
     variant = Variant(d.zero, d.recompute, d.interleave)
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=d.gpus)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=layout.world)
     try:
-        mesh = build_mesh("cpu", d.pp, d.dp, d.tp)
+        mesh = build_mesh("cpu", d.pp, d.dp, d.tp, cp)
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         # Built on the meta device outside the fake mode (FSDP2 computes mesh coordinates with data-dependent
         # ops), materialised and stepped inside it.
@@ -151,8 +173,8 @@ def measure(g, d: pb.Degrees, rank: int) -> dict:
         out = {**eng.last_state, "peak_bytes": mem.peak_bytes, "counts_match_design": counts_ok,
                "stage_indices": ";".join(str(s.index) for s in eng.specs),
                "stage_layers": ";".join(str(len(s.layers)) for s in eng.specs)}
-        sizes = {"tp": d.tp, "pp": d.pp, "dp": d.dp}
-        for d_ in ("tp", "pp", "dp"):
+        sizes = {"tp": d.tp, "pp": d.pp, "dp": layout.shard_group, "cp": cp}
+        for d_ in ("tp", "pp", "dp", "cp"):
             mine = [t for t in log.totals() if t.dim == d_]
             out[f"{d_}_count"] = sum(t.count for t in mine if t.kind != "recv")
             out[f"{d_}_payload_bytes"] = sum(t.payload_bytes for t in mine if t.kind != "recv")
@@ -236,30 +258,72 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(AtScaleConfig, argv, description=__doc__.split("\n\n")[0], prog="at_scale.py")
     results = results_dir(cfg.results)
     run_dir = run_dir_for(results, "at_scale")
-    ignore = ("resume", "promote", "studies")  # which studies is what, not how: rows merge by study
+    ignore = ("resume", "promote", "studies", "cp_studies")  # which studies is what, not how: rows merge by study
     try:
-        check_before_launch(run_dir, cfg.resume, [("at_scale.csv", COLUMNS), ("at_scale_terms.csv", TERM_COLUMNS)],
-                            saved_config(cfg), ignore)
+        check_before_launch(run_dir, cfg.resume, [("at_scale.csv", COLUMNS), ("at_scale_terms.csv", TERM_COLUMNS),
+                                                  ("at_scale_cp.csv", CP_COLUMNS)], saved_config(cfg), ignore)
     except (ValueError, RunError) as e:
         fail(str(e), code=2)
     torch.set_num_threads(1)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as one rank of a fake group",
             "backend": "fake"}
-    folder, (writer, term_writer) = open_on_rank0(
+    folder, (writer, term_writer, cp_writer) = open_on_rank0(
         run_dir, results, cfg.resume, True,
         lambda f: (f.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg), config_ignore=ignore),
-                   f.writer("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov)))
+                   f.writer("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov),
+                   f.writer("at_scale_cp.csv", CP_COLUMNS, KEY, prov)))
     changed = experiment_flags(cfg, AtScaleConfig(), ignore + ("results",))
     try:
         for study in cfg.studies:
             if not writer.done({"study": study, "role": "first"}):
                 measure_study(study, cfg.gpu, writer, term_writer)
+        for study in cfg.cp_studies:
+            if not cp_writer.done({"study": study, "role": "first"}):
+                rows = cp_study_rows(study, cfg.gpu)
+                cp_writer.write_many(rows)
+                for r in rows:
+                    state = r["param_bytes"] + r["grad_bytes"] + r["opt_bytes"]
+                    print(f"{study:10s} {r['role']:5s} TP{r['tp']} PP{r['pp']} DP{r['dp']} CP{r['cp']} s{r['seq']}: "
+                          f"state {state / 1e9:7.3f} GB, peak +{r['peak_bytes'] / 1e9:6.2f} GB, ring "
+                          f"{r['cp_payload_bytes'] / 1e9:.2f} GB sent (formula {r['ring_formula_bytes'] / 1e9:.2f}), "
+                          f"collectives {'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s",
+                          flush=True)
     except BaseException:
         finish(folder, complete=False, changed=changed, promote=cfg.promote)
         raise
     finish(folder, complete=True, changed=changed, promote=cfg.promote)
     return 0
+
+
+def cp_study_rows(study: str, gpu: str) -> list[dict]:
+    """MODEL@GPUS/cpN: the planner's plan for MODEL@GPUS with dp / N and N-way CP at an N times longer sequence."""
+    base, _, n = study.partition("/cp")
+    model, _, gpus = base.partition("@")
+    cp = int(n)
+    g0, planned, _ = pb.best_plan(model, int(gpus), gpu)
+    if planned.dp % cp:
+        raise ValueError(f"--cp-studies {study}: the planner's DP {planned.dp} for {base} does not divide by {cp}")
+    d = planned._replace(zero=run_zero(planned.zero), dp=planned.dp // cp)
+    g = dataclasses.replace(g0, seq_len=g0.seq_len * cp)
+    roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * cp * d.tp)] if d.pp > 1 else [])
+    rows = []
+    for role, rank in roles:
+        t0 = time.perf_counter()
+        m = isolated(measure, g, d, rank, cp)
+        specs = stage_specs(g.n_layers, d.pp, d.interleave, rank // (d.dp * cp * d.tp), d.stage_layers)
+        ring = ring_bytes(d.microbatch, g.seq_len, g.kv_heads // d.tp, g.head_dim, cp, 2)
+        full = d.recompute == "full"
+        rows.append({"study": study, "role": role, "baseline_study": base, "rank": rank, "world": d.gpus * cp,
+                     "layers": g.n_layers, "hidden": g.d_model, "heads": g.n_heads, "kv_heads": g.kv_heads,
+                     "vocab": g.vocab_size, "seq": g.seq_len, "n_params": pb.shape_of(g).params, "tp": d.tp, "pp": d.pp,
+                     "dp": d.dp, "cp": cp, "microbatch": d.microbatch, "num_microbatches": d.num_microbatches,
+                     "interleave": d.interleave, "recompute": d.recompute, "run_zero": d.zero,
+                     **{k: v for k, v in m.items() if k in CP_COLUMNS},
+                     "ring_formula_bytes": d.num_microbatches * sum(len(s.layers) for s in specs)
+                     * (ring.total + full * ring.forward),
+                     "wall_s": round(time.perf_counter() - t0, 2)})
+    return rows
 
 
 def measure_study(study: str, gpu: str, writer, term_writer) -> None:

@@ -5,7 +5,7 @@ recv) and each functional collective DTensor issues (TP's all-gathers, reduce-sc
 forward and backward alike. CommDebugMode (torch.distributed.tensor.debug) is built the same way, but
 its module tracker breaks when a stage module runs once per micro-batch inside one context, and it does
 not say which process group a collective used; this log keeps the group, mapped to the mesh dimension
-(pp, dp or tp) it belongs to.
+(pp, dp, cp or tp) it belongs to.
 
 Bytes follow nccl-tests (doc/PERFORMANCE.md): the payload S of a collective is its full buffer (the
 all-gather output, the reduce-scatter input, the all-reduced tensor, the tensor sent or received), and
@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from common.collective_cost import COLLECTIVES, busbw_factor
+from parallelize import shard_mesh
 
 _KINDS = {
     "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
@@ -40,6 +41,7 @@ _KINDS = {
 _BOOKKEEPING = {"wait_tensor", "_wrap_tensor_autograd", "barrier", "monitored_barrier_"}
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "send", "recv")
+_SHARD = " shard"  # mesh_groups' entry for FSDP2's dp x cp group (not a process-group name)
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -114,6 +116,8 @@ class CollectiveLog(TorchDispatchMode):
                 dim, size = self.groups.get(pg.group_name, (pg.group_name, pg.size()))
             elif isinstance(a, str) and a in self.groups:  # functional collectives carry its name
                 dim, size = self.groups[a]
+        if dim == "cp" and kind not in ("send", "recv"):  # the ring only sends and receives: a collective on the
+            dim, size = self.groups.get(_SHARD, (dim, size))  # CP group is FSDP2's, whose group it is at dp = 1
         return Call(dim, kind, _payload(namespace, kind, args, out), size)
 
     def totals(self) -> list[Total]:
@@ -131,5 +135,11 @@ class CollectiveLog(TorchDispatchMode):
 
 
 def mesh_groups(mesh) -> dict[str, tuple[str, int]]:
-    """Process-group name -> (mesh dimension, size), for every dimension of a DeviceMesh."""
-    return {mesh[d].get_group().group_name: (d, mesh[d].size()) for d in mesh.mesh_dim_names}
+    """Process-group name -> (mesh dimension, size), for every dimension of a DeviceMesh; with context parallelism
+    the flattened dp x cp group FSDP2 shards over counts as "dp" (the gradient group, the planner's DP×CP)."""
+    groups = {mesh[d].get_group().group_name: (d, mesh[d].size()) for d in mesh.mesh_dim_names}
+    if "cp" in mesh.mesh_dim_names and mesh["cp"].size() > 1:
+        flat = shard_mesh(mesh)  # at dp = 1 the same group as cp's: the CP entry stays, collectives go to _SHARD
+        groups.setdefault(flat.get_group().group_name, ("dp", flat.size()))
+        groups[_SHARD] = ("dp", flat.size())
+    return groups

@@ -38,6 +38,12 @@ DP = 1 with bf16: the stages are fully_shard-ed on a 1-rank group (parallelize.f
   on dp, and comms.py logs 1-rank calls like any other, so a torch that still issued them would show as a
   mismatch. What FSDP2 does keep at dp = 1 is its reduction schedule, which sets how often the TP-Partial
   LayerNorm gradients are all-reduced (_reductions: every micro-batch without PP).
+CP (c > 1; context_parallel.py): every activation above holds this rank's s/c tokens (TP's buffers, the
+  pipeline's hops, the logits). Per micro-batch each block's ring attention sends c-1 K/V blocks forward and,
+  backward, c-1 K/V blocks plus c-1 fp32 dK/dV accumulators, receiving as many (common/ring_attention.py);
+  full recompute runs the forward ring once more. A K/V block is 2·b·(s/c)·(n_kv/t)·d_head elements. FSDP2
+  shards over the dp x cp ranks (parallelize.shard_mesh): its collectives are counted under "dp", on a group
+  of d·c ranks, as the planner's DP×CP group; everything said of d > 1 above holds for d·c > 1.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import math
 from collections import Counter
 
 from common.model import GPTConfig
+from common.ring_attention import ring_bytes
 from settings import Layout, Variant
 from pipeline_stages import StageSpec
 
@@ -97,7 +104,8 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], f
     collective). orders: each stage's actions (schedule_orders; default 1F1B's)."""
     m, out = layout.num_microbatches, Counter()
     full, zero3, piped = variant.recompute == "full", variant.zero == 3, layout.pp > 1
-    reductions = _reductions(layout, layout.dp > 1 if fsdp is None else fsdp)
+    sharded = layout.shard_group > 1
+    reductions = _reductions(layout, sharded if fsdp is None else fsdp)
     for s in specs:
         blocks = len(s.layers)
         root = s.is_first or s.is_last
@@ -111,11 +119,15 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], f
             transfers = m * ((not s.is_last) + (not s.is_first))
             out["pp", "send"] += transfers
             out["pp", "recv"] += transfers
-        if layout.dp > 1 and piped:
+        if layout.cp > 1:
+            hops = m * blocks * (layout.cp - 1) * (3 + full)  # forward, K/V again + dK/dV backward, [forward again]
+            out["cp", "send"] += hops
+            out["cp", "recv"] += hops
+        if sharded and piped:
             order = (orders or {}).get(s.index) or one_f_one_b(s.index, s.n_stages, m)
             out["dp", "all_gather"] += root * fsdp_gathers(order, False) + blocks * fsdp_gathers(order, zero3)
             out["dp", "reduce_scatter"] += root + blocks
-        elif layout.dp > 1:
+        elif sharded:
             out["dp", "all_gather"] += m * (root + blocks * (2 if zero3 else 1))
             out["dp", "reduce_scatter"] += m * (root + blocks)
     return +out  # drop zeros
@@ -145,11 +157,12 @@ def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: li
     """{(dimension, kind): payload bytes} for one step on this rank: predicted_counts' collectives, each with
     its full buffer (comms.py's convention). act_bytes: activations (bf16 = 2); param_bytes: the gathered
     parameters' dtype; grad_bytes: FSDP2's reduce dtype (fp32 = 4)."""
-    m, t, dp, b = layout.num_microbatches, layout.tp, layout.dp, layout.microbatch
+    m, t, dp, b, c = layout.num_microbatches, layout.tp, layout.shard_group, layout.microbatch, layout.cp
     full, zero3, piped = variant.recompute == "full", variant.zero == 3, layout.pp > 1
     fsdp = dp > 1 if fsdp is None else fsdp
     reductions = _reductions(layout, fsdp)
-    act = b * g.seq_len * g.d_model * act_bytes  # (b, T, d): every TP collective inside a block
+    tokens = g.seq_len // c  # this rank's tokens of a sequence
+    act = b * tokens * g.d_model * act_bytes  # (b, T/c, d): every TP collective inside a block
     block, first, last = tp_local_shapes(g, t)
     out = Counter()
     for s in specs:
@@ -157,19 +170,24 @@ def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: li
         if t > 1:
             out["tp", "all_gather"] += m * act * (n * (4 + 2 * full) + s.is_last)
             out["tp", "reduce_scatter"] += m * act * (n * (4 + full) + s.is_first + s.is_last)
-            if s.is_first:  # the position table's output is (1, T, d): one sequence, whatever the micro-batch
-                pos = g.seq_len * g.d_model * act_bytes
+            if s.is_first:  # the position table's output is (1, T/c, d): one sequence, whatever the micro-batch
+                pos = tokens * g.d_model * act_bytes
                 out["tp", "reduce_scatter"] += m * pos
                 out["tp", "all_gather"] += m * (act + pos)
             if s.is_last:  # the logits' vocabulary columns
-                out["tp", "all_gather"] += m * b * g.seq_len * g.vocab_size * act_bytes
+                out["tp", "all_gather"] += m * b * tokens * g.vocab_size * act_bytes
             # LayerNorm weight gradients: as computed (the gathered parameters' dtype) when each micro-batch is
             # reduced at once; in the reduce dtype when pipelining has accumulated them unsharded (FSDP2 keeps
             # that accumulation in its reduce dtype)
             norm_bytes = grad_bytes if piped and fsdp else param_bytes
             out["tp", "all_reduce"] += reductions * (2 * n + s.is_last) * g.d_model * norm_bytes
+        if c > 1:
+            kv = ring_bytes(b, g.seq_len, g.kv_heads // t, g.head_dim, c, act_bytes)  # per block, per micro-batch
+            sent = m * n * (kv.total + full * kv.forward)
+            out["cp", "send"] += sent
+            out["cp", "recv"] += sent
         if piped:
-            hop = b * g.seq_len // t * g.d_model * act_bytes
+            hop = b * tokens // t * g.d_model * act_bytes
             out["pp", "send"] += m * hop * ((not s.is_last) + (not s.is_first))
             out["pp", "recv"] += m * hop * ((not s.is_last) + (not s.is_first))
         if dp > 1:

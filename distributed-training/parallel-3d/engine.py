@@ -43,6 +43,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleIn
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from common.model import GPT, GPTConfig, count_params, lm_loss
+from context_parallel import positions, shard_tokens
 from design import schedule_orders
 from footprint import state_bytes
 from init_weights import init_like_one_process
@@ -71,7 +72,7 @@ class Engine:
         torch.manual_seed(seed)  # every rank builds the same model, so every shard is a slice of one GPT
         with torch.device("meta" if init in ("meta", "fake") else "cpu"):
             gpt = GPT(gcfg)
-        self.policy = fsdp_policy(layout.dp, param_dtype)  # None: no FSDP (fp32 at dp = 1)
+        self.policy = fsdp_policy(layout.shard_group, param_dtype)  # None: no FSDP (fp32 at dp = cp = 1)
         self.fsdp = self.policy is not None
         self.act_dtype = boundary_dtype(self.policy)  # what the pipeline stages send and receive
         self.stages: list[StageModule] = []
@@ -80,6 +81,11 @@ class Engine:
                 stage.to(device)
             self.stages.append(parallelize(stage, mesh, zero=variant.zero, recompute=variant.recompute,
                                            policy=self.policy))
+        self.positions = None  # with CP: (1, T/cp) positions of this rank's tokens, for the batch and the embeddings
+        if layout.cp > 1:
+            self.positions = positions(gcfg.seq_len, layout.cp, mesh["cp"].get_local_rank(), device)
+            for stage in self.stages:
+                stage.positions = self.positions
         if init == "meta":
             self._materialise(seed)
         elif init == "fake":  # the at-scale study: shards allocated as FakeTensors, no values
@@ -110,7 +116,7 @@ class Engine:
     def _pipeline_stage(self, stage: StageModule, spec) -> PipelineStage:
         # Static shapes: pipelining then skips its shape-inference pass (a real forward/backward on the first
         # micro-batch in torch 2.13's dynamic mode).
-        inp, out = boundary_shapes(self.gcfg, spec, self.layout.microbatch, self.layout.tp)
+        inp, out = boundary_shapes(self.gcfg, spec, self.layout.microbatch, self.layout.tp, self.layout.cp)
         meta = torch.device("meta")
         x = (torch.empty(inp, dtype=torch.long, device=meta) if spec.is_first
              else torch.empty(inp, dtype=self.act_dtype, device=meta, requires_grad=True))
@@ -123,6 +129,8 @@ class Engine:
     def forward_backward(self, batch: Batch) -> list[torch.Tensor]:
         """m micro-batches over this replica's rows; returns the micro-batch losses (on the last stage only)."""
         x, y = batch.x.to(self.device), batch.y.to(self.device)
+        if self.positions is not None:  # context parallelism: this rank's tokens of every row
+            x, y = shard_tokens(x, self.positions), shard_tokens(y, self.positions)
         with warnings.catch_warnings():
             # FSDP2 warns that a root returning a view (the logits) could skip its pre-backward hook if the
             # caller edited it in place; lm_loss never does.
@@ -168,13 +176,14 @@ class Engine:
         return losses
 
     def mean_loss(self, losses: list[torch.Tensor]) -> float:
-        """The step's loss on every rank: the last stage's micro-batch mean, averaged over replicas."""
+        """The step's loss on every rank: the last stage's micro-batch mean, averaged over replicas and CP ranks."""
         local = torch.stack(losses).float().mean() if losses else torch.zeros((), device=self.device)
         t = local.detach().to(self.device).reshape(1)
         if self.mesh["pp"].size() > 1:
             dist.all_reduce(t, group=self.mesh["pp"].get_group())  # only the last stage holds it
-        if self.mesh["dp"].size() > 1:
-            dist.all_reduce(t, op=dist.ReduceOp.AVG, group=self.mesh["dp"].get_group())
+        for dim in ("dp", "cp"):  # equal tokens per CP rank: the mean of their means is the mean over all tokens
+            if self.mesh[dim].size() > 1:
+                dist.all_reduce(t, op=dist.ReduceOp.AVG, group=self.mesh[dim].get_group())
         return t.item()
 
     def step(self, batch: Batch) -> float:

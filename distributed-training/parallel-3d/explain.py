@@ -49,8 +49,8 @@ def unit_numels(g: GPTConfig, tp: int, dp: int, specs: list[StageSpec]) -> tuple
 
 
 def rank_state_numel(g: GPTConfig, layout: Layout, specs: list[StageSpec]) -> int:
-    """Parameters this rank stores: its stages' units, TP-local, padded by FSDP2, divided over dp."""
-    return sum(unit_numels(g, layout.tp, layout.dp, specs)) // layout.dp
+    """Parameters this rank stores: its stages' units, TP-local, padded by FSDP2, divided over dp (x cp)."""
+    return sum(unit_numels(g, layout.tp, layout.shard_group, specs)) // layout.shard_group
 
 
 def state_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], pred: pb.Prediction) -> list[Term]:

@@ -1,24 +1,26 @@
 # parallel-3d (issue 17): the common GPT with TP x PP x DP from PyTorch's own parts (DTensor TP + SP,
-# torch.distributed.pipelining, FSDP2), held against the planner. Runbook: distributed-training/parallel-3d/README.md
+# torch.distributed.pipelining, FSDP2), and CP through the hand-rolled ring attention (issue 33), held against the
+# planner. Runbook: distributed-training/parallel-3d/README.md
 P3D_DIR := $(LABS_DIR)/parallel-3d
 TP ?= 2
 PP ?= 2
 DP ?= 2
-# One node: the launch has exactly TP x PP x DP ranks. Several nodes: NPROC per node (make's default, the
+CP ?= 1
+# One node: the launch has exactly TP x PP x DP x CP ranks. Several nodes: NPROC per node (make's default, the
 # node's GPUs) x NNODES, and DP may be 0 (derived from the world).
 ifeq ($(NNODES),1)
-  P3D_WORLD := $(shell echo $$(( $(TP) * $(PP) * $(DP) )))
+  P3D_WORLD := $(shell echo $$(( $(TP) * $(PP) * $(DP) * $(CP) )))
   parallel-3d-run: NPROC = $(P3D_WORLD)
 else
   P3D_WORLD := $(shell echo $$(( $(NNODES) * $(NPROC) )))
 endif
-P3D_FLAGS = --gpu $(GPU) --tp $(TP) --pp $(PP) --dp $(DP) --world $(P3D_WORLD)
+P3D_FLAGS = --gpu $(GPU) --tp $(TP) --pp $(PP) --dp $(DP) --cp $(CP) --world $(P3D_WORLD)
 P3D_ACT_NPROC ?= $(if $(filter 0 1,$(NGPUS)),$(if $(filter 1,$(NGPUS)),1,2),2)
 
 .PHONY: parallel-3d parallel-3d-baseline parallel-3d-run parallel-3d-activations parallel-3d-at-scale \
-        parallel-3d-report parallel-3d-gpu
+        parallel-3d-report parallel-3d-gpu parallel-3d-ranking
 
-parallel-3d: $(SETUP) ## TP x PP x DP training (make parallel-3d TP=2 PP=2 DP=2): 1-rank baseline, the run, studies, report
+parallel-3d: $(SETUP) ## TP x PP x DP x CP training (make parallel-3d TP=2 PP=2 DP=2 [CP=2]): 1-rank baseline, run, studies, report
 	$(MAKE) parallel-3d-baseline parallel-3d-run parallel-3d-activations
 	$(if $(filter 0,$(NGPUS)),$(MAKE) parallel-3d-at-scale)
 	$(MAKE) parallel-3d-report
@@ -31,7 +33,7 @@ parallel-3d-baseline: $(SETUP) ## the same model on one rank (the reference the 
 
 # What slurm/lab.sbatch runs under srun on every node.
 # common.launch (TORCHRUN) runs train.py once as a plain process first: bad input is one line, exit 2.
-parallel-3d-run: $(SETUP) ## the TP x PP x DP launch alone (torchrun; rows merged into results/runs_<preset>.csv)
+parallel-3d-run: $(SETUP) ## the TP x PP x DP x CP launch alone (torchrun; rows merged into results/runs_<preset>.csv)
 	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) $(ARGS)
 
 parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selective/full recompute at t = 1, 2 vs the planner
@@ -40,6 +42,12 @@ parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selecti
 
 parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/4096 GPUs, built as one rank (fake PG)
 	$(PYRUN) $(P3D_DIR)/at_scale.py
+
+# The ranking set (CPU, gloo, any machine): this machine's calibration (allreduce-bench's fit, a GEMM rate, a
+# memory rate, a per-op fixed cost), then 22 layouts of the tiny GPT at world sizes 4 and 8, each trained by train.py;
+# rows appended as measured, --resume continues. The planner predicts them (python -m planner.ranking).
+parallel-3d-ranking: $(SETUP) ## the ranking set: 22 layouts at 4 and 8 gloo ranks, measured for the planner's ranking
+	$(PYRUN) $(P3D_DIR)/ranking.py $(ARGS)
 
 parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alone
 	$(PYRUN) $(P3D_DIR)/report.py

@@ -1,10 +1,14 @@
-"""Tensor parallelism, activation checkpointing and FSDP2 applied to one pipeline stage, in that order
-(torchtitan's order, torchtitan/models/llama3/infra/parallelize.py): TP first, on the plain modules;
-checkpoint wrappers next, around each (TP) block; fully_shard last, so that FSDP's hooks sit outside
-the checkpointed region and a recomputation never gathers parameters again.
+"""Context parallelism, tensor parallelism, activation checkpointing and FSDP2 applied to one pipeline stage, in
+that order (torchtitan's order, torchtitan/models/llama3/infra/parallelize.py): ring attention swapped in first
+(context_parallel.py), TP on the plain modules; checkpoint wrappers next, around each (TP) block;
+fully_shard last, so that FSDP's hooks sit outside the checkpointed region and a recomputation never
+gathers parameters again.
 
-The mesh is (pp, dp, tp) with tp innermost: a TP group is consecutive ranks (one NVLink domain on a
-GPU node), then data parallelism, then pipeline stages outermost, Megatron's layout.
+The mesh is (pp, dp, cp, tp) with tp innermost: a TP group is consecutive ranks (one NVLink domain on a
+GPU node), then context parallelism (a CP group joins ranks of the same TP rank, Megatron's TP2CP2 figure),
+then data parallelism, then pipeline stages outermost, Megatron's layout ("tp-cp-ep-dp-pp") and Llama 3's
+([TP, CP, PP, DP] innermost first). With cp > 1 the dp and cp dimensions are flattened into one "dp_cp"
+group for FSDP2 (torchtitan's fsdp = dp_shard x cp): CP ranks hold the same weights.
 
 TP with sequence parallelism (Megatron SC21 and Korthikanti et al. 2022), through DTensor's
 parallelize_module. Per block:
@@ -54,9 +58,11 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from common.fsdp import mixed_precision
+from context_parallel import apply_cp
 from pipeline_stages import StageModule
 
-MESH_DIMS = ("pp", "dp", "tp")
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+SHARD_DIM = "dp_cp"  # the flattened dp x cp mesh FSDP2 shards over when cp > 1
 WRAPPED = "_checkpoint_wrapped_module."  # the prefix checkpoint_wrapper adds to parameter names
 
 _aten = torch.ops.aten
@@ -70,8 +76,14 @@ def _is_collective(func) -> bool:
     return func.namespace in ("_c10d_functional", "c10d")
 
 
-def build_mesh(device_type: str, pp: int, dp: int, tp: int) -> DeviceMesh:
-    return init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=MESH_DIMS)
+def build_mesh(device_type: str, pp: int, dp: int, tp: int, cp: int = 1) -> DeviceMesh:
+    return init_device_mesh(device_type, (pp, dp, cp, tp), mesh_dim_names=MESH_DIMS)
+
+
+def shard_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The ranks FSDP2 shards over: dp, or dp x cp with context parallelism (flattened on first use, the same mesh
+    after; DeviceMesh._flatten is private in torch 2.13, and what torchtitan calls)."""
+    return mesh["dp", "cp"]._flatten(SHARD_DIM) if mesh["cp"].size() > 1 else mesh["dp"]
 
 
 def tp_plan(stage: StageModule) -> dict:
@@ -137,13 +149,15 @@ def apply_fsdp(stage: StageModule, dp_mesh: DeviceMesh, zero: int, policy: Mixed
 
 def parallelize(stage: StageModule, mesh: DeviceMesh, *, zero: int, recompute: str,
                 policy: MixedPrecisionPolicy | None) -> StageModule:
-    """TP (tp > 1), recompute, FSDP2 (where `policy` is given: fsdp_policy) on one stage, in torchtitan's order;
-    returns the stage."""
+    """CP (cp > 1), TP (tp > 1), recompute, FSDP2 (where `policy` is given: fsdp_policy) on one stage, in
+    torchtitan's order; returns the stage."""
+    if mesh["cp"].size() > 1:
+        apply_cp(stage, mesh["cp"].get_group())
     if mesh["tp"].size() > 1:
         apply_tp(stage, mesh["tp"])
     apply_recompute(stage, recompute)
     if policy is not None:
-        apply_fsdp(stage, mesh["dp"], zero, policy)
+        apply_fsdp(stage, shard_mesh(mesh), zero, policy)
     return stage
 
 

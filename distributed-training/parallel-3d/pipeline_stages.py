@@ -82,12 +82,13 @@ class StageModule(nn.Module):
         self.layers = nn.ModuleDict({str(i): gpt.layers[i] for i in spec.layers})
         self.norm = gpt.norm if spec.is_last else None
         self.lm_head = gpt.lm_head if spec.is_last else None
+        self.positions: torch.Tensor | None = None  # (1, T/cp): the tokens' positions with CP (context_parallel.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok_emb is not None:
             # (1, T) positions: under TP the position table is vocab-parallel like the token table and both
             # outputs arrive as this rank's sequence shard (parallelize.py).
-            pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+            pos = self.positions if self.positions is not None else torch.arange(x.shape[1], device=x.device)[None]
             x = self.tok_emb(x) + self.pos_emb(pos)  # (B, T[/tp], d)
         for block in self.layers.values():
             x = block(x)
@@ -101,10 +102,12 @@ def build_stages(gpt: GPT, specs: list[StageSpec]) -> list[StageModule]:
     return [StageModule(gpt, s) for s in specs]
 
 
-def boundary_shapes(cfg: GPTConfig, spec: StageSpec, microbatch: int, tp: int) -> tuple[tuple, tuple]:
+def boundary_shapes(cfg: GPTConfig, spec: StageSpec, microbatch: int, tp: int, cp: int = 1) -> tuple[tuple, tuple]:
     """(input shape, output shape) of a stage for one micro-batch: what pipelining sends between stages.
-    With sequence parallelism the hidden states between stages are this rank's T/tp rows."""
-    hidden = (microbatch, cfg.seq_len // tp, cfg.d_model)
-    inp = (microbatch, cfg.seq_len) if spec.is_first else hidden
-    out = (microbatch, cfg.seq_len, cfg.vocab_size) if spec.is_last else hidden
+    With context parallelism a rank holds T/cp tokens; with sequence parallelism the hidden states between
+    stages are this rank's T/(cp tp) rows."""
+    tokens = cfg.seq_len // cp
+    hidden = (microbatch, tokens // tp, cfg.d_model)
+    inp = (microbatch, tokens) if spec.is_first else hidden
+    out = (microbatch, tokens, cfg.vocab_size) if spec.is_last else hidden
     return inp, out

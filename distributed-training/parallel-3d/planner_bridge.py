@@ -1,6 +1,6 @@
-"""The one place this lab calls the planner (../planner): its choice for a model and cluster, and its memory,
-time and communication terms for a configuration the lab runs. If the planner's signatures change, only
-this file changes.
+"""The one place this lab calls the planner (the `planner` package, imported by name): its choice for a model
+and cluster, and its memory, time and communication terms for a configuration the lab runs. If the
+planner's signatures change, only this file changes.
 
 Bytes from a time model. The planner prices communication as time (alpha-beta, costs.py); priced on a
 cluster whose every link carries 1 byte/s with zero latency, each of its time terms *is* the bus bytes
@@ -16,17 +16,14 @@ gradients in fp32, so the comparison passes grad_bytes = 4 (the planner's --grad
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
 
 from common.hardware import get_preset
 from common.model import GPTConfig
+from planner import cluster, compute, costs, degrees, launch, memory, plan, search, shapes, stages
 
-PLANNER_DIR = Path(__file__).resolve().parent.parent / "planner"
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 
 
@@ -34,27 +31,8 @@ def _stack() -> dict:
     """PyTorch's stack as this lab runs it, in the planner's software flags: eager kernels (no torch.compile),
     FlashAttention-2 through SDPA, learned positions, DTensor TP with every collective on the critical path
     (no async TP), FSDP2's prefetching overlapping the data-parallel traffic."""
-    Kernels = _planner().compute.Kernels
-    return {"kernels": Kernels(fused=False, attention="fa2", rope=False), "tp_overlap": False, "dp_overlap": True}
-
-
-def _planner() -> SimpleNamespace:
-    """The planner's modules, imported from its folder (appended to sys.path: this lab's names win, so no
-    module here may share a name with one there)."""
-    if str(PLANNER_DIR) not in sys.path:
-        sys.path.append(str(PLANNER_DIR))
-    import cluster
-    import compute
-    import costs
-    import degrees
-    import launch
-    import memory
-    import plan
-    import search
-    import shapes
-    import stages
-    return SimpleNamespace(cluster=cluster, compute=compute, costs=costs, degrees=degrees, launch=launch,
-                           memory=memory, plan=plan, search=search, shapes=shapes, stages=stages)
+    return {"kernels": compute.Kernels(fused=False, attention="fa2", rope=False), "tp_overlap": False,
+            "dp_overlap": True}
 
 
 class Degrees(NamedTuple):
@@ -83,7 +61,7 @@ class Prediction(NamedTuple):
 
 
 def shape_of(g: GPTConfig):
-    return _planner().shapes.Shape(g.n_layers, g.d_model, g.n_heads, g.kv_heads, g.vocab_size, g.seq_len, g.ffn)
+    return shapes.Shape(g.n_layers, g.d_model, g.n_heads, g.kv_heads, g.vocab_size, g.seq_len, g.ffn)
 
 
 def lab_recompute(planner_recompute: str) -> str:
@@ -94,20 +72,19 @@ def lab_recompute(planner_recompute: str) -> str:
 def best_plan(params: str, gpus: int, gpu: str = "h100") -> tuple[GPTConfig, Degrees, dict]:
     """The planner's first choice for a standard model of `params` on `gpus` GPUs, without context parallelism
     (this lab has none), as `make plan` prints it; returns the model, the degrees and the planner's record."""
-    P = _planner()
-    cfg = P.plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, cp=1, top=1)
+    cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, cp=1, top=1)
     w, cl, pins = cfg.resolve()
-    best = P.search.search(w, cl, pins, top=1).best
+    best = search.search(w, cl, pins, top=1).best
     if best is None:
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
-    split = P.launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
+    split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
     d = Degrees(best["tp"], best["pp"], best["dp"], best["zero"], best["microbatch"], best["num_microbatches"],
                 best["interleave"], lab_recompute(best["recompute"]), split if len(set(split)) > 1 else ())
     return w.shape.gpt, d, best
 
 
 def _cluster(gpu: str, gpus: int):
-    return _planner().cluster.make_cluster(get_preset(gpu), gpus, "bf16")
+    return cluster.make_cluster(get_preset(gpu), gpus, "bf16")
 
 
 def _unit(cl):
@@ -117,9 +94,8 @@ def _unit(cl):
 
 
 def _planner_degrees(d: Degrees):
-    P = _planner()
-    return P.degrees.Degrees.of(t=d.tp, p=d.pp, c=1, d=d.dp, b=d.microbatch, v=d.interleave, m=d.num_microbatches,
-                                zero=d.zero, recompute=P.degrees.RECOMPUTE.index(d.recompute))
+    return degrees.Degrees.of(t=d.tp, p=d.pp, c=1, d=d.dp, b=d.microbatch, v=d.interleave, m=d.num_microbatches,
+                              zero=d.zero, recompute=degrees.RECOMPUTE.index(d.recompute))
 
 
 def lab_split(g: GPTConfig, d: Degrees):
@@ -129,7 +105,7 @@ def lab_split(g: GPTConfig, d: Degrees):
     per_stage = split_layers(g.n_layers, d.pp * d.interleave, d.stage_layers)
     per_rank = [sum(per_stage[r::d.pp]) for r in range(d.pp)]
     middle = max(per_rank[1:-1], default=0)
-    return _planner().stages.StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
+    return stages.StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
 
 
 def _max_layers(split) -> float:
@@ -139,22 +115,21 @@ def _max_layers(split) -> float:
 def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int = GRAD_BYTES) -> Prediction:
     """The planner's terms for the configuration this lab runs (its degrees and its split), for PyTorch's
     stack (_stack): memory per GPU, bus bytes per step and, with a GPU preset, the times."""
-    P = _planner()
     shape, deg, split = shape_of(g), _planner_degrees(d), lab_split(g, d)
-    mem = P.memory.memory_breakdown(shape, deg, grad_bytes=grad_bytes, sequence_parallel=True, flash=True,
-                                    split=split)
-    psi = float(P.memory.stage_params(shape, d.tp, d.pp, split))
+    mem = memory.memory_breakdown(shape, deg, grad_bytes=grad_bytes, sequence_parallel=True, flash=True,
+                                  split=split)
+    psi = float(memory.stage_params(shape, d.tp, d.pp, split))
     template = _cluster(gpu if gpu and gpu != "cpu" else "h100", d.gpus)
     # The unit cluster's own stage split would balance bytes, not time: rescale its split-dependent terms (TP on
     # the busiest stage's layers, DP on its parameters) to the split this lab runs.
-    unit = P.costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, **_stack())
-    unit_psi = float(P.memory.stage_params(shape, d.tp, d.pp, unit["split"]))
+    unit = costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, **_stack())
+    unit_psi = float(memory.stage_params(shape, d.tp, d.pp, unit["split"]))
     bus = {"tp": float(unit["tp_comm_s"]) / _max_layers(unit["split"]) * _max_layers(split),
            "pp": float(unit["pp_comm_s"]), "dp": float(unit["dp_comm_s"]) * psi / unit_psi,
            "cp": float(unit["cp_comm_s"])}
     times = None
     if gpu and gpu != "cpu":
-        priced = P.costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, **_stack())
+        priced = costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, **_stack())
         times = {k: float(v_) for k, v_ in priced.items() if k != "split"}
     return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times, psi, _max_layers(split))
 
@@ -163,8 +138,7 @@ def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch
     """Korthikanti's saved activations of one block for one micro-batch on one GPU, as the planner prices them
     (sequence parallelism, FlashAttention, no dropout). The planner's coefficient is in bf16 bytes; every
     term is a 2-byte tensor then (no 1-byte dropout masks without dropout), so other widths scale it exactly."""
-    P = _planner()
-    coef = float(P.memory.activation_coefficient(shape_of(g), tp, P.degrees.RECOMPUTE.index(recompute),
-                                                 sequence_parallel=True, flash=True, fp8=False, dropout=False))
+    coef = float(memory.activation_coefficient(shape_of(g), tp, degrees.RECOMPUTE.index(recompute),
+                                               sequence_parallel=True, flash=True, fp8=False, dropout=False))
     return coef * g.seq_len * microbatch * g.d_model * elem_bytes / 2
 

@@ -15,12 +15,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import against_planner as ap
 from common import measured_on
 from common.config import parse_config
-from common import predicted
-from common.csvread import BadResults, guard_report
+from common.csvread import BadResults, check_configs, guard_report
 from common.plotting import new_figure, save
+from planner import against_pytorch as ap, vs_measured
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
@@ -58,6 +57,17 @@ def provenance(rows: list[dict]) -> str:
             f"commit {distinct('git_commit')}, {' to '.join(dict.fromkeys((days[0], days[-1])))}")
 
 
+def _degrees(r: dict) -> str:
+    """TP·PP·DP, with ·CP where context parallelism ran (rows written before it had no cp column)."""
+    cp = r.get("cp") or "1"
+    return f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}" + (f"·CP{cp}" if cp != "1" else "")
+
+
+def _mib(row: dict, key: str, spec: str) -> str:
+    x = _f(row, key)
+    return "-" if x is None else format(x / MIB, spec)
+
+
 def _loss_gap(row: dict, base: dict | None) -> str:
     if base is None:
         return "-"
@@ -71,17 +81,17 @@ def runs_section(results: Path) -> list[str]:
         rows = ap.read(path)
         if not rows:
             continue
-        base = next((r for r in rows if (r["tp"], r["pp"], r["dp"]) == ("1", "1", "1")), None)
+        base = next((r for r in rows if _degrees(r) == "TP1·PP1·DP1"), None)
         body = []
         for r in rows:
             mfu = _f(r, "mfu")
-            body.append([f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}", r["schedule"], r["stage_layers"].replace(";", ","),
-                         f"Z{r['zero']}" if r["dp"] != "1" else "-", r["recompute"],
+            body.append([_degrees(r), r["schedule"], r["stage_layers"].replace(";", ","),
+                         f"Z{r['zero']}" if int(r["dp"]) * int(r.get("cp") or 1) > 1 else "-", r["recompute"],
                          f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
                          "-" if mfu is None else f"{mfu:.1%}", f"{float(r['peak_mem_bytes']) / MIB:.2f}",
                          f"{(float(r['param_bytes']) + float(r['grad_bytes']) + float(r['opt_bytes'])) / MIB:.3f}",
-                         f"{float(r['planner_state_bytes']) / MIB:.3f}", f"{float(r['planner_total_bytes']) / MIB:.0f}",
+                         _mib(r, "planner_state_bytes", ".3f"), _mib(r, "planner_total_bytes", ".0f"),
                          _num(_f(r, "planner_step_s"), ".3f"), _num(_f(r, "planner_exposed_comm_s"), ".3f"),
                          f"{float(r['loss_first']):.4f}→{float(r['loss_last']):.4f}", _loss_gap(r, base),
                          "yes" if r["counts_match_design"] == "true" else "**no**"])
@@ -91,6 +101,9 @@ def runs_section(results: Path) -> list[str]:
                            "step ms", "tokens/s", "MFU", "peak MiB/rank", "state MiB/rank", "planner state MiB",
                            "planner total MiB", "planner step s", "planner exposed comm s", "loss",
                            "loss vs 1 rank", "collectives = design"], body), ""]
+        if any(_degrees(r).count("CP") for r in rows):
+            out += ["Runs with CP have no planner columns yet: `planner_bridge` prices no context parallelism "
+                    "(its Degrees has no cp), so they are left empty rather than filled with a CP-less prediction.", ""]
     return out or ["_No runs yet: `make parallel-3d`._"]
 
 
@@ -103,13 +116,13 @@ def comms_section(results: Path) -> list[str]:
             continue
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((r["tp"], r["pp"], r["dp"], r["variant"], r["pp_rank"]), []).append(r)
+            groups.setdefault((_degrees(r), r["variant"], r["pp_rank"]), []).append(r)
         body = []
-        for (tp, pp, dp, variant, pp_rank), rs in groups.items():
+        for (degrees, variant, pp_rank), rs in groups.items():
             cells = [f"{r['dim']} {r['kind'].replace('_', '-')} {r['count']}"
                      + ("" if r["count"] == r["design_count"] else f" (design {r['design_count']})") for r in rs]
             sent = sum(float(r["bus_bytes"]) for r in rs)
-            body.append([f"TP{tp}·PP{pp}·DP{dp}", variant, pp_rank, "; ".join(cells), f"{sent / MIB:.2f}"])
+            body.append([degrees, variant, pp_rank, "; ".join(cells), f"{sent / MIB:.2f}"])
         out += [f"**{path.stem}** ({provenance(rows)})", "",
                 *ap.table(["degrees", "variant", "pipeline rank", "collectives per step (a design count in "
                            "parentheses where it differs)", "bus MiB"], body), ""]
@@ -175,6 +188,39 @@ def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str
     return [text]
 
 
+def cp_at_scale_section(results: Path) -> list[str]:
+    """The CP plan at real size (at_scale_cp.csv) beside the no-CP plan it was carved from (at_scale.csv)."""
+    path = results / "at_scale_cp.csv"
+    if not path.exists():
+        return ["_Not measured yet: `make parallel-3d-at-scale`._"]
+    base = {(r["study"], r["role"]): r for r in ap.read(results / "at_scale.csv")} \
+        if (results / "at_scale.csv").exists() else {}
+    body, lines = [], []
+    for r in ap.read(path):
+        b = base.get((r["baseline_study"], r["role"]))
+        state = sum(float(r[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
+        b_state = sum(float(b[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes")) if b else None
+        peak, b_peak = state + float(r["peak_bytes"]), (b_state + float(b["peak_bytes"])) if b else None
+        sent, formula = float(r["cp_payload_bytes"]), float(r["ring_formula_bytes"])
+        body.append([f"{r['study']} ({r['role']})", f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}·CP{r['cp']} Z{r['run_zero']}, "
+                     f"{r['microbatch']}×{r['num_microbatches']}, {r['recompute']}", r["seq"], ap._gb(state),
+                     _num(b_state and b_state / ap.GB, ".3f"), f"{peak / ap.GB:.1f}", _num(b_peak and b_peak / ap.GB, ".1f"),
+                     f"{sent / ap.GB:.2f} / {formula / ap.GB:.2f}", "yes" if r["counts_match_design"] == "true" else "**no**"])
+        if b:
+            lines.append(f"- **{r['study']}** ({r['role']} stage): with CP {r['cp']} at {r['cp']}× the sequence every rank "
+                         f"holds the tokens it held in {r['baseline_study']}; its state is {ap._pct(state, b_state)} off "
+                         f"(the learned position table grows with s), its peak {ap._pct(peak, b_peak)} "
+                         f"({(peak - b_peak) / ap.GB:+.2f} GB, not yet broken down term by term); it sends "
+                         f"{sent / ap.GB:.2f} GB per step over the ring, "
+                         f"{'exactly' if sent == formula else 'not'} the ring formula's (N-1 K/V blocks forward, N-1 "
+                         f"K/V blocks + N-1 fp32 dK/dV backward, per layer and micro-batch).")
+    r0 = ap.read(path)[0]
+    return [f"Measured on {r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']} (fake process group, "
+            "FakeTensorMode, one rank of the full world, as above).", "",
+            *ap.table(["study (rank)", "plan (ran)", "seq", "state GB", "no-CP state GB", "state + peak GB",
+                       "no-CP state + peak GB", "ring GB sent / formula", "collectives = design"], body), "", *lines]
+
+
 def activation_ratio(r: dict) -> float:
     """PyTorch's activation bytes per block over the planner's, for an at-scale row's shape and degrees
     (activations.torch_terms against planner_bridge: the terms the activation study verifies at small size)."""
@@ -216,14 +262,15 @@ def conclusions(results: Path) -> list[str]:
 
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
     sections = {"measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
-                                                                "at_scale.csv"],
+                                                                "at_scale.csv", "at_scale_cp.csv"],
                                                       "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
                                                       "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
                 "runs": runs_section(results), "comms": comms_section(results),
                 "activations": activations_section(results, plots, out_dir),
                 "at_scale": at_scale_section(results, plots, out_dir),
+                "cp_at_scale": cp_at_scale_section(results),
                 "conclusions": conclusions(results),
-                "predicted": [predicted.section("parallel-3d", results)]}  # beside every GPU row
+                "predicted": [vs_measured.section("parallel-3d", results)]}  # beside every GPU row
     text = (LAB / "report_template.md").read_text()
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
 
@@ -236,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
         ap.read(path)
-    predicted.check_inputs(results)
+    check_configs(results)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
     if plots:

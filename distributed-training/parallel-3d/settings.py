@@ -2,11 +2,11 @@
 checks that need the world size. Everything here runs before any process group exists, so a bad
 combination is one line and exit code 2 (common.config), not N ranks' tracebacks inside torchrun.
 
-The degrees are the planner's names (planner/plan.py): --tp, --pp, --dp, --zero, --microbatch,
+The degrees are the planner's names (planner/plan.py): --tp, --pp, --dp, --cp, --zero, --microbatch,
 --global-batch, --interleave, --recompute, and the model as --layers/--hidden/--heads/--kv-heads/--ffn/
 --vocab/--seq, so the command `make plan` prints for its choice is accepted here as it stands.
 
-A run is one set of degrees (TP x PP x DP = the torchrun world) and one or more *variants* of the
+A run is one set of degrees (TP x PP x DP x CP = the torchrun world) and one or more *variants* of the
 schedule: every combination of --zero, --recompute and --interleave listed, each measured in turn in
 the same launch.
 """
@@ -52,7 +52,9 @@ def _h(text: str, **kw) -> dict:
 class Config:
     tp: int = field(default=1, metadata=_h("tensor-parallel degree (DTensor TP + sequence parallelism)"))
     pp: int = field(default=1, metadata=_h("pipeline stages across ranks (torch.distributed.pipelining)"))
-    dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp)"))
+    dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp x cp)"))
+    cp: int = field(default=1, metadata=_h("context-parallel degree: each sequence split over cp ranks, ring "
+                                           "attention (context_parallel.py); FSDP2 then shards over dp x cp"))
     world: int = field(default=0, metadata=_h("ranks the launch will have, for checking before torchrun starts "
                                               "(make passes it; under torchrun WORLD_SIZE is used)"))
     zero: tuple[int, ...] = field(default=(), metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, "
@@ -91,7 +93,7 @@ class Config:
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
 
     def __post_init__(self):
-        for name in ("tp", "pp"):
+        for name in ("tp", "pp", "cp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         for name in ("dp", "world", "microbatch", "global_batch", "steps"):
@@ -142,10 +144,17 @@ class Layout(NamedTuple):
     dp: int
     microbatch: int
     num_microbatches: int  # m: micro-batches per step per replica
+    cp: int = 1  # context parallelism: the cp ranks of a replica hold s/cp tokens of the same sequences
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def shard_group(self) -> int:
+        """FSDP2's group: the dp x cp ranks that hold the same weights (CP ranks see other tokens of the same
+        samples, so their gradients are reduced like data parallelism's: Megatron, torchtitan)."""
+        return self.dp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -179,26 +188,37 @@ def gpt_config(cfg: Config, vocab_from_data: int = 256) -> GPTConfig:
 
 def variants(cfg: Config) -> list[Variant]:
     """Every combination of --zero, --recompute, --interleave. Preset values that cannot apply are dropped:
-    interleaving without a pipeline (pp = 1)."""
+    interleaving without a pipeline (pp = 1), selective recompute with context parallelism (check says why)."""
     inter = cfg.value("interleave")
     if not cfg.interleave and cfg.pp == 1:
         inter = (1,)
-    return [Variant(z, r, v) for z, r, v in itertools.product(cfg.value("zero"), cfg.value("recompute"), inter)]
+    recompute = cfg.value("recompute")
+    if not cfg.recompute and cfg.cp > 1:
+        recompute = tuple(r for r in recompute if r != "selective")
+    return [Variant(z, r, v) for z, r, v in itertools.product(cfg.value("zero"), recompute, inter)]
 
 
 def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
     """Every rule that depends on the world size or the model; ValueError (-> exit 2) before anything runs."""
-    tp, pp = cfg.tp, cfg.pp
-    if world % (tp * pp):
-        raise ValueError(f"world size {world} is not a multiple of tp x pp = {tp * pp}")
-    dp = cfg.dp or world // (tp * pp)
-    if tp * pp * dp != world:
-        raise ValueError(f"tp x pp x dp = {tp}x{pp}x{dp} = {tp * pp * dp}, but the world is {world} ranks "
-                         f"(NPROC x NNODES); set --dp 0 to derive it")
+    tp, pp, cp = cfg.tp, cfg.pp, cfg.cp
+    names, sizes = ("tp x pp x cp", f"{tp * pp * cp}") if cp > 1 else ("tp x pp", f"{tp * pp}")
+    if world % (tp * pp * cp):
+        raise ValueError(f"world size {world} is not a multiple of {names} = {sizes}")
+    dp = cfg.dp or world // (tp * pp * cp)
+    if tp * pp * dp * cp != world:
+        degrees = f"tp x pp x dp x cp = {tp}x{pp}x{dp}x{cp}" if cp > 1 else f"tp x pp x dp = {tp}x{pp}x{dp}"
+        raise ValueError(f"{degrees} = {tp * pp * dp * cp}, but the world is {world} ranks (NPROC x NNODES); "
+                         f"set --dp 0 to derive it")
     for what, n in (("heads", g.n_heads), ("kv-heads", g.kv_heads), ("ffn", g.ffn), ("vocab", g.vocab_size),
                     ("seq (sequence parallelism)", g.seq_len)):
         if n % tp:
             raise ValueError(f"--tp {tp} does not divide {what} {n}")
+    if cp > 1 and g.seq_len % (2 * cp * tp):
+        raise ValueError(f"--cp {cp} with --tp {tp} needs the sequence ({g.seq_len}) to split into 2 x cp load-"
+                         f"balanced chunks of whole sequence-parallel shards: a multiple of 2 x cp x tp = {2 * cp * tp}")
+    if cp > 1 and "selective" in cfg.value("recompute") and cfg.recompute:
+        raise ValueError("--recompute selective with --cp > 1 is not supported: the selective-checkpoint policy and "
+                         "the ring's sends and receives do not mix (recomputation hangs); use none or full")
     mb = cfg.value("microbatch")
     gb = cfg.value("global_batch")
     if gb % (dp * mb):
@@ -215,7 +235,7 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
                          f"(global batch {gb} / dp {dp} / microbatch {mb})")
     if len({x.interleave for x in variants(cfg)}) > 1 and cfg.stage_layers:
         raise ValueError("--stage-layers names one split; give one --interleave value with it")
-    return Layout(tp, pp, dp, mb, m)
+    return Layout(tp, pp, dp, mb, m, cp)
 
 
 def torchrun_world(cfg: Config) -> int:
@@ -224,4 +244,4 @@ def torchrun_world(cfg: Config) -> int:
     for var in ("WORLD_SIZE", "DT_PLANNED_WORLD"):
         if var in os.environ:
             return int(os.environ[var])
-    return cfg.world or cfg.tp * cfg.pp * max(1, cfg.dp)
+    return cfg.world or cfg.tp * cfg.pp * max(1, cfg.dp) * cfg.cp

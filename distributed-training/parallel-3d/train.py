@@ -1,7 +1,7 @@
-"""parallel-3d: train the common GPT with TP x PP x DP from PyTorch's own parts, and hold each run against
-the planner's prediction for it.
+"""parallel-3d: train the common GPT with TP x PP x DP (x CP) from PyTorch's own parts and the hand-rolled ring
+attention, and hold each run against the planner's prediction for it.
 
-One torchrun launch = one set of degrees (TP x PP x DP = the world) and one or more schedule variants
+One torchrun launch = one set of degrees (TP x PP x DP x CP = the world) and one or more schedule variants
 (--zero, --recompute, --interleave: every combination is measured in turn). Per variant, one row in
 results/runs_<preset>.csv: the degrees, stages and their layers, micro-batching, recompute, step time
 (median of timed optimizer steps after warm-up, max over ranks), tokens/s, MFU (GPU, bf16 peak of the
@@ -15,7 +15,9 @@ runs/<preset>_ws<N>_tp<t>pp<p>dp<d>/, under a lock, and when complete merges its
 (run_folders.py: other degrees' rows stay; an experiment, e.g. --steps 50, stays in runs/).
 
     make parallel-3d                              # CPU: 1-rank baseline + TP2 x PP2 x DP2 on 8 gloo ranks + studies
+    make parallel-3d TP=1 PP=1 DP=2 CP=2          # CPU: context parallelism, ring attention over 2 ranks
     make parallel-3d TP=2 PP=2 DP=2 GPU=h100      # one node of 8 GPUs
+    make parallel-3d TP=2 PP=1 DP=1 CP=4 GPU=h100 ARGS="--seq 8192"   # CP on one node: s/4 tokens per rank
     make parallel-3d-gpu                          # 1 GPU: the bf16 baseline + the activation study + report
     make parallel-3d-run TP=8 PP=2 DP=1 NNODES=2 MASTER_ADDR=node0 GPU=h100     # every node
     sbatch --nodes=2 slurm/lab.sbatch parallel-3d TP=8 PP=2 DP=1 GPU=h100
@@ -57,26 +59,27 @@ from pipeline_stages import split_layers
 from run_folders import check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
-COLUMNS = ["preset", "variant", "tp", "pp", "dp", "zero", "recompute", "interleave", "schedule", "stage_layers",
+COLUMNS = ["preset", "variant", "tp", "pp", "dp", "cp", "zero", "recompute", "interleave", "schedule", "stage_layers",
            "microbatch", "num_microbatches", "global_batch", "model", "n_params", "precision", "optimizer", "step_time_ms",
            "step_time_min_ms", "step_time_max_ms", "tokens_per_s", "tokens_per_s_per_rank", "mfu", "peak_mem_bytes",
            "mem_method", "param_bytes", "grad_bytes", "opt_bytes", "loss_first", "loss_last", "counts_match_design",
            "planner_state_bytes", "planner_activation_bytes", "planner_total_bytes", "planner_step_s",
            "planner_bubble_fraction", "planner_exposed_comm_s", "warmup", "steps", "timing"]
-KEY = ["variant", "tp", "pp", "dp", "world_size", "nnodes"]
-COMM_COLUMNS = ["preset", "variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
+KEY = ["variant", "tp", "pp", "dp", "cp", "world_size", "nnodes"]
+COMM_COLUMNS = ["preset", "variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
                 "design_count"]
-COMM_KEY = ["variant", "tp", "pp", "dp", "pp_rank", "dim", "kind", "world_size", "nnodes"]
+COMM_KEY = ["variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "world_size", "nnodes"]
 # What a launch measures, not how: launches that differ only here are merged into the same files (run_folders.py).
-OPERATIONAL = ("gpu", "tp", "pp", "dp", "world", "zero", "recompute", "interleave", "resume", "promote", "results",
+OPERATIONAL = ("gpu", "tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave", "resume", "promote", "results",
                "timeout_s")
-CONFIG_IGNORE = ("resume", "promote", "timeout_s", "tp", "pp", "dp", "world", "zero", "recompute", "interleave",
+CONFIG_IGNORE = ("resume", "promote", "timeout_s", "tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave",
                  "stage_layers")
 
 
 def run_tag(preset: GPUPreset, layout: Layout, nnodes: int) -> str:
-    """The launch's run folder, e.g. cpu_ws8_tp2pp2dp2, h100_ws1_tp1pp1dp1 (files inside keep results/' names)."""
-    return f"{preset.run_tag(layout.world, nnodes)}_tp{layout.tp}pp{layout.pp}dp{layout.dp}"
+    """The launch's run folder, e.g. cpu_ws8_tp2pp2dp2, cpu_ws4_tp1pp1dp2cp2 (files inside keep results/' names)."""
+    cp = f"cp{layout.cp}" if layout.cp > 1 else ""
+    return f"{preset.run_tag(layout.world, nnodes)}_tp{layout.tp}pp{layout.pp}dp{layout.dp}{cp}"
 
 
 def result_files(preset: GPUPreset) -> list[tuple[str, list[str]]]:
@@ -94,7 +97,7 @@ class Run:
     def __init__(self, cfg: Config, preset: GPUPreset, env: DistInfo, layout: Layout, data, gcfg):
         self.cfg, self.preset, self.env, self.layout, self.data, self.gcfg = cfg, preset, env, layout, data, gcfg
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
-        self.mesh = build_mesh(env.device.type, layout.pp, layout.dp, layout.tp)
+        self.mesh = build_mesh(env.device.type, layout.pp, layout.dp, layout.tp, layout.cp)
         prov, saved = provenance(env, BENCH_VERSION), saved_config(cfg)
         self.run_dir = run_dir_for(results_dir(cfg.results), run_tag(preset, layout, env.nnodes))
 
@@ -143,7 +146,8 @@ class Run:
         tokens = lay.global_batch * self.gcfg.seq_len
         tps = tokens / t.median_s
         peak_tf = self.preset.peak_tflops("bf16") if cfg.precision == "bf16" else None
-        row = {"preset": self.preset.name, "variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "zero": v.zero,
+        row = {"preset": self.preset.name, "variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp,
+               "zero": v.zero,
                "recompute": v.recompute,
                "interleave": v.interleave, "schedule": self.schedule_name(v),
                "stage_layers": ";".join(map(str, split_layers(self.gcfg.n_layers, lay.pp * v.interleave,
@@ -169,6 +173,9 @@ class Run:
 
     def prediction(self, v: Variant) -> dict:
         lay = self.layout
+        if lay.cp > 1:  # planner_bridge prices no CP yet: no prediction rather than a CP-less one
+            return dict.fromkeys(("planner_state_bytes", "planner_activation_bytes", "planner_total_bytes",
+                                  "planner_step_s", "planner_bubble_fraction", "planner_exposed_comm_s"))
         d = pb.Degrees(lay.tp, lay.pp, lay.dp, v.zero, lay.microbatch, lay.num_microbatches, v.interleave,
                        v.recompute, self.cfg.stage_layers)
         p = pb.predict(self.gcfg, d, self.preset.name if self.preset.name != "cpu" else None)
@@ -183,12 +190,13 @@ class Run:
         return out
 
     def _comm_rows(self, v: Variant, eng: Engine, log: CollectiveLog) -> list[dict]:
-        """One rank per pipeline stage reports (dp and tp rank 0); rank 0 receives them all."""
+        """One rank per pipeline stage reports (dp, cp and tp rank 0); rank 0 receives them all."""
         lay = self.layout
         mine = []
-        if self.mesh["dp"].get_local_rank() == 0 and self.mesh["tp"].get_local_rank() == 0:
+        if all(self.mesh[d].get_local_rank() == 0 for d in ("dp", "cp", "tp")):
             design = predicted_counts(lay, v, eng.specs, **eng.design())
-            mine = [{"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "pp_rank": eng.pp_rank, "dim": t.dim,
+            mine = [{"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "pp_rank": eng.pp_rank,
+                     "dim": t.dim,
                      "kind": t.kind, "count": t.count, "payload_bytes": t.payload_bytes, "bus_bytes": t.bus_bytes,
                      "design_count": design.get((t.dim, t.kind), 0)} for t in log.totals()]
         gathered: list = [None] * self.env.world_size if self.env.is_main else None
@@ -207,8 +215,7 @@ class Run:
     def measure_all(self) -> None:
         env = self.env
         todo = [v for v in variants(self.cfg) if not self.rows.done(self.key(v))]
-        for v in tqdm(from_rank0(todo), disable=not env.is_main, desc=f"TP{self.layout.tp} PP{self.layout.pp} "
-                      f"DP{self.layout.dp}", leave=False):
+        for v in tqdm(from_rank0(todo), disable=not env.is_main, desc=degrees(self.layout), leave=False):
             row, comm_rows = self.measure(v)
             self.rows.write(row)
             self.comms.write_many(comm_rows)
@@ -219,7 +226,13 @@ class Run:
 
     def key(self, v: Variant) -> dict:
         lay = self.layout
-        return {"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp}
+        return {"variant": v.name, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp}
+
+
+def degrees(layout: Layout) -> str:
+    """TP2 x PP2 x DP2, and x CP2 with context parallelism."""
+    cp = f" x CP{layout.cp}" if layout.cp > 1 else ""
+    return f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp}{cp}"
 
 
 def describe_model(g) -> str:
@@ -234,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         gcfg = gpt_config(cfg, data.vocab_size)
         layout = check(cfg, gcfg, torchrun_world(cfg))
         if layout.world > 1 and not launched_by_torchrun() and os.environ.get("DT_CHECK_ARGS") != "1":
-            raise ValueError(f"TP{layout.tp} x PP{layout.pp} x DP{layout.dp} needs {layout.world} ranks: launch it "
-                             f"with torchrun (make parallel-3d TP={layout.tp} PP={layout.pp} DP={layout.dp})")
+            raise ValueError(f"{degrees(layout)} needs {layout.world} ranks: launch it with torchrun (make parallel-3d "
+                             f"TP={layout.tp} PP={layout.pp} DP={layout.dp} CP={layout.cp})")
         if not launched_by_torchrun():  # make's check pass, or this plain process before it opens the folder
             results = results_dir(cfg.results)
             check_before_launch(run_dir_for(results, run_tag(preset, layout, planned_world()[2])), cfg.resume,
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
     with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
-        print0(f"parallel-3d: TP{layout.tp} x PP{layout.pp} x DP{layout.dp} = {env.world_size} ranks "
+        print0(f"parallel-3d: {degrees(layout)} = {env.world_size} ranks "
                f"({env.nnodes} node(s), {env.backend}, {preset.label}), model {describe_model(gcfg)}, "
                f"{layout.num_microbatches} micro-batches of {layout.microbatch}")
         Run(cfg, preset, env, layout, data, gcfg).run()

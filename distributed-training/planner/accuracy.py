@@ -18,17 +18,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import published
-import published_fp8
-import vs_measured
-from calibration import FITTED
-from cluster import make_cluster
-from compute import tensor_rate
 from common.hardware import get_preset
-from degrees import NONE, SELECTIVE, Degrees
-from experiments import prose, table
-from memory import memory_breakdown, model_state_bytes
-from search import Pins, Workload, search
+
+from . import published, published_fp8, vs_measured
+from .calibration import FITTED
+from .cluster import make_cluster
+from .compute import tensor_rate
+from .degrees import NONE, SELECTIVE, Degrees
+from .experiments import prose, table
+from .memory import memory_breakdown, model_state_bytes
+from .search import Pins, Workload, search
 
 GIB = 2**30
 # torchtitan's published memory (GiB, max reserved; llama3_h100_202412_torchtitan.md Tables 1 and 3): what a

@@ -1,7 +1,7 @@
 """Issue 15's before/after: the planner as it was (an older commit) and as it is, on the same published runs.
 
-    python distributed-training/planner/before_after.py                  # before = 2fbc6b4, writes the CSV
-    python distributed-training/planner/before_after.py --before <commit>
+    PYTHONPATH=distributed-training python -m planner.before_after                     # before = 2fbc6b4, writes the CSV
+    PYTHONPATH=distributed-training python -m planner.before_after --before <commit>
 
 The older planner is exported from git history into a temporary folder (`git archive`) and run in a
 subprocess on every run of published.py, translated to its interface: the same pins and batch, its
@@ -23,10 +23,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import accuracy
-import published
 from common.config import parse_config
-from fit_compute import commit
+
+from . import accuracy, published
+from .fit_compute import commit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -22,9 +22,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import gemm_rates
-import measured_runs
-from cluster import Cluster, calibrate as calibrate_network
+from . import gemm_rates, measured_runs
+from .cluster import Cluster, calibrate as calibrate_network
 
 
 def expand(patterns: str) -> list[str]:

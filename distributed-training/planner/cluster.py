@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibration import FITTED, ComputeConstants
 from common.collective_cost import Network, preset_network
 from common.collective_fit import calibrate as calibrate_network
 from common.hardware import GPUPreset
+
+from .calibration import FITTED, ComputeConstants
 
 DEFAULT_MATMUL_FRACTION = 0.80  # H100 MAMF 794.5/989.4; used only where the table has no measurement
 

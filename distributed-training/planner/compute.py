@@ -51,14 +51,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-import fp8_cost
+from common.hardware import PRESETS
 
-from calibration import ComputeConstants
-from shapes import Shape
+from . import fp8_cost
+from .calibration import ComputeConstants
+from .shapes import Shape
 
 TILE = 128  # output tile edge of cuBLAS/CUTLASS tensor-core kernels (128x128 and 128x256 are the common ones)
-# SMs per GPU (NVIDIA data sheets: A100 108, H100/H200 SXM 132, B200 148 per package of two dies).
-SM_COUNT = {"a100": 108, "a100-40gb": 108, "h100": 132, "h100-gt": 132, "h200": 132, "b200": 148, "gb200": 148}
+DEFAULT_SMS = 132  # a GPU the hardware table has no SM count for is priced as a Hopper
+
+
+def sm_count(gpu: str) -> int:
+    """SMs of a GPU preset (common/hardware.py's data-sheet figure): one wave of output tiles. A GPU the table does
+    not know (a test's toy cluster, an unrecognised card) is priced as a Hopper."""
+    preset = PRESETS.get(gpu)
+    return (preset.sm_count if preset else None) or DEFAULT_SMS
+
+
 # Where ml-engineering measured each MAMF (M x N x K of its best shape; compute/accelerator/README.md):
 # the model's tensor-core rate is the one that gives the measured MAMF at that shape.
 MAMF_SHAPE = {("a100", "bf16"): (1024, 10240, 5120), ("h100", "bf16"): (2048, 2048, 13312),
@@ -86,6 +95,9 @@ class Kernels:
     #                         an fp32 residual stream, norms in fp32 (the labs' single-GPU runs, DDP)
     fp8_eager: bool = False  # the FP8 layers ran outside the compiled graph (a graph break at their GEMM): eager casts
     optimizer: str = "megatron"  # the Adam step's implementation (OPTIMIZER_KERNELS): megatron, fused, foreach
+    host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
+    tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap (TE userbuffers): every TP collective
+    #                                pipelined with its GEMM, forward too (costs.py)
 
 
 # Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
@@ -132,7 +144,7 @@ DROPOUT = ElementwiseOp("dropout", "h", 2, 0, 1.0, 1, 5.0)  # fused into the res
 AUTOCAST_WEIGHTS = ElementwiseOp("autocast weight casts", "w", 1, 1, 6.0, 1, 4.0)
 
 
-def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes: float = 2.0):
+def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes: float = 2.0, tile: int = TILE):
     """η of a (batch x) M x N x K GEMM: wave quantization x K-loop prologue/epilogue, in (0, 1].
 
     elem_bytes: operand width. A tile's K step covers twice the elements in 1-byte FP8 (the tensor cores'
@@ -140,8 +152,8 @@ def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes:
     a longer K than bf16 to reach the same efficiency.
     """
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
-    tiles = batch * np.ceil(m / TILE) * np.ceil(n / TILE)
-    padding = batch * m * n / (tiles * TILE * TILE)  # tile quantization: partial edge tiles
+    tiles = batch * np.ceil(m / tile) * np.ceil(n / tile)
+    padding = batch * m * n / (tiles * tile * tile)  # tile quantization: partial edge tiles
     waves = tiles / sms
     k0 = c.k_overhead * 2.0 / elem_bytes
     return padding * waves / (waves + c.wave_allowance) * k / (k + k0)
@@ -150,7 +162,7 @@ def gemm_efficiency(m, n, k, sms: int, c: ComputeConstants, batch=1, elem_bytes:
 def tensor_rate(preset: str, precision: str, mamf_tflops: float, c: ComputeConstants) -> float:
     """Sustained tensor-core FLOP/s at η = 1: the measured MAMF over η at its shape, times the clock factor."""
     m, n, k = MAMF_SHAPE.get((preset, precision), DEFAULT_MAMF_SHAPE)
-    eta = float(gemm_efficiency(m, n, k, SM_COUNT.get(preset, 132), c, elem_bytes=1.0 if precision == "fp8" else 2.0))
+    eta = float(gemm_efficiency(m, n, k, sm_count(preset), c, elem_bytes=1.0 if precision == "fp8" else 2.0))
     return mamf_tflops * 1e12 / eta * c.sustained(preset)
 
 
@@ -164,6 +176,7 @@ class Rates:
     hbm: float  # achievable HBM bytes/s
     sms: int
     consts: ComputeConstants
+    tile: int = TILE  # output tile edge (1: a CPU's GEMM, no tiles to quantize)
 
     @property
     def kernel_s(self) -> float:
@@ -175,7 +188,7 @@ def gemm_time(m, n, k, rate: float, r: Rates, batch=1, in_bytes: float = 2.0, ou
     m, n, k, batch = (np.asarray(x, float) for x in (m, n, k, batch))
     flops = 2.0 * batch * m * n * k
     moved = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch, elem_bytes=in_bytes))
+    compute = flops / (rate * gemm_efficiency(m, n, k, r.sms, r.consts, batch, elem_bytes=in_bytes, tile=r.tile))
     return np.maximum(compute, moved / r.hbm) + r.kernel_s
 
 
@@ -214,21 +227,36 @@ def block_linears(shape: Shape, t, c, b, ker: Kernels) -> list[Linear]:
 
 
 def fp8_cast_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> tuple:
-    """The FP8 amax/cast kernels of one block for one micro-batch (fp8_cost.py): forward (x, W), backward (dy)."""
+    """The FP8 amax/cast kernels of one block for one micro-batch (fp8_cost.py): forward (x, W), backward (dy).
+    A backend that caches its FP8 weights across micro-batches casts them once per step (fp8_weight_cast_time),
+    not here."""
     be = fp8_cost.backend(ker.fp8_backend)
-    weight_bytes = 4.0 if ker.autocast else 2.0  # fp32 master weights are cast straight to FP8
     fwd = bwd = 0.0
     for lin in block_linears(shape, t, c, b, ker):
-        ops_f = fp8_cost.LinearOperands(lin.m * lin.k, lin.k * lin.n, 0.0, lin.source)
+        w = 0.0 if be.caches_weights else lin.k * lin.n
+        ops_f = fp8_cost.LinearOperands(lin.m * lin.k, w, 0.0, lin.source)
         ops_b = fp8_cost.LinearOperands(0.0, 0.0, lin.m * lin.n, lin.source)
-        for ops, acc in ((ops_f, "f"), (ops_b, "b")):
-            cost = fp8_cost.cast_cost([ops], be, ker.fp8_recipe, ker.fused and not ker.fp8_eager, weight_bytes)
-            seconds = cost.bytes / r.hbm + cost.kernels * r.kernel_s
-            if acc == "f":
-                fwd = fwd + seconds
-            else:
-                bwd = bwd + seconds
+        fwd = fwd + _cast_seconds(ops_f, be, ker, r)
+        bwd = bwd + _cast_seconds(ops_b, be, ker, r)
     return fwd, bwd
+
+
+def _cast_seconds(ops: "fp8_cost.LinearOperands", be: "fp8_cost.Fp8Backend", ker: Kernels, r: Rates):
+    weight_bytes = 4.0 if ker.autocast else 2.0  # fp32 master weights are cast straight to FP8
+    cost = fp8_cost.cast_cost([ops], be, ker.fp8_recipe, ker.fused and not ker.fp8_eager, weight_bytes)
+    return cost.bytes / r.hbm + cost.kernels * r.kernel_s
+
+
+def fp8_weight_cast_time(shape: Shape, t, ker: Kernels, r: Rates):
+    """One block's weight casts once per step, for a backend that caches FP8 weights across micro-batches
+    (TransformerEngine with Megatron's is_first_microbatch: the first micro-batch casts and keeps both layouts, the
+    others and the recompute reuse them); 0 for the others, which cast per micro-batch (fp8_cast_times)."""
+    t = np.asarray(t, float)
+    if not ker.fp8 or not fp8_cost.backend(ker.fp8_backend).caches_weights:
+        return 0.0 * t
+    be = fp8_cost.backend(ker.fp8_backend)
+    return sum(_cast_seconds(fp8_cost.LinearOperands(0.0, lin.k * lin.n, 0.0, lin.source), be, ker, r)
+               for lin in block_linears(shape, t, 1, 1, ker))
 
 
 def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
@@ -300,7 +328,8 @@ def elementwise_ops(ker: Kernels) -> tuple:
 def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Seconds of one layer for one micro-batch on one GPU: forward, backward and the recompute of each mode.
 
-    Keys: fwd, bwd (without recompute), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
+    Keys: fwd, bwd (without recompute; fwd holds the cached FP8 weight casts of a step's first micro-batch),
+    fp8_weights_per_step (those casts: a step pays them once, costs.py), gemm_fwd and gemm_bwd (the linear layers' GEMMs; TP's backward
     collectives overlap the weight-gradient half of gemm_bwd), attn_fwd (the attention core forward, CP's ring hides
     behind it),
     recompute_full, recompute_selective (Korthikanti's attention core), recompute_op (torchtitan's
@@ -313,11 +342,12 @@ def layer_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
         gemm_fwd, gemm_bwd = gemm_fwd + fwd_s, gemm_bwd + bwd_s
     attn = attention_times(shape, t, c, b, ker, r)
     ew_fwd, ew_bwd = elementwise_times(shape, t, c, b, ker, r)
-    fwd = gemm_fwd + attn["fwd"] + ew_fwd
+    weights = fp8_weight_cast_time(shape, t, ker, r)  # cached FP8 weights: cast by the first micro-batch only
+    fwd = gemm_fwd + attn["fwd"] + ew_fwd + weights
     bwd = gemm_bwd + attn["bwd"] + ew_bwd
     return {"fwd": fwd, "bwd": bwd, "gemm_fwd": gemm_fwd, "gemm_bwd": gemm_bwd, "attn_fwd": attn["fwd"],
-            "elementwise_fwd": ew_fwd,
-            "recompute_full": fwd, "recompute_selective": attn["fwd"],
+            "elementwise_fwd": ew_fwd, "fp8_weights_per_step": weights,
+            "recompute_full": fwd - weights, "recompute_selective": attn["fwd"],
             "recompute_op": ew_fwd + 0.5 * gemm_fwd}
 
 

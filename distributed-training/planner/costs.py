@@ -29,12 +29,15 @@ outermost.
   behind that micro-batch's compute as far as it lasts.
 Overlap depends on the software: `tp_overlap` (Megatron-Core's asynchronous backward collective) hides
 the backward TP collectives behind the weight-gradient GEMMs, else every TP collective is exposed (the
-Megatron of 2021 and torchtitan's vanilla TP); `dp_overlap` lets DP/ZeRO traffic hide behind compute,
-else it is paid after the backward (the Megatron of 2021-22).
-Step = m · t_slowest + (Σ t_stage - t_slowest)/v + exposed DP + optimizer (stages.py), t_stage a
+Megatron of 2021 and torchtitan's vanilla TP); Kernels.tp_comm_overlap (Megatron-Core's --tp-comm-overlap, the
+production setting of NeMo's large runs) hides the forward ones too, behind the GEMMs they feed; `dp_overlap` lets
+DP/ZeRO traffic hide behind compute, else it is paid after the backward (the Megatron of 2021-22).
+GPU step = m · t_slowest + (Σ t_stage - t_slowest)/v + exposed DP + optimizer + cached FP8 weight casts
+(stages.py, fp8_cost.py), t_stage a
 stage's time per micro-batch: its layers (compute, exposed TP and CP) plus the embedding on the first
 and the LM head on the last, plus PP sends and exposed ZeRO-2/3 traffic; for equal stages the bubble
-is (p-1)/(v·m) of the ideal (SC21 §2.2).
+is (p-1)/(v·m) of the ideal (SC21 §2.2). The step is the larger of that and the host's time to launch it
+(host.py): small kernels at high TP or in eager stacks leave the GPU waiting for the host.
 """
 
 from __future__ import annotations
@@ -43,15 +46,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-import fp8_cost
-from calibration import ATTENTION_EFFICIENCY, generation
-from cluster import Cluster
-from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain
-from compute import SM_COUNT, Kernels, Rates, head_times, layer_times, optimizer_time, tensor_rate
-from degrees import FULL, OP, SELECTIVE, Degrees
-from memory import WEIGHT_BYTES, stage_params
-from shapes import Shape
-from stages import balanced_split, even_split, pipeline_step, stage_times
+from common.collective_cost import Network, collective_time_s, members_per_domain
+
+from . import fp8_cost, host
+from .calibration import ATTENTION_EFFICIENCY, generation
+from .cluster import Cluster
+from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm_count, tensor_rate
+from .degrees import FULL, OP, SELECTIVE, Degrees
+from .memory import WEIGHT_BYTES, stage_params
+from .shapes import Shape
+from .stages import balanced_split, even_split, pipeline_step, stage_times
 
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
 ACT_BYTES = 2.0  # bf16 activations between layers
@@ -63,7 +67,7 @@ def rates_for(cl: Cluster, kernels: Kernels) -> Rates:
     matmul = tensor_rate(cl.gpu, cl.precision, cl.matmul_tflops, consts)
     bf16 = matmul if cl.precision == "bf16" else tensor_rate(cl.gpu, "bf16", cl.bf16_matmul_tflops, consts)
     attention = ATTENTION_EFFICIENCY[generation(cl.gpu), kernels.attention] * cl.bf16_peak_tflops * 1e12
-    return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, SM_COUNT.get(cl.gpu, 132),
+    return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, sm_count(cl.gpu),
                  consts)
 
 
@@ -89,35 +93,38 @@ class DPCollectives(NamedTuple):
     all_gather: np.ndarray  # the bf16 weights, ZeRO >= 1 (ZeRO-3: before forward and backward)
 
 
-def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES
+def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_bytes: float = WEIGHT_BYTES, calls=None
                    ) -> DPCollectives:
-    """The DP group's collectives (ZeRO §7); the latency is paid once per gradient bucket of BUCKET_PARAMS.
+    """The DP group's collectives (ZeRO §7), each split into `calls` calls of equal size, every call priced with its
+    own latency and protocol (common/collective_cost.py): by default one per gradient bucket of BUCKET_PARAMS; FSDP
+    gathers and reduce-scatters one unit (a layer) at a time, so ZeRO-2/3 pay a call per layer at least (step_costs).
     weight_bytes: 2 for bf16 weight gathers, 1 where FSDP gathers FP8 weights (fp8_cost.Fp8Backend.fp8_all_gather)."""
-    grads = grad_bytes * np.asarray(psi, float)  # nccl-tests' S of the gradient all-reduce / reduce-scatter
-    weights = weight_bytes * np.asarray(psi, float)  # S of the weight all-gather
-    more_buckets = np.ceil(np.asarray(psi, float) / BUCKET_PARAMS) - 1
+    psi = np.asarray(psi, float)
+    grads = grad_bytes * psi  # nccl-tests' S of the gradient all-reduce / reduce-scatter
+    weights = weight_bytes * psi  # S of the weight all-gather
+    calls = np.ceil(psi / BUCKET_PARAMS) if calls is None else np.maximum(np.asarray(calls, float), 1.0)
 
     def priced(kind: str, nbytes):
-        extra = more_buckets * np.where(np.asarray(n) > 1, latency_s(kind, n, n_local, net), 0.0)
-        return collective_time_s(kind, nbytes, n, n_local, net) + extra
+        return calls * collective_time_s(kind, nbytes / calls, n, n_local, net)
     return DPCollectives(priced("all_reduce", grads), priced("reduce_scatter", grads), priced("all_gather", weights))
 
 
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
-               tp_layout_copies: bool = False, fsdp_copies: bool = False) -> dict:
+               tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None) -> dict:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose ("split", a stages.StageSplit), so memory is priced on the
-    same layout; even_stages=True forces L/p layers per stage (p must divide L).
+    same layout; even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
+    compute rates (a machine measured directly: planner/ranking.py's CPU).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
-    rt = rates_for(cl, kernels)
+    rt = rates if rates is not None else rates_for(cl, kernels)
     lt = layer_times(shape, t, c, b, kernels, rt)
     rec = np.select([full, r == SELECTIVE, r == OP], [lt["recompute_full"], lt["recompute_selective"],
                                                       lt["recompute_op"]], 0.0)
-    layer_compute = lt["fwd"] + lt["bwd"] + rec
+    layer_compute = lt["fwd"] - lt["fp8_weights_per_step"] + lt["bwd"] + rec  # cached FP8 weights: per step, below
     ht = head_times(shape, t, c, b, kernels, rt)
     tokens = b * shape.seq / c
     net, dom = cl.net, cl.domain
@@ -135,6 +142,12 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     ar_tp = ar_tp + copies
     tp_layer = (4 + 2 * full) * ar_tp
     tp_hidden_layer = np.minimum(2 * ar_tp, 0.5 * lt["gemm_bwd"]) if tp_overlap else 0.0 * ar_tp
+    if kernels.tp_comm_overlap:
+        # Megatron-Core's --tp-comm-overlap (TransformerEngine's userbuffers; Wang et al., ASPLOS 2023, "Overlap
+        # communication with dependent computation via decomposition"): each all-gather is split into chunks pipelined
+        # with the GEMM that consumes it, each reduce-scatter with the GEMM that produces it, forward and backward: all
+        # of a layer's TP traffic hides behind its GEMMs as far as they last.
+        tp_hidden_layer = np.minimum(tp_layer, lt["gemm_fwd"] * (1 + full) + lt["gemm_bwd"])
     # CP (ring attention): this rank's K and V chunks, c-1 ring steps forward and 2(c-1) backward.
     kv_bytes = 2 * ACT_BYTES * tokens * shape.kv_dim / t
     cp_pair = np.where(t * c <= dom, 2, 1)  # neighbours in one NVLink domain, or across the network
@@ -158,9 +171,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     psi = stage_params(shape, t, p, split)
     n_dp = d * c
     fp8_gather = kernels.fp8 and fp8_cost.backend(kernels.fp8_backend).fp8_all_gather
-    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
-                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES)
     slowest_layers = np.maximum(np.maximum(split.first, split.last), split.middle)
+    buckets = np.ceil(psi / BUCKET_PARAMS)
+    calls = np.where(zero >= 2, np.maximum(buckets, slowest_layers), buckets)  # FSDP: one unit (layer) per call
+    ar, rs, ag = dp_collectives(psi, n_dp, members_per_domain(n_dp, t, dom), grad_bytes, net,
+                                fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES, calls)
     fwd_mb = slowest_layers * lt["fwd"] if dp_overlap else 0.0 * ar
     bwd_mb = slowest_layers * (lt["bwd"] + rec) if dp_overlap else 0.0 * ar
     dp_step = np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], 0.0)  # per step
@@ -177,16 +192,21 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     per_mb = pp_mb + dp_mb_exposed + fsdp_mb  # paid by every stage for every micro-batch
     slowest, total = stage_times(split, shape.layers, p, layer_s, ht["embedding"], ht["head"])
     slowest, total = slowest + per_mb, total + p * per_mb
-    step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer
+    fp8_weights = slowest_layers * lt["fp8_weights_per_step"]  # cached FP8 weight casts: once per step (fp8_cost.py)
+    gpu_step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer + fp8_weights
+    # The host launches every kernel and collective; a step it paces takes its time (host.py).
+    dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0) * (n_dp > 1)
+    host_s = host.host_time(host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls), kernels)
+    step = np.maximum(gpu_step, host_s)
     bubble = (total - slowest) / v
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])
     layers = slowest_layers
     return {
-        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer,
+        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer + fp8_weights,
         "tp_comm_s": layers * tp_layer * m, "tp_hidden_s": layers * tp_hidden_layer * m,
         "cp_comm_s": layers * cp_layer * m, "cp_hidden_s": layers * (cp_layer - cp_exposed_layer) * m,
         "pp_comm_s": pp_mb * m, "pp_hidden_s": 0.0 * pp_mb,
         "dp_comm_s": dp_step + dp_mb * m, "dp_hidden_s": dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
         "bubble_fraction": bubble / (m * slowest), "bubble_s": bubble,
-        "optimizer_s": optimizer, "step_s": step, "split": split,
+        "optimizer_s": optimizer, "gpu_step_s": gpu_step, "host_s": host_s, "step_s": step, "split": split,
     }

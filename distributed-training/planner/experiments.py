@@ -13,13 +13,14 @@ import textwrap
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-import calibrate
-from choose import NEAR_TIE
-from cluster import make_cluster
 from common import markdown
 from common.hardware import get_preset
-from search import Pins, Workload, search
-from shapes import model_flops_per_token, parse_count, standard_shape
+
+from . import calibrate
+from .choose import NEAR_TIE
+from .cluster import make_cluster
+from .search import Pins, Workload, search
+from .shapes import model_flops_per_token, parse_count, standard_shape
 
 SEQ, VOCAB = 4096, 51200
 

@@ -1,7 +1,7 @@
 """The planner beside what this repository measured: every GPU row with the cost model's prediction.
 
-    python distributed-training/planner/explain_rows.py            # every lab's GPU rows, measured vs predicted
-    python distributed-training/planner/explain_rows.py fp8-train  # one lab
+    PYTHONPATH=distributed-training python -m planner.explain_rows            # every lab's GPU rows, measured vs predicted
+    PYTHONPATH=distributed-training python -m planner.explain_rows fp8-train  # one lab
 
 `predict` is the one function that prices a measured row: own_runs.py reads each row's own columns
 (model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) into a Run, and
@@ -28,17 +28,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-import gemm_rates
-import own_runs
-from calibration import FITTED, ComputeConstants
-from cluster import Cluster, make_cluster
 from common.collective_cost import collective_time_s, members_per_domain
 from common.hardware import get_preset
-from compute import Kernels, gemm_time, layer_times
-from costs import rates_for, step_costs
-from degrees import RECOMPUTE, Degrees
-from own_runs import Run
-from stages import StageSplit
+
+from . import gemm_rates, own_runs
+from .calibration import FITTED, ComputeConstants
+from .cluster import Cluster, make_cluster
+from .compute import Kernels, gemm_time, layer_times
+from .costs import rates_for, step_costs
+from .degrees import RECOMPUTE, Degrees
+from .own_runs import Run
+from .stages import StageSplit
 
 # How this repository's labs run: PyTorch's SDPA (FlashAttention-2 kernels on Hopper), learned positions, no
 # dropout; DTensor / hand-rolled TP without asynchronous overlap; FSDP2 and DDP overlap their collectives.
@@ -49,6 +49,7 @@ class Prediction(NamedTuple):
     value: float  # in the Run's unit
     step_s: float  # seconds of what the row timed
     note: str = ""
+    gpu_s: float = float("nan")  # of a training step: the GPU's time alone (the step is the larger of it and the host's)
 
 
 def kernels_of(run: Run) -> Kernels:
@@ -59,7 +60,8 @@ def kernels_of(run: Run) -> Kernels:
                    fp8=fp8, rope=False, attention="fa2", fp8_backend=s.backend if fp8 else "te-fused",
                    fp8_recipe=s.recipe or "delayed", qkv_fused=False,
                    autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager,
-                   optimizer=s.optimizer if s.optimizer != "none" else "megatron")
+                   optimizer=s.optimizer if s.optimizer != "none" else "megatron",
+                   host="compiled" if s.compiled else "eager")
 
 
 def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:
@@ -85,27 +87,43 @@ def split_of(run: Run) -> StageSplit | None:
     return StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
 
 
-def _step_s(run: Run, cl: Cluster) -> float:
+def _times(run: Run, cl: Cluster) -> dict:
     grad_bytes = 4.0 if run.stack.weights == "fp32" else 2.0
-    times = step_costs(run.shape, cl, degrees_of(run), grad_bytes=grad_bytes, kernels=kernels_of(run),
-                       tp_overlap=TP_OVERLAP, dp_overlap=DP_OVERLAP, tp_layout_copies=True,
-                       fsdp_copies=run.layout.zero >= 2)
-    return float(times["step_s"])
+    return step_costs(run.shape, cl, degrees_of(run), grad_bytes=grad_bytes, kernels=kernels_of(run),
+                      tp_overlap=TP_OVERLAP, dp_overlap=DP_OVERLAP, tp_layout_copies=True,
+                      fsdp_copies=run.layout.zero >= 2)
+
+
+HOST_PACED = 0.05  # a row whose GPU idled for this share of its step or more was paced by its host
+
+
+def host_paced(run: Run) -> bool:
+    """True if the row measured its GPU's busy time (fp8-train's gpu_busy_ms) and the GPU idled HOST_PACED or more."""
+    busy, step = run.detail.get("gpu_busy_ms"), run.detail.get("step_ms")
+    return bool(busy and step and busy < (1 - HOST_PACED) * step)
 
 
 def _step(run: Run, cl: Cluster) -> Prediction:
     lay = run.layout
-    step = _step_s(run, cl)
+    times = _times(run, cl)
+    step, gpu = float(times["step_s"]), float(times["gpu_step_s"])
     counted = run.detail.get("kernels_per_step")
     if counted:
         # The row counted the kernels its step launched (the profiler): the per-kernel fixed cost is paid for
         # those, not for the kernels the model's op list has (it knows the big ones, not every small one).
-        no_fixed = _step_s(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0)))
-        step = no_fixed + counted * cl.compute.kernel_us * 1e-6
+        no_fixed = float(_times(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0)))["gpu_step_s"])
+        gpu = no_fixed + counted * cl.compute.kernel_us * 1e-6
+        step = max(gpu, float(times["host_s"]))
+    note = ""
+    if run.detail.get("gpu_busy_ms"):
+        # host.py: a step is the larger of the GPU's time and the host's. The row measured the GPU's busy time, so a
+        # host-paced row is judged on it: the model's GPU time against the GPU's (error).
+        note = (f"GPU busy {run.detail['gpu_busy_ms']:.1f} of {run.detail['step_ms']:.1f} ms; predicted GPU "
+                f"{gpu * 1e3:.1f} ms, host {float(times['host_s']) * 1e3:.1f} ms")
     tokens = lay.microbatch * lay.micro_batches * lay.dp * run.shape.seq
     if run.unit == "ms":
-        return Prediction(step * 1e3, step)
-    return Prediction(tokens / step / lay.world, step)
+        return Prediction(step * 1e3, step, note, gpu)
+    return Prediction(tokens / step / lay.world, step, note, gpu)
 
 
 def _block(run: Run, cl: Cluster) -> Prediction:
@@ -165,7 +183,10 @@ def predict(run: Run, consts: ComputeConstants | None = None) -> Prediction:
 
 
 def error(run: Run, pred: Prediction) -> float | None:
-    """Signed error of the model in throughput terms: + means the model is faster than measured."""
+    """Signed error of the model in throughput terms: + means the model is faster than measured. A host-paced row that
+    measured its GPU's busy time is judged on that time, which is what the model's GPU time predicts."""
+    if host_paced(run) and pred.gpu_s == pred.gpu_s:
+        return run.detail["gpu_busy_ms"] / (pred.gpu_s * 1e3) - 1
     if not pred.value or not run.measured:
         return None
     if run.higher_is_better:
@@ -180,8 +201,9 @@ class Compared(NamedTuple):
 
 
 def one_gpu_step_s(gcfg, gpu: str, zero: int, sequences: int) -> float:
-    """A one-GPU training step of the labs' GPT (eager bf16 over fp32 weights, one micro-batch of `sequences`) as
-    predict prices a measured fsdp-scaling row: for projections of runs nobody measured."""
+    """A one-GPU training step of the labs' GPT (common.model.GPTConfig) as fsdp-scaling runs it (eager bf16 over
+    fp32 master weights, AdamW), one micro-batch of `sequences`, ZeRO stage `zero` on one rank, priced as predict
+    prices a measured fsdp-scaling row: for projections of runs nobody measured (fsdp-scaling/project.py)."""
     shape = own_runs.Shape(gcfg.n_layers, gcfg.d_model, gcfg.n_heads, gcfg.kv_heads, gcfg.vocab_size, gcfg.seq_len,
                            gcfg.ffn)
     run = Run("fsdp-scaling", "step", "", "projection", gpu, "tokens/s", float("nan"), shape,

@@ -1,7 +1,7 @@
 """Fit the compute model's three free constants on the `fit` published runs, once; report every run's error.
 
-    python distributed-training/planner/fit_compute.py            # fit, write results/compute_fit.csv, print
-    python distributed-training/planner/fit_compute.py --no-fit   # the frozen constants' errors only
+    PYTHONPATH=distributed-training python -m planner.fit_compute            # fit, write results/compute_fit.csv, print
+    PYTHONPATH=distributed-training python -m planner.fit_compute --no-fit   # the frozen constants' errors only
 
 The constants (calibration.py: sustained_clock, hbm_efficiency, kernel_us) are fitted by minimising
 the mean squared log error of per-GPU throughput over the runs published.py marks `fit`, each
@@ -24,9 +24,10 @@ import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-import published
-from calibration import FIT_BOUNDS, FITTED, ComputeConstants
 from common.config import parse_config
+
+from . import published
+from .calibration import FIT_BOUNDS, FITTED, ComputeConstants
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "compute_fit.csv"

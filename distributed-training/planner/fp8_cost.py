@@ -26,6 +26,13 @@ fixed cost per kernel:
   torchao and the native layer do in eager mode (under compile, AOTAutograd's common-subexpression
   pass merges the three identical casts into one).
 
+Weights at scale: a step of m micro-batches multiplies the weights' casts by m unless the backend keeps them.
+TransformerEngine does: its modules take is_first_microbatch (Megatron-Core passes it), cast the weights to FP8 in
+both layouts on the first micro-batch of a step and reuse them for the others and for the recompute (TE's
+te.Linear documentation: "cache the weight FP8 copies"), so they cost once per step (compute.fp8_weight_cast_time);
+torchao and the native layer cast them at every forward. At one micro-batch per step (this repository's GPU rows)
+the two are the same; on a pipeline of 16-32 micro-batches the cached weights are a few percent of the step.
+
 What stays in bf16 is priced by compute.py as in a bf16 run: attention, norms, activations, the LM head
 and the optimizer. FSDP's all-gather of FP8 weights (torchao's enable_fsdp_float8_all_gather) halves
 the bytes of the weight gathers (costs.py); the other backends gather bf16 weights.
@@ -58,13 +65,14 @@ class Fp8Backend:
     fused_norm: bool  # the norm and the MLP activation emit the FP8 input of the next GEMM (TE fused modules)
     fused_qkv: bool  # q, k and v in one GEMM on one cast input
     fp8_all_gather: bool  # FSDP can all-gather its weights in FP8
+    caches_weights: bool = False  # casts its weights once per step and reuses them for every micro-batch
 
 
 BACKENDS = {
     "te": Fp8Backend("te", fused_always=True, saves_fp8=True, fused_norm=False, fused_qkv=False,
-                     fp8_all_gather=False),
+                     fp8_all_gather=False, caches_weights=True),
     "te-fused": Fp8Backend("te-fused", fused_always=True, saves_fp8=True, fused_norm=True, fused_qkv=True,
-                           fp8_all_gather=False),
+                           fp8_all_gather=False, caches_weights=True),
     "torchao": Fp8Backend("torchao", fused_always=False, saves_fp8=False, fused_norm=False, fused_qkv=False,
                           fp8_all_gather=True),
     "native": Fp8Backend("native", fused_always=False, saves_fp8=True, fused_norm=False, fused_qkv=False,

@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-from calibration import ComputeConstants, generation
-from cluster import Cluster
 from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
-from compute import SM_COUNT, gemm_efficiency, tensor_rate
+
+from .calibration import ComputeConstants, generation
+from .cluster import Cluster
+from .compute import gemm_efficiency, sm_count, tensor_rate
 
 COLUMNS = {"op", "m", "k", "n", "time_us", "hardware"}
 SCHEMA = Schema("fp8-train GEMM benchmark", {"op": str, "m": int, "k": int, "n": int, "time_us": float,
@@ -49,7 +50,7 @@ def burst_seconds(gpu: str, precision: str, m: int, k: int, n: int, consts: Comp
     preset = get_preset(gpu)
     burst = replace(consts, sustained_ampere=1.0, sustained_hopper=1.0)
     rate = tensor_rate(gpu, precision, preset.achievable_matmul_tflops(precision), burst)
-    eta = float(gemm_efficiency(m, n, k, SM_COUNT.get(gpu, 132), burst, elem_bytes=1.0 if precision == "fp8" else 2.0))
+    eta = float(gemm_efficiency(m, n, k, sm_count(gpu), burst, elem_bytes=1.0 if precision == "fp8" else 2.0))
     return 2.0 * m * n * k / (rate * eta)
 
 

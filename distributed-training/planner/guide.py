@@ -2,7 +2,7 @@
 planner computes now (decision matrices, one experiment per rule, accuracy against published runs).
 
     make guide                                      # rewrite distributed-training/PARALLELISM_GUIDE.md
-    python distributed-training/planner/guide.py --out guide-draft.md   # somewhere else
+    PYTHONPATH=distributed-training python -m planner.guide --out guide-draft.md   # somewhere else
     make guide CALIBRATE=results                    # for your cluster: PARALLELISM_GUIDE_<gpu>.md (calibrate.py)
 
 Deterministic: the same code gives the same bytes (no dates, no machine names, no timings; the cost
@@ -12,24 +12,20 @@ Every number in the guide is a cost-model projection; no GPU was measured to pro
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import accuracy
-import calibrate
-import experiments
-import own_runs
-from cluster import make_cluster
 from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
-from experiments import degrees, no_fit, plan, shape_of, table
+
+from . import accuracy, against_pytorch, calibrate, experiments, own_runs, validation
+from .cluster import make_cluster
+from .experiments import degrees, no_fit, plan, shape_of, table
 
 HERE = Path(__file__).resolve().parent
-PARALLEL_3D = HERE.parent / "parallel-3d"
 TEMPLATE = HERE / "guide_template.md"
 OUT = HERE.parent / "PARALLELISM_GUIDE.md"
 MODELS = ("1B", "8B", "70B", "405B", "1T")
@@ -151,12 +147,8 @@ def matrix_domain() -> str:
 
 
 def planner_vs_pytorch() -> str:
-    """parallel-3d's at-scale study, rendered by that lab from its own CSVs (loaded by path: labs are folders of
-    scripts, not packages)."""
-    spec = importlib.util.spec_from_file_location("parallel3d_against_planner", PARALLEL_3D / "against_planner.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render()
+    """parallel-3d's at-scale study, rendered from that lab's CSVs (against_pytorch.py)."""
+    return against_pytorch.render()
 
 
 def _context_cluster():
@@ -220,7 +212,7 @@ SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_con
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, "opening": opening, "setting": setting, "gpu_name": gpu_name,
             "domain": lambda: str(_context_cluster().domain), "memory": lambda: f"{_context_cluster().memory_gb:g} GB",
-            **experiments.SECTIONS, **accuracy.SECTIONS}
+            **experiments.SECTIONS, **accuracy.SECTIONS, **validation.SECTIONS}
 
 
 def render() -> str:

@@ -1,6 +1,5 @@
 # planner: the parallelism cost model and the PARALLELISM_GUIDE.md it generates. Pure Python on the
 # CPU (numpy), no GPU and no torchrun: it plans for a cluster, it does not measure one.
-PLANNER_DIR := $(LABS_DIR)/planner
 
 .PHONY: planner plan guide
 
@@ -8,11 +7,11 @@ planner: $(SETUP) ## the planner lab: regenerate PARALLELISM_GUIDE.md (make plan
 	$(MAKE) guide
 
 plan: $(SETUP) ## pick TP/PP/DP/CP, ZeRO, micro-batch, recompute: make plan ARGS="--params 70B --gpus 512"
-	@$(PYRUN) $(PLANNER_DIR)/plan.py $(ARGS)
+	@$(PYRUN) -m planner.plan $(ARGS)
 
 # CALIBRATE=results (every calibration CSV the labs hold) or CALIBRATE='a.csv,b*.csv': the guide for your
 # cluster, written to PARALLELISM_GUIDE_<gpu>.md (planner/calibrate.py says what each kind of CSV replaces).
 guide: $(SETUP) ## regenerate distributed-training/PARALLELISM_GUIDE.md (CALIBRATE=results: for your cluster)
-	$(PYRUN) $(PLANNER_DIR)/guide.py $(if $(CALIBRATE),--calibrate "$(CALIBRATE)") $(ARGS)
+	$(PYRUN) -m planner.guide $(if $(CALIBRATE),--calibrate "$(CALIBRATE)") $(ARGS)
 
 REPORT_TARGETS += guide

@@ -17,8 +17,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from cluster import Cluster
 from common.csvread import has_columns
+
+from .cluster import Cluster
 
 COLUMNS = {"step_time_ms", "planner_step_s", "preset"}
 

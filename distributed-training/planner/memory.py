@@ -49,8 +49,9 @@ import numpy as np
 
 from common.zero_memory import ModelStates, StateBytes
 from common.zero_memory import model_state_bytes as zero_state_bytes
-from degrees import FULL, NONE, OP, RECOMPUTE, SELECTIVE, Degrees  # noqa: F401  (RECOMPUTE: the search's names)
-from shapes import Shape
+
+from .degrees import FULL, NONE, OP, RECOMPUTE, SELECTIVE, Degrees  # noqa: F401  (RECOMPUTE: the search's names)
+from .shapes import Shape
 
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance (ZeRO's K)
 WEIGHT_BYTES = 2.0  # bf16 working weights

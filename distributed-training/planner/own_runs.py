@@ -11,8 +11,9 @@ One reader per kind of row:
 
     fp8-train   */steps.csv          training runs: tokens/s, median after the first 10% of steps
                                      (compile and warm-up), as fp8-train's report reads them
-                */bench_step.csv     the step-cost benchmark: tokens/s of its median step, its fastest, and
-                                     the kernels the step launched (kernels_per_step, counted by the profiler)
+                */bench_step.csv     the step-cost benchmark: tokens/s of its median step, its fastest, the
+                                     kernels the step launched (kernels_per_step, counted by the profiler) and
+                                     the GPU's busy time in the step (gpu_busy_ms), where the row has them
                 */bench_gemm.csv     single GEMMs (bf16 torch.mm, FP8 _scaled_mm): time per GEMM
                 */bound.csv          the FP8 bound: the BF16 step with its GEMMs' time in FP8 (speed-up)
     fsdp-scaling  scaling_*.csv      one optimizer step per strategy: tokens/s (per rank), slowest and fastest
@@ -30,10 +31,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from common.csvread import Schema, read_table
 from common.hardware import preset_for
-from shapes import Shape
+
+from .shapes import Shape
 
 LABS = Path(__file__).resolve().parent.parent
 
@@ -48,7 +51,11 @@ class Stack:
     compiled: bool = False  # torch.compile around the blocks (fused elementwise kernels)
     optimizer: str = "megatron"  # the Adam step timed with it, as the lab runs it (compute.OPTIMIZER_KERNELS), or none
     weights: str = "fp32"  # dtype of the parameters: fp32 master weights (autocast / FSDP2) or bf16
-    fp8_eager: bool = False  # the FP8 layer fell out of the compiled graph (GRAPH_BREAK_FIXED)
+    eager_fix: "EagerFix | None" = None  # the fix this row predates: its FP8 layer ran outside the compiled graph
+
+    @property
+    def fp8_eager(self) -> bool:
+        return self.eager_fix is not None
 
 
 @dataclass(frozen=True)
@@ -151,17 +158,37 @@ FP8_TRAIN_ADAM, TORCH_ADAMW = "fused", "foreach"
 WARM_FRACTION = 0.10  # fp8-train's report: tokens/s is the median after the first 10% of steps
 
 
+class EagerFix(NamedTuple):
+    """A commit that changed what a backend's compiled run executes: rows measured before it ran eager."""
+    commit: str
+    date_utc: str
+    what_ran: str  # why a row before it ran outside the compiled graph
+    min_layers: int = 1  # the blocks a model needs for it to happen
+
+
 # Commits that changed what a backend runs, so a row measured before one ran differently from what its columns
-# say: before b992edb the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks
-# the graph, so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed). A row
-# measured before the commit's date cannot have run it (no git needed: a shallow clone reads the same).
-GRAPH_BREAK_FIXED = {"native": ("b992edb", "2026-11-23T00:07:29Z")}
+# say. A row measured before the commit's date cannot have run it (no git needed: a shallow clone reads the same).
+#   b992edb: the native layer called torch.nn.functional.scaled_mm, where torch 2.11's dynamo breaks the graph,
+#            so under torch.compile its casts ran eagerly at every GEMM (measured: 0.6x torchao's speed).
+#   3297f52: the native layer passed its int slot in the shared scaling state to the traced FP8 function, so
+#            dynamo compiled each block apart; with 3 variants per block (training, counting fractions,
+#            evaluating), 3+ blocks pass dynamo's 8 recompiles and the rest of the run went eager (the H200 row).
+EAGER_BEFORE = {"native": (EagerFix("b992edb", "2026-11-23T00:07:29Z", "dynamo broke the graph at every FP8 GEMM"),
+                           EagerFix("3297f52", "2026-11-27T03:22:04Z", "dynamo compiled each block apart and ran "
+                                    "eager past its 8 recompiles", min_layers=3))}
 
 
-def fp8_eager(backend: str, compiled: bool, measured_utc: str) -> bool:
-    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured before the fix."""
-    fix = GRAPH_BREAK_FIXED.get(backend)
-    return bool(compiled and fix and measured_utc and str(measured_utc) < fix[1])
+def eager_fix(backend: str, compiled: bool, measured_utc: str, n_layers: int) -> EagerFix | None:
+    """The first fix a compiled row predates (its FP8 layer ran outside the compiled graph), or None."""
+    if not (compiled and measured_utc):
+        return None
+    return next((f for f in EAGER_BEFORE.get(backend, ()) if str(measured_utc) < f.date_utc
+                 and n_layers >= f.min_layers), None)
+
+
+def fp8_eager(backend: str, compiled: bool, measured_utc: str, n_layers: int = 1) -> bool:
+    """True if the row's FP8 layer ran outside the compiled graph: compiled, and measured before a fix."""
+    return eager_fix(backend, compiled, measured_utc, n_layers) is not None
 
 
 def fp8_recipe(backend: str, cfg: dict) -> str:
@@ -198,7 +225,8 @@ def fp8_train_steps(results: Path) -> list[Run]:
                            float(warm["tokens_per_s"].median()), shape,
                            Stack(str(r["precision"]), backend, fp8_recipe(backend, cfg), bool(r["compiled"]),
                                  optimizer=FP8_TRAIN_ADAM,
-                                 fp8_eager=fp8_eager(backend, bool(r["compiled"]), str(r["timestamp_utc"]))),
+                                 eager_fix=eager_fix(backend, bool(r["compiled"]), str(r["timestamp_utc"]),
+                                                     int(r["n_layers"]))),
                            Layout(microbatch=int(r["batch"]) // accum, micro_batches=accum),
                            (float(warm["tokens_per_s"].min()), float(warm["tokens_per_s"].max()))))
     return out
@@ -221,10 +249,12 @@ def fp8_train_bench(results: Path) -> list[Run]:
                            "tokens/s", tokens / float(r.step_time_s), shape,
                            Stack(str(r.precision), backend, fp8_recipe(backend, cfg), bool(r.compiled),
                                  optimizer=FP8_TRAIN_ADAM,
-                                 fp8_eager=fp8_eager(backend, bool(r.compiled), str(r.timestamp_utc))),
+                                 eager_fix=eager_fix(backend, bool(r.compiled), str(r.timestamp_utc),
+                                                     int(r.n_layers))),
                            Layout(microbatch=tokens // seq, micro_batches=1),
                            (tokens / float(r.step_time_s), tokens / float(r.step_time_min_s)),
-                           detail=counted(getattr(r, "kernels_per_step", float("nan")))))
+                           detail={**counted(getattr(r, "kernels_per_step", float("nan"))),
+                                   **busy(getattr(r, "gpu_busy_ms", float("nan")), float(r.step_time_s))}))
     return out
 
 
@@ -236,6 +266,18 @@ def counted(kernels) -> dict:
     except (TypeError, ValueError):
         return {}
     return {"kernels_per_step": int(kernels)} if kernels == kernels and kernels > 0 else {}
+
+
+def busy(gpu_busy_ms, step_s: float) -> dict:
+    """The GPU's busy time in a step, where the row's profiler measured it (fp8-train's gpu_busy_ms: kernels' union
+    on the GPU's timeline; an optional column, absent from older files), beside the step it was measured in."""
+    try:
+        gpu_busy_ms = float(gpu_busy_ms)
+    except (TypeError, ValueError):
+        return {}
+    if gpu_busy_ms != gpu_busy_ms or gpu_busy_ms <= 0:
+        return {}
+    return {"gpu_busy_ms": gpu_busy_ms, "step_ms": step_s * 1e3}
 
 
 BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "seq_len": int,

@@ -12,7 +12,7 @@ rules choose (choose.py). Every term and its source is in the module docstrings 
 
     make plan ARGS="--params 70B --gpus 512 --gpu h100"                 # what to run
     make plan ARGS="--params 70B --gpus 512 --tp 8 --pp 4 --zero 1"     # price today's config
-    python distributed-training/planner/plan.py --layers 80 --hidden 8192 --heads 64 --kv-heads 8 \\
+    PYTHONPATH=distributed-training python -m planner.plan --layers 80 --hidden 8192 --heads 64 --kv-heads 8 \\
         --ffn 43008 --vocab 128256 --seq 8192 --global-batch 512 --gpus 256 --json
     make plan ARGS="--params 8B --gpus 64 --calibrate distributed-training/allreduce-bench/results/sweep_*.csv"
 
@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import calibrate
-import launch
-from cluster import Cluster, make_cluster
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
-from choose import NEAR_TIE
-from memory import MEMORY_HEADROOM, RECOMPUTE
-from search import Pins, Result, Workload, enumerate_structures, search
-from shapes import Shape, parse_count, standard_shape
+
+from . import calibrate, launch
+from .choose import NEAR_TIE
+from .cluster import Cluster, make_cluster
+from .memory import MEMORY_HEADROOM, RECOMPUTE
+from .search import Pins, Result, Workload, enumerate_structures, search
+from .shapes import Shape, parse_count, standard_shape
 
 
 def _f(default, text, **kw):

@@ -57,11 +57,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from calibration import FITTED, ComputeConstants
-from cluster import make_cluster
 from common.hardware import get_preset
-from search import Pins, Workload, search
-from shapes import Shape
+
+from .calibration import FITTED, ComputeConstants
+from .cluster import make_cluster
+from .search import Pins, Workload, search
+from .shapes import Shape
 
 SC21 = "Megatron SC21 Table 1"
 KORTHIKANTI = "Korthikanti Table 5"
@@ -91,6 +92,7 @@ class Software:
     fp8_backend: str = "te-fused"
     fp8_recipe: str = "delayed"
     qkv_fused: bool = True
+    host: str = "eager"  # what launches the kernels (host.py): eager Python (Megatron, DeepSpeed), compiled, graphs
 
 
 # Megatron-LM 2021-22 and DeepSpeed-Megatron: fp32 gradients, dropout, no FlashAttention, no overlap.
@@ -102,7 +104,7 @@ MEGATRON_2021 = Software(grad_bytes=4.0, sequence_parallel=False, flash_attentio
 MEGATRON_2022 = replace(MEGATRON_2021, tp_overlap=True)
 # torchtitan (FSDP2 + TP, Llama): fp32 gradient reduction, SDPA's FlashAttention-2, vanilla TP.
 TORCHTITAN = Software(grad_bytes=4.0, rope=True, attention_kernel="fa2", tp_overlap=False, tp_layout_copies=True,
-                      fsdp_copies=True, qkv_fused=False)
+                      fsdp_copies=True, qkv_fused=False, host="compiled")
 # Llama 3 (pre-trained in the first half of 2024, before FlashAttention-3): FlashAttention-2 kernels.
 LLAMA3_STACK = Software(rope=True, attention_kernel="fa2")
 
@@ -187,7 +189,7 @@ def cases() -> list[Case]:
                         "model_tflops_per_gpu", tflops, "fit" if gpus == 8192 else "held-out",
                         software=LLAMA3_STACK))
     l8, l70 = llama(32, 4096, 32, 8, 14336), llama(80, 8192, 64, 8, 28672)
-    eager = replace(TORCHTITAN, fused_kernels=False)
+    eager = replace(TORCHTITAN, fused_kernels=False, host="eager")
     for gpus, tps, compiled, role in ((8, 5762, False, "held-out"), (8, 6667, True, "fit"),
                                       (128, 5605, False, "held-out"), (128, 6514, True, "held-out")):
         out.append(Case(TITAN, f"Llama3 8B FSDP, {gpus} GPUs, " + ("compile" if compiled else "eager"), l8, "h100-gt",

@@ -23,13 +23,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cluster import make_cluster
 from common.hardware import get_preset
-from compute import Kernels, layer_times
-from costs import rates_for
-from published import TORCHTITAN, llama
-from search import Pins, Workload, search
-from shapes import Shape
+
+from .cluster import make_cluster
+from .compute import Kernels, layer_times
+from .costs import rates_for
+from .published import TORCHTITAN, llama
+from .search import Pins, Workload, search
+from .shapes import Shape
 
 
 class Pair(NamedTuple):

@@ -32,14 +32,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from choose import decide
-from cluster import Cluster
-from compute import Kernels
-from costs import step_costs
-from degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
-from shapes import Shape, hardware_flops_per_token, model_flops_per_token
-from stages import interleave_fits
+from .choose import decide
+from .cluster import Cluster
+from .compute import Kernels
+from .costs import step_costs
+from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
+from .memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
+from .shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from .stages import interleave_fits
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8
@@ -47,7 +47,7 @@ MIN_CP_TOKENS = 1024
 BATCH_TOLERANCE = 0.05  # a DP degree that does not divide the batch may run the nearest batch within 5% of it
 GB = 1e9
 TIME_KEYS = ("compute_s", "tp_comm_s", "tp_hidden_s", "pp_comm_s", "pp_hidden_s", "dp_comm_s", "dp_hidden_s",
-             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "step_s")
+             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "gpu_step_s", "host_s", "step_s")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,8 @@ class Workload:
     fp8_backend: str = "te-fused"  # how FP8 linears run (fp8_cost.BACKENDS)
     fp8_recipe: str = "delayed"  # FP8 scaling: delayed, current, tensorwise
     qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE) or three Linears (torchtitan)
+    host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
+    tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
 
     @property
     def fp8(self) -> bool:
@@ -89,7 +91,8 @@ class Workload:
     @property
     def kernels(self) -> Kernels:
         return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
-                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused)
+                       self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused,
+                       host=self.host, tp_comm_overlap=self.tp_comm_overlap)
 
 
 @dataclass

@@ -5,11 +5,14 @@ set apart, each with the reason in one line, and never silently:
 
 - Outside the model, by rule (`outside`): the row measured something the model does not price by design. The
   rules read the row's own columns, never its name, so a new row of the same kind lands in the same class:
-  - graph break: FP8 rows measured before the fix in own_runs.GRAPH_BREAK_FIXED ran with dynamo breaking the
-    graph at every FP8 GEMM (priced as eager casts; the break's own cost is not);
+  - graph break: FP8 rows measured before a fix in own_runs.EAGER_BEFORE ran outside the compiled graph (a
+    break at every FP8 GEMM; later, each block compiled apart and eager past dynamo's recompile limit), priced
+    as eager casts (the break's own cost is not);
   - host-limited: the row's fastest step beats its median by HOST_JITTER or more. A step the GPU paces repeats
     within a few percent (every other GPU row here: 0.4-4.2%); one the host paces (Python, hooks, launches
-    of short kernels) varies with the host. The model prices GPU work and no host time (planner README, Limits);
+    of short kernels) varies with the host, and the model's host time (host.py: launches x a cost per launch) is
+    a steady state, not its jitter. A row that measured its GPU's busy time (gpu_busy_ms) is never set apart by
+    this rule: it is judged on its GPU time (explain_rows.error);
   - FSDP2 at one rank: fully_shard on a world of one runs its hooks, copies and the DTensor optimizer with no
     collective to hide them behind; its profiled GPU time (fsdp-scaling's overlap CSV) exceeds what the model
     prices for FSDP2 (bf16 compute, no autocast casts, its copies), which is built for the multi-rank case.
@@ -21,7 +24,7 @@ set apart, each with the reason in one line, and never silently:
 
 from __future__ import annotations
 
-from own_runs import GRAPH_BREAK_FIXED, Run
+from .own_runs import Run
 
 HOST_JITTER = 0.05  # fastest step / median step - 1 at or above which a row is host-limited (module docstring)
 
@@ -38,10 +41,11 @@ def fastest_gain(run: Run) -> float:
 
 def outside(run: Run) -> str:
     """Why the model does not claim this row, by rule (module docstring), or "" if it does."""
-    if run.stack.fp8_eager:
-        return (f"graph break: measured before {GRAPH_BREAK_FIXED[run.stack.backend][0]}, dynamo broke the graph at "
-                "every FP8 GEMM (priced as eager casts; the break itself is not)")
-    if run.kind == "step" and fastest_gain(run) >= HOST_JITTER:
+    fix = run.stack.eager_fix
+    if fix is not None:
+        return (f"graph break: measured before {fix.commit}, {fix.what_ran} (priced as eager casts; the break "
+                "itself is not)")
+    if run.kind == "step" and fastest_gain(run) >= HOST_JITTER and not run.detail.get("gpu_busy_ms"):
         return (f"host-limited: its fastest step beat its median by {HOST_JITTER:.0%} or more (GPU-paced steps repeat "
                 "within a few percent, host-paced ones vary with the host); the model prices no host time")
     if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:

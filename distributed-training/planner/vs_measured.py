@@ -15,11 +15,10 @@ import statistics
 from pathlib import Path
 from typing import NamedTuple
 
-import explain_rows as explain
-import own_runs
-import unexplained
 from common import markdown
-from explain_rows import Compared
+
+from . import explain_rows as explain, own_runs, unexplained
+from .explain_rows import Compared
 
 TARGET = {"bf16": 0.05, "fp8": 0.08}  # |error| per row: BF16 within 5%, FP8 within 8% (issue 24)
 RATIO_TARGET = 0.05  # the FP8/BF16 speed ratio within 5%

@@ -18,11 +18,11 @@ import pandas as pd
 from comm_count import tp_bytes_per_layer
 from common import measured_on
 from common.config import parse_config
-from common import predicted
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
 from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
+from planner import vs_measured
 
 LAB = Path(__file__).resolve().parent
 
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"Measured on {_provenance(corr)}.", "", *correctness_section(corr)]
     for path, b in benches.items():
         lines += bench_section(b, path.stem.removeprefix("bench_"), out.parent / "plots")
-    lines += [predicted.section("tp-attention", results), ""]  # the planner's prediction beside every GPU row
+    lines += [vs_measured.section("tp-attention", results), ""]  # the planner's prediction beside every GPU row
     lines += meaning_section()
     out.write_text("\n".join(lines))
     print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")

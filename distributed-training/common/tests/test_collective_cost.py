@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from common.collective_cost import (COLLECTIVES, Network, bus_bandwidth, bus_rate_GBps, busbw_factor, ceil_log2,
-                                    collective_time_s, half_bandwidth_bytes, members_per_domain, preset_network,
-                                    ring_latency_steps)
+from common.collective_cost import (COLLECTIVES, NCCL_PROTOCOLS, Network, bus_bandwidth, bus_rate_GBps, busbw_factor,
+                                    ceil_log2, collective_time_s, half_bandwidth_bytes, members_per_domain,
+                                    preset_network, protocol_of, protocol_time_s, ring_latency_steps)
 from common.hardware import PRESETS
 
 MiB, GiB = 2**20, 2**30
@@ -102,3 +102,52 @@ def test_pcie_only_runs_everything_at_the_nic_rate():
     net = preset_network(8, 0, 400)
     assert net.domain == 1 and net.intra_GBps == net.nic_GBps == pytest.approx(46.0)
     assert float(bus_rate_GBps(net, 8, 1)) == pytest.approx(46.0)
+
+
+NCCL_TOY = TOY.calibrated(protocols=NCCL_PROTOCOLS)
+
+
+def test_protocols_by_hand():
+    # 8 ranks in one domain, 8 KiB. Simple: 14 steps x 1 us + 1.75 x 8192 B / 100 GB/s. NCCL's Simple latency of the
+    # same call is 8.4 + 14 x 3.4 = 56 us, LL's 3.6 + 14 x 0.47 = 10.18 us, LL128's 10 + 14 x 1.9 = 36.6 us: LL and
+    # LL128 take 10.18/56 and 36.6/56 of the effective 14 us, at 1/4 and 0.92 of the bus rate.
+    S, wire = 8192, 1.75 * 8192
+    want = {"Simple": 14e-6 + wire / 100e9, "LL": 14e-6 * 10.18 / 56 + wire / 25e9,
+            "LL128": 14e-6 * 36.6 / 56 + wire / 92e9}
+    for proto, t in want.items():
+        assert float(protocol_time_s("all_reduce", S, 8, 8, NCCL_TOY, proto)) == pytest.approx(t), proto
+    assert float(collective_time_s("all_reduce", S, 8, 8, NCCL_TOY)) == pytest.approx(want["LL"])
+    assert protocol_of("all_reduce", S, 8, 8, NCCL_TOY) == "LL"
+    # A bare alpha-beta network (gloo, a fitted sweep) has Simple only: the line as it was.
+    assert float(collective_time_s("all_reduce", S, 8, 8, TOY)) == pytest.approx(want["Simple"])
+    # Large messages ride Simple's full rate; a medium one LL128 (latency below Simple's, 0.92 of the rate).
+    assert protocol_of("all_reduce", 1e9, 8, 8, NCCL_TOY) == "Simple"
+    assert protocol_of("all_reduce", 2**20, 8, 8, NCCL_TOY) == "LL128"
+    # Across domains the effective Simple line stands (it is fitted to measured multi-node curves, NCCL's choice
+    # included): LL and LL128 are priced inside one domain only.
+    assert protocol_of("all_reduce", S, 16, 8, NCCL_TOY) == "Simple"
+    assert float(protocol_time_s("all_reduce", S, 16, 8, NCCL_TOY, "LL")) == np.inf
+    # An all-gather inside one domain: one pass (7 steps), LL at a third of the bus rate (tuning.cc).
+    assert float(protocol_time_s("all_gather", S, 8, 8, NCCL_TOY, "LL")) == pytest.approx(
+        7e-6 * (3.6 + 7 * 0.47) / (8.4 + 7 * 3.4) + 7 / 8 * S / (100e9 / 3))
+    # send_recv: one hop, (3.6 + 0.47) / (8.4 + 3.4) of a_step.
+    assert float(protocol_time_s("send_recv", S, 2, 2, NCCL_TOY, "LL")) == pytest.approx(
+        1e-6 * 4.07 / 11.8 + S / (100e9 / 3))
+    assert float(collective_time_s("all_reduce", S, 1, 1, NCCL_TOY)) == 0.0  # one rank: nothing moves
+
+
+def test_protocols_against_published_h100_class_curves():
+    # Across nodes the effective line still puts half bandwidth where NVIDIA's NVLSTree scan does (64-256 MiB).
+    for n, size in ((32, 64 * MiB), (8192, 256 * MiB)):
+        t = float(collective_time_s("all_reduce", size, n, 8, _net("h100")))
+        assert bus_bandwidth("all_reduce", size, t, n)[1] == pytest.approx(
+            float(bus_rate_GBps(_net("h100"), n, 8)) / 2, rel=0.05)
+    # 8 x H200, NVLink, ml-engineering's all_reduce_bench (allreduce-anchors section 3.4): busbw 155.5 GB/s at 8 MiB
+    # (NCCL LL128's range) and 346.5 at 64 MiB (NVLS there; the ring reaches ~370 at its plateau). Below 1 MiB the
+    # measured time carries a per-call floor (launch, synchronisation: ~40 us at 32 KiB) that NCCL's model has not.
+    net = _net("h100")
+    for size, published, tol in ((8 * MiB, 155.5, 0.1), (64 * MiB, 346.5, 0.2)):
+        t = float(collective_time_s("all_reduce", size, 8, 8, net))
+        assert bus_bandwidth("all_reduce", size, t, 8)[1] == pytest.approx(published, rel=tol), size
+    assert protocol_of("all_reduce", 32 * 1024, 8, 8, net) == "LL"
+    assert float(collective_time_s("all_reduce", 32 * 1024, 8, 8, net)) < 20e-6  # latency-bound: LL's ~13 us

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from common import cuda_env
 from common.cuda_env import Driver, mismatch, preferred_builds, read_driver, refusal
@@ -83,25 +82,6 @@ def test_refusal_without_a_gpu_and_with_a_mismatch():
     assert refusal("x-gpu", None, d, ("2.13.0+cu126", "12.6", True)) is None
 
 
-@NO_GPU
-def test_doctor_says_the_right_thing_here_and_with_a_faked_mismatch(tmp_path, monkeypatch, capsys):
-    from common.doctor import main
-
-    assert not any((Path(d) / "nvidia-smi").exists() for d in ("/usr/bin", "/bin"))
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")  # a machine without a driver, said plainly
-    assert main([]) == 0
-    out, err = capsys.readouterr()
-    assert f"torch       {torch.__version__}, a CPU build" in out and "driver      none (no nvidia-smi on PATH)" \
-        in out and err == ""
-    fake_nvidia_smi(tmp_path, 550)
-    assert main([]) == 1
-    out, err = capsys.readouterr()
-    assert "driver      550.54.15, runs CUDA <= 12.4; nvidia-smi lists 8 GPUs" in out
-    (line,) = err.splitlines()
-    assert line.startswith(f"doctor: error: torch {torch.__version__} (a CPU build) cannot use the 8 GPUs")
-    assert line.endswith('-m pip install "torch==2.13.0+cu126" --index-url https://download.pytorch.org/whl/cu126')
-
-
 @pytest.mark.parametrize("behaviour, problem", [
     ("hang", "`nvidia-smi` did not answer within 1 s: the NVIDIA driver or a GPU hangs"),
     (None, "`nvidia-smi` failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA"),
@@ -116,25 +96,6 @@ def test_a_hanging_failing_or_garbage_driver_is_named_as_such(behaviour, problem
     line = refusal("allreduce-bench-gpu", "make allreduce-bench", found, ("2.13.0+cpu", None, False))
     assert line == f"allreduce-bench-gpu runs on NVIDIA GPUs only and this machine's driver does not answer: " \
         f"{found.problem}"
-
-
-@NO_GPU
-def test_doctor_and_every_probe_give_up_on_a_hanging_driver_and_name_it(tmp_path, monkeypatch, capsys):
-    """nvidia-smi that never answers (a GPU in a bad state): doctor and GPU=auto name the hang, within the limit."""
-    from common.doctor import main
-    from common.hardware import get_preset
-
-    fake_nvidia_smi(tmp_path, "hang")
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    monkeypatch.setenv("DT_SMI_TIMEOUT_S", "1")
-    assert main([]) == 1
-    out, err = capsys.readouterr()
-    assert "driver      not answering: `nvidia-smi` did not answer within 1 s" in out
-    assert err.splitlines() == ["doctor: error: the NVIDIA driver does not answer: `nvidia-smi` did not answer within "
-                                "1 s: the NVIDIA driver or a GPU hangs (a GPU in a bad state does this; ask for the "
-                                "GPU to be reset or the node rebooted)"]
-    with pytest.raises(ValueError, match=r"^GPU=auto: the NVIDIA driver does not answer: `nvidia-smi` did not answer"):
-        get_preset("auto")  # never quietly the CPU preset on a node whose GPUs hang
 
 
 def test_a_hanging_nvml_is_named_within_its_limit(monkeypatch):

@@ -95,8 +95,22 @@ def test_merge_replaces_rows_by_key_and_keeps_the_others(tmp_path, capsys):
     assert "merged 2 file(s)" in capsys.readouterr().out
     assert json.loads((results / "sweep.config.json").read_text()) == {"iters": 20, "merged": [{"iters": 5}]}
     (results / "sweep.csv").write_text("x,y\n1,2\n")
-    assert main(["promote", str(run.path), "--merge"]) == 2  # other columns: refused, nothing replaced
-    assert "their columns differ" in capsys.readouterr().err and (results / "sweep.csv").read_text() == "x,y\n1,2\n"
+    assert main(["promote", str(run.path), "--merge"]) == 2  # the old file lacks the key: refused, nothing replaced
+    assert "lacks the key column(s) op, size" in capsys.readouterr().err
+    assert (results / "sweep.csv").read_text() == "x,y\n1,2\n"
+
+
+def test_merge_into_a_file_with_older_columns_keeps_both_and_leaves_the_missing_cells_empty(tmp_path):
+    """A partial GPU run (new columns) merged into a folder written before them (and with one they dropped)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "sweep.csv").write_text("op,size,old_col\na,1,x\nb,1,y\n")
+    run = _run(tmp_path)
+    _write(run, ["b,1,2.0", "c,1,3.0"])
+    run.finish(complete=False, changed=[])  # a launch stopped by its time limit: its rows stay in runs/
+    assert main(["promote", str(run.path), "--merge"]) == 0
+    assert (results / "sweep.csv").read_text().splitlines() == [
+        "op,size,time_us,old_col", "a,1,,x", "b,1,2.0,", "c,1,3.0,"]
 
 
 def test_a_damaged_file_is_never_published(tmp_path, capsys):
@@ -234,7 +248,7 @@ def test_every_publishing_target_decides_by_the_one_rule():
     publishes = re.compile(r"finish\(([\w.]+, )?complete=")  # RunFolder.finish, or parallel-3d's wrapper of it
     runners = [p for p in labs.glob("*/*.py") if p.parent.name != "common" and p.name != "run_folders.py"
                and publishes.search(p.read_text())]
-    assert len(runners) == 12, runners
+    assert len(runners) == 14, runners
     for path in runners:
         text = path.read_text()
         assert "changed_flags" not in text, path

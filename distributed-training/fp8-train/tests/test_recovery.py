@@ -179,13 +179,24 @@ def _assert_tensorboard_once_per_step(run_folder: Path, steps: pd.DataFrame) -> 
     assert [np.float32(e.value) for e in events] == [np.float32(float(v)) for v in steps["loss"]]
 
 
-def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny):
+def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
+    import runloop
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3",
                         "--out", str(tmp_path / "results" / "r"), "--ckpt-dir", str(tmp_path / "c")]
     with pytest.raises(SystemExit):  # --resume with no earlier run says so, and starts nothing
         train.main(args + ["--resume"])
     assert "nothing to resume" in capsys.readouterr().err and not (tmp_path / "runs" / "r").exists()
-    assert train.main(args) == 0
+    real = runloop.RunLoop.one_step
+
+    def dies_at_step_4(self, step):  # after its step-3 checkpoint
+        if step == 4:
+            raise KeyboardInterrupt
+        return real(self, step)
+
+    monkeypatch.setattr(runloop.RunLoop, "one_step", dies_at_step_4)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train.main(args)
+    monkeypatch.setattr(runloop.RunLoop, "one_step", real)
     ck = tmp_path / "c" / "fp8-emulated-s0.pt"
     good = ck.read_bytes()
     ck.write_bytes(good[: len(good) // 2])  # a crash mid-copy, a full disk

@@ -11,20 +11,14 @@ The same adapters against the real library, on a GPU: tests/test_te.py.
 """
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+import fake_te
 import te_adapter
 from common.model import GPT, GPTConfig
 from precision import DEFAULT_FP8_MODULES, select_modules
-
-_spec = importlib.util.spec_from_file_location("fake_te", Path(__file__).with_name("fake_te.py"))
-fake_te = sys.modules.setdefault("fake_te", importlib.util.module_from_spec(_spec))  # dataclasses look it up
-_spec.loader.exec_module(fake_te)
 
 
 @pytest.fixture

@@ -1,8 +1,6 @@
 """The projection's cost model, the overlap arithmetic, the efficiency metric; and the GPU-only paths."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +12,7 @@ import project
 from common.collective_cost import Network, members_per_domain
 from common.hardware import PRESETS
 from common.model import GPTConfig, count_params
+from planner import cluster, costs
 from report import efficiency, weak_scaling_anchor
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
@@ -48,23 +47,10 @@ def test_step_communication_by_hand():
     assert project.comm_time_s("hsdp", CFG, 8, prec, TOY) == pytest.approx(want_ar + inside)
 
 
-@pytest.fixture
-def planner(monkeypatch):
-    """The planner's cost modules (their names are unique among the labs), imported beside this lab."""
-    monkeypatch.syspath_prepend(str(Path(project.__file__).resolve().parents[1] / "planner"))
-    names = ("cluster", "costs", "degrees", "memory", "shapes")
-    import cluster
-    import costs
-    yield cluster, costs
-    for name in names:
-        sys.modules.pop(name, None)
-
-
 @pytest.mark.parametrize("gpu, n", [("h100", 8), ("h100", 64), ("a100", 1024), ("b200", 16)])
-def test_projection_and_planner_price_the_same_collective_alike(planner, gpu, n):
+def test_projection_and_planner_price_the_same_collective_alike(gpu, n):
     # One network from the same table row, one cost model: DDP's gradient all-reduce (one bucket, 4 Psi bytes)
     # costs the same in the projection as the planner's ZeRO-0 data-parallel all-reduce.
-    cluster, costs = planner
     preset, prec = PRESETS[gpu], mm.precision_for("adamw", 2)
     net = project.table_network(preset, 8)
     cl = cluster.make_cluster(preset, n, gpus_per_node=8)

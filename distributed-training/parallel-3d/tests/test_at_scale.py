@@ -37,3 +37,18 @@ def test_one_rank_of_eight_matches_the_design_and_the_terms(rank):
 
 def test_planner_zero_1_runs_as_zero_2():
     assert [at_scale.run_zero(z) for z in (0, 1, 2, 3)] == [2, 2, 2, 3]
+
+
+def test_a_cp_rank_matches_the_design_and_the_ring_formula():
+    """TP2 x CP2 (4 ranks), full recompute: FSDP2 over dp x cp, the ring's bytes exactly ring_bytes per block."""
+    d = pb.Degrees(tp=2, pp=1, dp=1, zero=3, microbatch=1, num_microbatches=2, interleave=1, recompute="full")
+    m = at_scale.isolated(at_scale.measure, CFG, d, 0, 2)
+    assert m["counts_match_design"]
+    layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches, cp=2)
+    stored = ex.rank_state_numel(CFG, layout, stage_specs(CFG.n_layers, 1, 1, 0))
+    assert (m["param_bytes"], m["grad_bytes"], m["opt_bytes"]) == (4 * stored, 4 * stored, 8 * stored)
+    # per block and micro-batch a K/V block is 2 x b 1 x s/cp 32 tokens x 4 K/V heads / t 2 x 16 elements: bf16 once
+    # forward, once more + fp32 dK/dV backward, once more forward for the recompute; 6 blocks, 2 micro-batches
+    block = 2 * 1 * (CFG.seq_len // 2) * (4 // 2) * 16
+    assert m["cp_payload_bytes"] == 2 * 6 * (block * 2 + block * (2 + 4) + block * 2)
+    assert m["cp_count"] == 2 * 6 * 4  # sends (receives are not counted in *_count)

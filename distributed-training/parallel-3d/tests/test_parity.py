@@ -1,4 +1,4 @@
-"""3D parallelism trains exactly like one process, and issues exactly the collectives the design predicts.
+"""3D (and 4D: CP) parallelism trains exactly like one process, and issues exactly the collectives the design predicts.
 
 Every combination the suite can afford on 2 cores, each against the one-process GPT (fp32) on the same
 global batch (SGD, 2 steps: the second step's gradients follow a sharded optimizer update):
@@ -9,6 +9,9 @@ global batch (SGD, 2 steps: the second step's gradients follow a sharded optimiz
     TP2 x PP2        full recompute, interleaved 1F1B over 4 uneven stages (1, 2, 2, 1 layers)
     TP2 x PP2 x DP2  ZeRO-3, selective recompute, interleaved 1F1B, 8 ranks, built on the meta device
                      (the path of models > 2 GiB): its weights equal the one-process model's exactly
+    DP2 x CP2        ZeRO-3, ring attention over 2 ranks (load-balanced split), FSDP2 over dp x cp
+    TP2 x PP2 x CP2  full recompute (the ring runs again), interleaved 1F1B, 8 ranks: K/V heads split by TP
+                     travel the CP ring between ranks of the same TP rank
     bf16 (FSDP2's MixedPrecisionPolicy: bf16 compute, fp32 master weights and reduction), within bf16's error
     1 rank           what one GPU runs (make parallel-3d-gpu): FSDP2 on a 1-rank group, no dp collective
     TP2 x PP2        FSDP2 at dp = 1 beside TP; interleaved pipeline buffers typed by the policy
@@ -53,6 +56,8 @@ CASES = {
     "tp2-pp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 2)),
     "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "selective", 2),
                              init="meta"),
+    "dp2-cp2": Case(Layout(tp=1, pp=1, dp=2, microbatch=1, num_microbatches=4, cp=2), Variant(3, "none", 1)),
+    "tp2-pp2-cp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4, cp=2), Variant(3, "full", 2)),
     "1-rank-bf16": Case(Layout(tp=1, pp=1, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 1), BF16),
     "tp2-pp2-bf16": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "none", 2), BF16),
     "pp2-dp2-bf16": Case(Layout(tp=1, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(2, "none", 1), BF16),
@@ -90,7 +95,7 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 def _train(env, case: Case):
     layout, variant = case.layout, case.variant
-    mesh = build_mesh("cpu", layout.pp, layout.dp, layout.tp)
+    mesh = build_mesh("cpu", layout.pp, layout.dp, layout.tp, layout.cp)
     eng = Engine(CFG, layout, variant, mesh, env.device, param_dtype=case.dtype, optimizer="sgd", lr=LR,
                  init=case.init)
     initial = {plain_name(n): _full(p).numpy() for st in eng.stages for n, p in st.named_parameters()}

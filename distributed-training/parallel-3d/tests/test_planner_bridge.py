@@ -1,7 +1,5 @@
 """The planner's terms as this lab reads them: bus bytes by hand, and `make plan`'s command accepted by the runner."""
 
-import sys
-
 import pytest
 
 import planner_bridge as pb
@@ -41,13 +39,11 @@ def test_activation_formula_is_korthikanti_without_dropout():
 def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     """`make plan --cp 1` prints train.py flags; parsed by this lab's own config they describe the planner's
     choice (a plan with context parallelism says it needs another runner: test_launch.py)."""
-    pb._planner()
-    import launch
-    import plan as planner_cli
+    from planner import launch, plan as planner_cli, search
 
     cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1, cp=1)
     w, cl, pins = cfg.resolve()
-    res = sys.modules["search"].search(w, cl, pins, top=1)
+    res = search.search(w, cl, pins, top=1)
     cmd = planner_cli.run_commands(w, cl, res)
     flags = cmd["torchrun"].split(launch.RUNNER)[1].split()
     monkeypatch.delenv("WORLD_SIZE", raising=False)

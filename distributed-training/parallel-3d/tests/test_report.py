@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import against_planner
 import report
 from common.testing import as_gpu_rows
+from planner import against_pytorch
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 
@@ -24,7 +24,7 @@ def test_report_from_the_committed_csvs(tmp_path):
         assert heading in text
     assert "_No runs yet" not in text and "_Not measured yet" not in text
     assert (tmp_path / "plots" / "at_scale.png").exists() and list((tmp_path / "plots").glob("activations_*.png"))
-    section = against_planner.render(results)
+    section = against_pytorch.render(results)
     assert section in text and "residual" in section
 
 
@@ -33,7 +33,7 @@ def test_report_refuses_a_missing_folder(tmp_path, capsys):
         report.main(["--results", str(tmp_path / "nowhere")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "no results folder" in err
-    assert against_planner.render(tmp_path).startswith("_Not measured yet")
+    assert against_pytorch.render(tmp_path).startswith("_Not measured yet")
 
 
 def test_the_report_says_which_gpu_results_exist(tmp_path):

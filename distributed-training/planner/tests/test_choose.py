@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from choose import MEMORY_MARGIN, NEAR_TIE, decide
-from memory import MEMORY_HEADROOM
-from shapes import Shape
+from planner.choose import MEMORY_MARGIN, NEAR_TIE, decide
+from planner.memory import MEMORY_HEADROOM
+from planner.shapes import Shape
 
 SHAPE = Shape(layers=48, hidden=6144, heads=48, kv_heads=48, vocab=51200, seq=2048, ffn=4 * 6144)
 W = SimpleNamespace(shape=SHAPE)
@@ -62,7 +62,7 @@ def test_issue_example_no_longer_left_to_noise(capsys):
     # plans within 1.4%; now the near-ties are named and the rules pick a plan without CP.
     import json
 
-    import plan as cli
+    from planner import plan as cli
     argv = ["--layers", "40", "--hidden", "6144", "--heads", "48", "--seq", "2048", "--global-batch", "1024",
             "--gpus", "256", "--gpu", "a100", "--zero", "0", "--recompute", "full"]
     assert cli.main(argv + ["--json"]) == 0

@@ -1,15 +1,16 @@
 """plan.py: bad input is one line and exit 2; a real run prints the JSON the issue asks for."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-import plan
+from planner import plan
 
-PLAN = Path(__file__).resolve().parents[1] / "plan.py"
+LABS = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -38,9 +39,11 @@ def test_nothing_fits_exits_1_with_reasons(capsys):
     assert "nothing fits in memory" in out and "does not fit: needs" in out
 
 
-def test_json_run_as_a_script():
-    proc = subprocess.run([sys.executable, str(PLAN), "--params", "1B", "--gpus", "16", "--zero", "1",
-                           "--json", "--top", "3"], capture_output=True, text=True, timeout=120)
+def test_json_run_as_a_module():
+    # as `make plan` runs it: python -m planner.plan with PYTHONPATH=distributed-training
+    proc = subprocess.run([sys.executable, "-m", "planner.plan", "--params", "1B", "--gpus", "16", "--zero", "1",
+                           "--json", "--top", "3"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(LABS)})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     best = out["best"]

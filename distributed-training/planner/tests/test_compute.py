@@ -5,10 +5,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from calibration import FITTED, ComputeConstants
-from compute import (MAMF_SHAPE, SM_COUNT, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency,
+from planner.calibration import FITTED, ComputeConstants
+from planner.compute import (MAMF_SHAPE, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency, sm_count,
                      gemm_time, head_times, layer_times, optimizer_time, tensor_rate)
-from shapes import Shape
+from planner.shapes import Shape
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=2048, ffn=4096)
 
@@ -38,7 +38,7 @@ def test_tensor_rate_reproduces_the_measured_mamf_at_its_shape():
         c = FITTED
         r = tensor_rate(gpu, "bf16", mamf, c)
         m, n, k = MAMF_SHAPE[gpu, "bf16"]
-        achieved = 2.0 * m * n * k / (2.0 * m * n * k / (r * float(gemm_efficiency(m, n, k, SM_COUNT[gpu], c))))
+        achieved = 2.0 * m * n * k / (2.0 * m * n * k / (r * float(gemm_efficiency(m, n, k, sm_count(gpu), c))))
         assert achieved / 1e12 == pytest.approx(mamf * c.sustained(gpu))
 
 
@@ -130,7 +130,26 @@ def test_head_and_optimizer_by_hand():
 
 
 def test_constants_are_inside_their_fit_bounds():
-    from calibration import FIT_BOUNDS
+    from planner.calibration import FIT_BOUNDS
     for name, (lo, hi) in FIT_BOUNDS.items():
         assert lo <= getattr(FITTED, name) <= hi, name
     assert isinstance(FITTED, ComputeConstants) and np.isfinite(FITTED.kernel_us)
+
+
+def test_tile_and_wave_quantization_by_hand_with_the_presets_sm_counts():
+    # SM counts from common/hardware.py (NVIDIA data sheets): A100 108, H100/H200 132, B200 148.
+    assert [sm_count(g) for g in ("a100", "h100", "h200", "b200", "toy")] == [108, 132, 132, 148, 132]
+    c = FITTED  # wave allowance 0.25 wave, K0 = 64 steps of the K loop
+    # 4096 x 384 x 1024 (an MLP's down projection at TP 8 of a small model): 32 x 3 = 96 full tiles, one partial wave
+    # on 132 SMs (0.727 of a wave): eta = 1 (no padding) x 0.727 / (0.727 + 0.25) x 1024 / (1024 + 64).
+    waves = 96 / 132
+    assert float(gemm_efficiency(4096, 384, 1024, 132, c)) == pytest.approx(waves / (waves + 0.25) * 1024 / 1088)
+    # The same GEMM on an A100's 108 SMs fills more of a wave.
+    assert float(gemm_efficiency(4096, 384, 1024, 108, c)) > float(gemm_efficiency(4096, 384, 1024, 132, c))
+    # Tile quantization: 100 x 200 fills 2 tiles of 128 x 128 to 20,000 / 32,768 = 0.61; K = 64 pays half to K0.
+    waves = 2 / 132
+    assert float(gemm_efficiency(100, 200, 64, 132, c)) == pytest.approx(
+        20000 / 32768 * waves / (waves + 0.25) * 64 / 128)
+    # FP8's K loop covers twice the elements per step: the same K pays twice K0's elements.
+    assert float(gemm_efficiency(4096, 4096, 1024, 132, c, elem_bytes=1.0)) == pytest.approx(
+        float(gemm_efficiency(4096, 4096, 1024, 132, c)) * (1088 / 1024) * 1024 / (1024 + 128))

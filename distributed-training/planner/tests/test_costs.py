@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from cluster import Cluster
 from common.collective_cost import Network
-from compute import Kernels
-from costs import ACT_BYTES, dp_collectives, step_costs
-from degrees import FULL, Degrees
-from shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
+from planner.cluster import Cluster
+from planner.compute import Kernels
+from planner.costs import ACT_BYTES, dp_collectives, step_costs
+from planner.degrees import FULL, Degrees
+from planner.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
                     sc21_flops_per_iteration)
 
 
@@ -100,3 +100,45 @@ def test_dp_overlap_and_eager_kernels_cost_time():
     assert float(exposed["step_s"]) == pytest.approx(float(base["step_s"]) + float(base["dp_hidden_s"]))
     eager = step_costs(sh, cl, deg, kernels=Kernels(fused=False))
     assert float(eager["step_s"]) > float(base["step_s"])
+
+
+def test_recompute_repeats_the_forward_tp_collectives_on_the_critical_path():
+    # Without SP (Megatron 2021) a layer's forward runs 2 all-reduces of b·s·h; full recompute runs that forward
+    # again inside the backward, so 2 more, and neither the recompute's nor the forward's hide: only the 2 backward
+    # ones overlap the weight-gradient GEMMs (tp_overlap). Zero latency: each all-reduce is 2(t-1)/t·S / B.
+    sh = Shape(4, 1024, 8, 8, 1000, 512, 4096)
+    cl = toy_cluster(alpha_step_us=0.0, alpha_level_us=0.0)
+    b, t, m = 2, 4, 3
+    one = 2 * (t - 1) / t * ACT_BYTES * b * sh.seq * sh.hidden / 100e9  # one all-reduce, seconds
+    kw = dict(kernels=Kernels(sequence_parallel=False))
+    plain = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), **kw)
+    full = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m, recompute=FULL), **kw)
+    assert float(plain["tp_comm_s"]) == pytest.approx(sh.layers * m * 4 * one)
+    assert float(full["tp_comm_s"]) == pytest.approx(sh.layers * m * 6 * one)
+    exposed = lambda out: float(out["tp_comm_s"] - out["tp_hidden_s"])  # noqa: E731
+    assert exposed(full) - exposed(plain) == pytest.approx(sh.layers * m * 2 * one)
+
+
+def test_tp_comm_overlap_hides_the_forward_collectives_too():
+    # Megatron-Core's --tp-comm-overlap pipelines every TP collective with its GEMM: a layer's 4 all-reduce-equivalents
+    # hide behind its forward and backward GEMMs as far as they last; the backward-only overlap hides at most 2.
+    sh = Shape(4, 1024, 8, 8, 1000, 512, 4096)
+    cl = toy_cluster(alpha_step_us=0.0, alpha_level_us=0.0, intra_GBps=1000.0)  # fast links: all of it fits
+    deg = Degrees.of(t=4, b=2, m=3)
+    bwd_only = step_costs(sh, cl, deg)
+    overlapped = step_costs(sh, cl, deg, kernels=Kernels(tp_comm_overlap=True))
+    assert float(bwd_only["tp_hidden_s"]) == pytest.approx(float(bwd_only["tp_comm_s"]) / 2)
+    assert float(overlapped["tp_hidden_s"]) == pytest.approx(float(overlapped["tp_comm_s"]))
+    assert float(overlapped["step_s"]) == pytest.approx(float(bwd_only["step_s"]) - float(bwd_only["tp_comm_s"]) / 2)
+
+
+def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
+    # FSDP gathers and reduce-scatters one unit (a block) per call: ZeRO-3 runs 2 all-gathers and 1 reduce-scatter per
+    # layer and micro-batch, each paying its latency (7 ring steps of 1 us on 8 ranks in one domain) however small.
+    # Links so fast that only latency is left: 3 x 4 layers x 3 micro-batches x 7 us.
+    sh = Shape(4, 256, 8, 8, 1000, 256, 1024)
+    cl = toy_cluster(intra_GBps=1e12, nic_GBps=1e12)
+    out = step_costs(sh, cl, Degrees.of(d=8, m=3, zero=3))
+    assert float(out["dp_comm_s"]) == pytest.approx(3 * 4 * 3 * 7e-6, rel=1e-6)
+    # ZeRO-0 reduces the gradients once per step, one bucket: one all-reduce latency (14 steps).
+    assert float(step_costs(sh, cl, Degrees.of(d=8, m=3, zero=0))["dp_comm_s"]) == pytest.approx(14e-6, rel=1e-6)

@@ -7,12 +7,8 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
-import explain_rows as explain
-import gemm_rates
-import own_runs
-import unexplained
-import vs_measured
-from calibration import FITTED
+from planner import explain_rows as explain, gemm_rates, own_runs, unexplained, vs_measured
+from planner.calibration import FITTED
 
 LABS = own_runs.LABS
 H100 = "1x NVIDIA H100 80GB HBM3"
@@ -28,7 +24,7 @@ def test_every_committed_gpu_row_is_found_and_priced():
     for lab in own_runs.READERS:
         for c in committed(lab):
             kinds[lab, c.run.kind] = kinds.get((lab, c.run.kind), 0) + 1
-            assert c.run.gpu == "h100" and c.run.measured > 0
+            assert c.run.gpu in ("h100", "h200") and c.run.measured > 0
             if c.run.kind == "collective" and c.run.layout.world == 1:
                 assert c.predicted.value == 0 and "no byte crosses a link" in c.predicted.note
             else:
@@ -79,8 +75,11 @@ def test_each_rows_own_columns_drive_its_prediction(tmp_path):
 
 def test_rows_measured_before_the_native_layers_graph_fix_are_priced_as_what_ran():
     native = [c for c in committed("fp8-train") if c.run.stack.backend == "native"]
-    assert native and all(c.run.stack.fp8_eager for c in native)  # measured before b992edb
-    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z")  # a run of today's code
+    assert native and all(c.run.stack.fp8_eager for c in native)  # measured before b992edb or 3297f52
+    assert {c.run.stack.eager_fix.commit for c in native} == {"b992edb", "3297f52"}
+    assert own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=8)  # compiled apart, past the limit
+    assert not own_runs.fp8_eager("native", True, "2026-11-27T02:30:00Z", n_layers=2)  # 6 variants: within it
+    assert not own_runs.fp8_eager("native", True, "2027-01-01T00:00:00Z", n_layers=8)  # a run of today's code
     assert not own_runs.fp8_eager("torchao", True, "2026-01-01T00:00:00Z")  # no such fix for torchao
     assert not own_runs.fp8_eager("native", False, "2026-01-01T00:00:00Z")  # eager anyway
 
@@ -161,6 +160,27 @@ def test_a_counted_kernel_pays_the_per_kernel_cost(tmp_path):
     a, b = (explain.predict(r) for r in own_runs.fp8_train_bench(tmp_path))
     assert b.step_s - a.step_s == pytest.approx(1000 * FITTED.kernel_us * 1e-6)
     assert own_runs.counted(float("nan")) == {} and own_runs.counted(222.0) == {"kernels_per_step": 222}
+
+
+def test_a_row_with_the_gpus_busy_time_is_judged_on_it(tmp_path):
+    # fp8-train's bench writes gpu_busy_ms (the union of the step's kernels on the GPU's timeline). A step well above
+    # it was paced by the host (host.py): the row is judged on its GPU time, the model's GPU time against the GPU's,
+    # and never set apart as host-limited, however much its steps jitter. A GPU-paced row is judged on its step.
+    rows = [dict(d_model=2048, run="host-paced", precision="bf16", precision_backend="torch", gpu_busy_ms=6.0,
+                 step_time_s=0.010, step_time_min_s=0.008),
+            dict(d_model=2048, run="gpu-paced", precision="bf16", precision_backend="torch", gpu_busy_ms=9.9)]
+    _bench_rows(tmp_path, rows)
+    paced, gpu = own_runs.fp8_train_bench(tmp_path)
+    assert paced.detail["gpu_busy_ms"] == 6.0 and paced.detail["step_ms"] == pytest.approx(10.0)
+    assert explain.host_paced(paced) and not explain.host_paced(gpu)
+    pred = explain.predict(paced)
+    assert explain.error(paced, pred) == pytest.approx(6.0 / (pred.gpu_s * 1e3) - 1)
+    assert pred.note.startswith("GPU busy 6.0 of 10.0 ms; predicted GPU")
+    assert not unexplained.outside(paced)
+    g = explain.predict(gpu)
+    assert explain.error(gpu, g) == pytest.approx(g.value / gpu.measured - 1)
+    assert own_runs.busy(float("nan"), 0.01) == {} and own_runs.busy(5.0, 0.01) == {"gpu_busy_ms": 5.0,
+                                                                                  "step_ms": 10.0}
 
 
 def test_sustained_matmul_rate_from_gemm_rows(tmp_path):

@@ -6,15 +6,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import fp8_cost
-from calibration import FITTED
-from cluster import make_cluster
 from common.hardware import get_preset
-from compute import Kernels, Rates, gemm_efficiency, layer_times, tensor_rate
-from costs import rates_for, step_costs
-from degrees import Degrees
-from fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
-from shapes import Shape
+from planner import fp8_cost
+from planner.calibration import FITTED
+from planner.cluster import make_cluster
+from planner.compute import (Kernels, Rates, fp8_cast_times, fp8_weight_cast_time, gemm_efficiency, layer_times,
+                             tensor_rate)
+from planner.costs import rates_for, step_costs
+from planner.degrees import Degrees
+from planner.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
+from planner.shapes import Shape
 
 
 @pytest.mark.parametrize("backend, recipe, compiled, want", [
@@ -111,3 +112,30 @@ def test_rates_take_no_flat_fp8_overhead():
     cl = make_cluster(get_preset("h100"), 1, "fp8")
     r: Rates = rates_for(cl, Kernels(fp8=True))
     assert r.matmul == tensor_rate("h100", "fp8", 1402.6, FITTED) and r.consts == replace(FITTED)
+
+
+def test_cached_fp8_weights_are_cast_once_per_step(monkeypatch):
+    # TransformerEngine (te, te-fused) casts the weights on the first micro-batch and reuses them: one cast-transpose
+    # pass per weight per step, reading 2 B (bf16) and writing both 1-byte layouts, one kernel per weight matrix
+    # (te-fused: q, k, v as one, so qkv, o, up, down). torchao and the native layer cast them in every forward.
+    sh = Shape(layers=2, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=512, ffn=4096)
+    r = Rates(matmul=1e15, bf16_matmul=1e15, attention=1e15, hbm=1e12, sms=132, consts=FITTED)
+    te = Kernels(fp8=True, fp8_backend="te-fused")
+    want = sh.layer_matmul_params * (2.0 + 2 * 1.0) / 1e12 + 4 * FITTED.kernel_us * 1e-6
+    assert float(fp8_weight_cast_time(sh, 1, te, r)) == pytest.approx(want)
+    ao = Kernels(fp8=True, fp8_backend="torchao", fp8_recipe="tensorwise")
+    assert float(fp8_weight_cast_time(sh, 1, ao, r)) == 0.0
+    # The per-micro-batch casts of TE hold no weight any more: they are smaller by exactly the cached part.
+    fwd, _ = fp8_cast_times(sh, 1, 1, 1, te, r)
+    monkeypatch.setitem(fp8_cost.BACKENDS, "te-fused", replace(BACKENDS["te-fused"], caches_weights=False))
+    fwd_uncached, _ = fp8_cast_times(sh, 1, 1, 1, te, r)
+    assert float(fwd_uncached) - float(fwd) == pytest.approx(want)
+    assert float(fp8_weight_cast_time(sh, 1, te, r)) == 0.0
+    # In a step of m micro-batches the cached casts are paid once: compute(m) = m x per-micro-batch + optimizer +
+    # L x the casts, so compute(2) - 2 compute(1) = -(optimizer + L x casts).
+    monkeypatch.undo()
+    cl = make_cluster(get_preset("h100"), 1, "fp8")
+    one, two = (step_costs(sh, cl, Degrees.of(m=m), kernels=te) for m in (1, 2))
+    w = layer_times(sh, 1, 1, 1, te, rates_for(cl, te))["fp8_weights_per_step"]
+    assert float(w) > 0
+    assert float(2 * one["compute_s"] - two["compute_s"] - one["optimizer_s"]) == pytest.approx(sh.layers * float(w))

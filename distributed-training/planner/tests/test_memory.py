@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-import published
-from degrees import FULL, NONE, SELECTIVE, Degrees
-from memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
-from shapes import Shape
+from planner import published
+from planner.degrees import FULL, NONE, SELECTIVE, Degrees
+from planner.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
+from planner.shapes import Shape
 
 GIB = 2**30
 

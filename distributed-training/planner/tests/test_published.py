@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import accuracy
-import published
-from calibration import FIT_BOUNDS, FITTED
+from planner import accuracy, published
+from planner.calibration import FIT_BOUNDS, FITTED
 
 FIT_CSV = Path(__file__).resolve().parents[1] / "results" / "compute_fit.csv"
 

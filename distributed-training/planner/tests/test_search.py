@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from choose import NEAR_TIE
-from cluster import calibrate, make_cluster
 from common.hardware import get_preset
-from memory import MEMORY_HEADROOM
-from search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
-from shapes import Shape, standard_shape
+from planner.choose import NEAR_TIE
+from planner.cluster import calibrate, make_cluster
+from planner.memory import MEMORY_HEADROOM
+from planner.search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
+from planner.shapes import Shape, standard_shape
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sweep_fixture.csv"
 SHAPES = {"gqa-odd": Shape(layers=12, hidden=1536, heads=12, kv_heads=4, vocab=32000, seq=2048, ffn=6144),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from common import torch_install
 from common.cuda_env import read_driver
 from common.testing import fake_nvidia_smi
-from common.torch_install import Plan, pinned_torch, plan, preflight
+from provision import torch_install
+from provision.torch_install import Plan, pinned_torch, plan, preflight
 
 ROOT = Path(__file__).resolve().parents[3]
 PIN = pinned_torch(ROOT / "requirements.txt")
@@ -115,7 +115,8 @@ def test_make_setup_without_venv_support_is_one_line_and_builds_nothing(tmp_path
     (repo / "distributed-training").mkdir(parents=True)
     for f in ("Makefile", "requirements.txt"):
         shutil.copy(ROOT / f, repo / f)
-    (repo / "distributed-training" / "common").symlink_to(ROOT / "distributed-training" / "common")
+    for package in ("common", "provision"):
+        (repo / "distributed-training" / package).symlink_to(ROOT / "distributed-training" / package)
     r = subprocess.run(["make", "setup", f"BOOTSTRAP_PYTHON={py}"], cwd=repo, capture_output=True, text=True,
                        timeout=60, env={"PATH": "/usr/bin:/bin"})
     ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]

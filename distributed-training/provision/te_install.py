@@ -4,8 +4,8 @@ this torch's CUDA major and the PyTorch extension compiled against this torch.
     make setup-fp8                          # torchao, then TransformerEngine TE (2.20.2) from the package index
     make setup-fp8 TE=                      # torchao alone
     make setup-fp8 WHEELHOUSE=wheels        # offline, from a folder `make wheelhouse` filled
-    PYTHONPATH=distributed-training python -m common.te_install check --te 2.20.2     # the checks alone
-    PYTHONPATH=distributed-training python -m common.te_install install --te 2.20.2 --dry-run
+    PYTHONPATH=distributed-training python -m provision.te_install check --te 2.20.2     # the checks alone
+    PYTHONPATH=distributed-training python -m provision.te_install install --te 2.20.2 --dry-run
 
 TransformerEngine is three packages of one version (TE refuses to import a mix):
     transformer_engine                 the Python package; `transformer_engine[core_cu12]` / `[core_cu13]` also
@@ -47,7 +47,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .cuda_env import read_driver
+from common.cuda_env import read_driver
 
 
 class Facts(NamedTuple):
@@ -171,18 +171,23 @@ def default_jobs() -> int:
 
 
 def steps(f: Facts, te: str, wheelhouse: Path | None = None, archs: str | None = None,
-          jobs: int | None = None, python: str = sys.executable) -> list[Step]:
+          jobs: int | None = None, python: str = sys.executable, dest: Path | None = None) -> list[Step]:
     """The pip commands that install TE `te` here (online: the core, then the extension; offline: the extension,
-    make has installed the wheelhouse's wheels before)."""
+    make has installed the wheelhouse's wheels before), or with `dest` build the extension's wheel there."""
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
     major = cuda_major(f)
     cpath = [f.cudnn_include, *f.header_dirs, *filter(None, [os.environ.get("CPATH")])]
     jobs = jobs or int(os.environ.get("MAX_JOBS") or 0) or default_jobs()  # a MAX_JOBS the user set wins
+    # One nvcc thread per compile job: TE's maintainers' fix for builds that hang near the end (TE #976).
     env = {"NVTE_FRAMEWORK": "pytorch", "NVTE_PYTORCH_FORCE_BUILD": "TRUE", "MAX_JOBS": str(jobs),
-           "CPATH": ":".join(dict.fromkeys(cpath))}
+           "NVTE_BUILD_THREADS_PER_JOB": "1", "CPATH": ":".join(dict.fromkeys(cpath))}
     if archs or f.archs:
         env["NVTE_CUDA_ARCHS"] = archs or f.archs
     build = [*pip, "--no-build-isolation", "--no-cache-dir"]
+    if dest is not None:  # the offline kit: a wheel to carry, nothing installed here
+        wheel = [python, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-build-isolation", "--no-deps",
+                 "--no-cache-dir", "-w", str(dest), f"transformer_engine_torch=={te}"]
+        return [Step(f"compile a transformer_engine_torch {te} wheel against torch {f.torch_version}", wheel, env)]
     if wheelhouse is not None:
         sdist = str(wheelhouse / f"transformer_engine_torch-{te}.tar.gz")
         return [Step(f"compile transformer_engine_torch {te} against torch {f.torch_version}",
@@ -209,7 +214,9 @@ def installed(te: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="te_install", description=__doc__.split("\n\n")[0])
-    ap.add_argument("cmd", choices=("check", "install"), help="check the prerequisites, or install (checks first)")
+    ap.add_argument("cmd", choices=("check", "install", "wheel"),
+                    help="check the prerequisites, install (checks first), or build the extension's wheel (--dest)")
+    ap.add_argument("--dest", default=None, help="wheel: the folder for the compiled wheel (the offline kit's)")
     ap.add_argument("--te", default="2.20.2", help="TransformerEngine version")
     ap.add_argument("--wheelhouse", default=None, help="install offline from this folder (make wheelhouse)")
     ap.add_argument("--cuda-archs", default=None, help="NVTE_CUDA_ARCHS; default: this node's GPUs")
@@ -225,10 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.cmd == "check":
         return 0
-    if installed(args.te) and te_imports() is None and not args.dry_run:
+    dest = Path(args.dest) if args.cmd == "wheel" else None
+    if args.cmd == "wheel" and dest is None:
+        print("setup-fp8: error: wheel needs --dest DIR", file=sys.stderr)
+        return 2
+    if dest is None and installed(args.te) and te_imports() is None and not args.dry_run:
         print(f"TransformerEngine {args.te} is installed and imports; nothing to do")
         return 0
-    for step in steps(facts, args.te, wheelhouse, args.cuda_archs, args.max_jobs):
+    for step in steps(facts, args.te, wheelhouse, args.cuda_archs, args.max_jobs, dest=dest):
         shown = " ".join(f"{k}={v}" for k, v in step.env.items() if k != "CPATH")
         print(f"setup-fp8: {step.what}\n  {shown} {' '.join(step.argv)}".rstrip(), flush=True)
         if args.dry_run:
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             print(f"setup-fp8: error: pip exited {code} at: {step.what} (its output is above)", file=sys.stderr)
             return 1
-    if args.dry_run:
+    if args.dry_run or dest is not None:
         return 0
     error = te_imports()
     if error:

@@ -1,7 +1,7 @@
 """`make setup`: a venv whose torch can use this machine's GPUs, or says in one line why it cannot.
 
-    PYTHONPATH=distributed-training python3 -m common.torch_install preflight     # before the venv exists
-    PYTHONPATH=distributed-training .venv/bin/python -m common.torch_install install --requirements requirements.txt
+    PYTHONPATH=distributed-training python3 -m provision.torch_install preflight     # before the venv exists
+    PYTHONPATH=distributed-training .venv/bin/python -m provision.torch_install install --requirements requirements.txt
     ... install --dry-run          # what it would install, and from where; nothing installed
     ... install --backend cu128    # force a build (auto, cpu, cu126, cu128, cu130, registry)
 
@@ -41,7 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .cuda_env import TORCH_CUDA_BUILDS, TORCH_INDEX, Build, Driver, preferred_builds, read_driver
+from common.cuda_env import TORCH_CUDA_BUILDS, TORCH_INDEX, Build, Driver, preferred_builds, read_driver
 
 BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")
 

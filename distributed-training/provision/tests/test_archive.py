@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from common import archive, wheelhouse
+from provision import archive, wheelhouse
 
 
 def _tree(root):

@@ -34,8 +34,8 @@ import tarfile
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from .hardware import describe_hardware, detect_preset
-from .results import REPO_ROOT, git_commit
+from common.hardware import describe_hardware, detect_preset
+from common.results import REPO_ROOT, git_commit
 
 LABS = REPO_ROOT / "distributed-training"
 CARRIED = ("results", "plots", "runs", "REPORT.md", "TOPOLOGY.md")

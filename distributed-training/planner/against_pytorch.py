@@ -1,8 +1,13 @@
-"""The planner against PyTorch, rendered as markdown from results/at_scale.csv and at_scale_terms.csv alone.
+"""The planner against PyTorch, rendered as markdown from parallel-3d's results/at_scale.csv and
+at_scale_terms.csv alone.
 
-One renderer for two documents: this lab's REPORT.md and the section "The planner against PyTorch" of
-PARALLELISM_GUIDE.md (planner/guide.py loads this file by path). It reads CSVs with the standard library
-and common.markdown only (no torch, no pandas), so the guide stays quick to generate.
+One renderer for two documents: parallel-3d's REPORT.md and the section "The planner against PyTorch" of
+PARALLELISM_GUIDE.md (guide.py). Like the planner's other readers (own_runs.py, measured_runs.py) it reads
+the lab's CSVs, never its code; SCHEMAS holds every parallel-3d CSV, so the lab's report checks its files
+with the same `read`. Standard library and common.markdown only (no torch, no pandas), so the guide stays
+quick to generate.
+
+    PYTHONPATH=distributed-training python -m planner.against_pytorch    # the section, on stdout
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from pathlib import Path
 from common import markdown
 from common.csvread import Schema, read_rows
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "parallel-3d" / "results"
 GB = 1e9
 QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP bus bytes / step"),
               ("pp", "PP bytes sent / step"), ("dp", "DP bus bytes / step"))
@@ -32,6 +37,10 @@ SCHEMAS = {
                                                        "planner_bytes": float}, finite=True),
     "at_scale_terms": Schema("parallel-3d planner terms", {"study": str, "role": str, "quantity": str, "term": str,
                                                           "bytes": float}, finite=True),
+    "at_scale_cp": Schema("parallel-3d at-scale CP study", {"study": str, "role": str, "baseline_study": str,
+                                                            "world": int, "cp": int, "param_bytes": float,
+                                                            "cp_payload_bytes": float, "ring_formula_bytes": float},
+                          finite=True),
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
                                                       "dp": int, "param_bytes": float}, finite=True),
 }

@@ -1,6 +1,6 @@
 """`make doctor`: what this machine has, for the labs.
 
-    make doctor                       # or: PYTHONPATH=distributed-training python -m common.doctor
+    make doctor                       # or: PYTHONPATH=distributed-training python -m provision.doctor
     make doctor GPU=h100              # also show the figures a named preset would use
 
 Prints Python, torch and the CUDA version it was built for beside the NVIDIA driver and the newest
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .config import parse_config
-from .cuda_env import DriverFault, build_text, describe, mismatch, probe_driver
-from .hardware import (CHOICES, NVMLUnavailable, bounded, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml,
-                       nvml_timeout_s)
+from common.config import parse_config
+from common.cuda_env import DriverFault, build_text, describe, mismatch, probe_driver
+from common.hardware import (CHOICES, NVMLUnavailable, bounded, cpu_count, cpu_model, detect_preset, fmt, get_preset,
+                             nvml, nvml_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,12 @@ def report(gpu: str = "auto", driver=None) -> list[str]:
     except NVMLUnavailable as e:
         lines.append(f"nvml        {e}")
     fp8_hw = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
+    if torch.cuda.is_available():
+        # torch's own cuDNN loaded first, so that TE's search finds it by its soname: on the lent H200 image,
+        # whose /lib holds a system cuDNN of another build, doctor's TE import failed on a missing symbol
+        # ("libcudnn_heuristic.so.9: undefined symbol") while the same TE ran in training (not re-checked on
+        # a GPU since).
+        torch.backends.cudnn.version()
     lines += [
         f"fp8 hw      {'yes (sm_89+)' if fp8_hw else 'no FP8 tensor cores here (native/emulated FP8 still run)'}",
         f"fp8 te      transformer_engine.pytorch: {_try_import('transformer_engine.pytorch')}{_te_fp8()}",

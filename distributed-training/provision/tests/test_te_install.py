@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import te_install, wheelhouse
-from common.te_install import Facts, problem, steps
 from common.testing import no_gpu_mark
+from provision import te_install, wheelhouse
+from provision.te_install import Facts, problem, steps
 
 ROOT = Path(__file__).resolve().parents[3]
 TE = "2.20.2"

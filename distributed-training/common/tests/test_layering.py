@@ -1,0 +1,235 @@
+"""The repository's layering, read from its imports (ast over every .py under distributed-training/, tests too).
+
+    labs  ->  planner  ->  common   <-  provision
+
+A lab (a folder of scripts run with PYTHONPATH=distributed-training) imports its own modules by plain name,
+and `planner` and `common` by name; the planner imports only `common` (and itself, relatively or as
+planner.x); common imports neither a lab nor the planner nor provision. provision (installing, the offline
+kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
+lines, and no lab imports it. Nothing goes around the import system: no
+sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
+load stays, as a measurement: fp8-train/kernels.py loads an older fp8_linear.py from git to count its
+kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
+one of its scripts would.
+
+Each rule is checked on a small tree built here first, so that a checker that finds nothing fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+LABS = Path(__file__).resolve().parents[2]
+REPO = LABS.parent
+SHARED = ("common", "planner", "provision")
+MAY_IMPORT = {"common": set(), "planner": {"common"}, "provision": {"common"}}  # of the other shared packages
+# Names that import a file by its path, or put a folder on the import path.
+PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLoader", "run_path", "load_source",
+                "addsitedir"}
+LOADER_MODULES = {"importlib", "runpy", "imp", "site"}  # where those names live
+ALLOWED = {  # file (relative to the repository) -> the one kind of path use it keeps, and why
+    "distributed-training/fp8-train/kernels.py": "spec_from_file_location",  # an older fp8_linear.py from git
+    "conftest.py": "sys.path",  # the harness: a lab's folder on sys.path while its tests run
+}
+
+
+class Imported(NamedTuple):
+    line: int
+    name: str  # the top-level module: `common` for `from common.dist import x`
+    relative: bool
+
+
+def python_files(root: Path) -> list[Path]:
+    """Every .py below root, not following links (each lab's `common` is a link to ../common)."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+        out += [Path(folder) / f for f in sorted(files) if f.endswith(".py")]
+    return out
+
+
+def imports(path: Path) -> list[Imported]:
+    """Every import in the file, at any depth, and importlib.import_module / __import__ of a literal name."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [Imported(node.lineno, a.name.split(".")[0], False) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append(Imported(node.lineno, (node.module or "").split(".")[0], node.level > 0))
+        elif isinstance(node, ast.Call) and _called(node) in ("import_module", "__import__") and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            out.append(Imported(node.lineno, node.args[0].value.split(".")[0], node.args[0].value.startswith(".")))
+    return out
+
+
+def _called(call: ast.Call) -> str:
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return call.func.id if isinstance(call.func, ast.Name) else ""
+
+
+def modules_of(folder: Path) -> set[str]:
+    """The names a lab's scripts import each other by: its .py files and those of its tests/ folder."""
+    names = {p.stem for p in folder.glob("*.py")} | {p.stem for p in (folder / "tests").glob("*.py")}
+    return names - set(sys.stdlib_module_names)
+
+
+def layering_violations(root: Path) -> list[str]:
+    """One line per import that breaks the layering of the tree under root (labs -> planner -> common)."""
+    labs = {d.name: modules_of(d) for d in sorted(root.iterdir())
+            if d.is_dir() and not d.is_symlink() and d.name not in SHARED and not d.name.startswith((".", "_"))}
+    owner: dict[str, str] = {}  # module name -> the lab(s) holding one
+    for lab, names in labs.items():
+        for name in names:
+            owner[name] = f"{owner[name]}, {lab}" if name in owner else lab
+    own = {part: modules_of(root / part) - {"__init__"} for part in SHARED}
+    out = []
+    for path in python_files(root):
+        rel = path.relative_to(root)
+        part = rel.parts[0]
+        for imp in imports(path):
+            if imp.relative or not imp.name:
+                continue
+            if part in SHARED:
+                if imp.name in SHARED and imp.name != part and imp.name not in MAY_IMPORT[part]:
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}")
+                elif imp.name in owner:
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
+                elif imp.name in own[part]:
+                    out.append(f"{rel}:{imp.line}: {part} imports its own {imp.name} by a bare name; "
+                               f"import it as {part}.{imp.name}")
+                elif part == "common" and imp.name in own["planner"]:
+                    out.append(f"{rel}:{imp.line}: common imports the planner's {imp.name}")
+            elif part in labs and imp.name not in labs[part]:
+                if imp.name == "provision":
+                    out.append(f"{rel}:{imp.line}: {part} imports provision (a tool that runs labs, never a "
+                               "dependency of one)")
+                elif imp.name in owner:
+                    out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
+                elif imp.name in own["planner"]:  # works only with the planner's folder on sys.path
+                    out.append(f"{rel}:{imp.line}: {part} imports the planner's {imp.name} by a bare name; "
+                               f"import it as planner.{imp.name}")
+    return out
+
+
+def path_uses(path: Path) -> list[tuple[int, str]]:
+    """(line, what) for each use of sys.path and each loader of a file by its path, in the code (never in
+    comments or strings: the file's syntax tree is read)."""
+    tree = ast.parse(path.read_text(), str(path))
+    loaders = _names_bound_to(tree, LOADER_MODULES)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
+                and node.value.id == "sys":
+            out.append((node.lineno, "sys.path"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys" and any(a.name == "path" for a in node.names):
+            out.append((node.lineno, "sys.path"))
+        elif isinstance(node, ast.Attribute) and node.attr == "syspath_prepend":  # pytest's monkeypatch
+            out.append((node.lineno, "sys.path"))
+        elif isinstance(node, ast.Attribute) and node.attr in PATH_LOADERS and _root(node) in loaders:
+            out.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LOADER_MODULES:
+            out += [(node.lineno, a.name) for a in node.names if a.name in PATH_LOADERS]
+    return out
+
+
+def _names_bound_to(tree: ast.Module, modules: set[str]) -> set[str]:
+    """The local names under which the file holds one of `modules` (or a submodule): `u` for
+    `import importlib.util as u`, `importlib` for `import importlib.util`, `util` for `from importlib import util`."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in modules}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in modules:
+            out |= {a.asname or a.name for a in node.names}
+    return out
+
+
+def _root(node: ast.expr) -> str:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def path_import_violations(files: list[Path], base: Path, allowed: dict[str, str]) -> list[str]:
+    out = []
+    for path in files:
+        rel = path.relative_to(base).as_posix()
+        out += [f"{rel}:{line}: {what}" for line, what in path_uses(path) if allowed.get(rel) != what]
+    return out
+
+
+# ---- the checkers, on a tree made here -------------------------------------------------------------------------
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+CLEAN = {
+    "common/__init__.py": "", "common/dist.py": "import os\nfrom common import hardware\n",
+    "common/hardware.py": "from .dist import x\n",
+    "planner/__init__.py": "", "planner/costs.py": "import numpy\nfrom common.dist import x\nfrom . import shapes\n",
+    "planner/shapes.py": "from planner.costs import y\n",
+    "lab-a/report.py": "import bench\nfrom common import dist\nfrom planner import costs\n",
+    "lab-a/bench.py": "import torch\n", "lab-a/tests/test_report.py": "import report\nimport fake\n",
+    "lab-a/tests/fake.py": "", "lab-b/train.py": "import report\n", "lab-b/report.py": "",
+}
+
+
+def test_the_layering_checker_passes_a_clean_tree_and_names_each_break(tmp_path):
+    root = _tree(tmp_path, CLEAN)
+    (root / "lab-b" / "common").symlink_to("../common")  # as in the repository: read once, not per lab
+    assert layering_violations(root) == []
+    _tree(root, {"common/dist.py": "from planner.costs import x\n",
+                 "common/hardware.py": "def f():\n    import report\n",
+                 "planner/costs.py": "import importlib\nimportlib.import_module('bench')\n",
+                 "planner/shapes.py": "import costs\n",
+                 "lab-b/train.py": "import bench\nimport shapes\n",
+                 "lab-b/report.py": "from provision import archive\n",
+                 "provision/kit.py": "from planner import costs\nfrom common import dist\n"})
+    assert layering_violations(root) == [
+        "common/dist.py:1: common imports planner",
+        "common/hardware.py:2: common imports report, a module of lab-a, lab-b",
+        "lab-b/report.py:1: lab-b imports provision (a tool that runs labs, never a dependency of one)",
+        "lab-b/train.py:1: lab-b imports bench, a module of lab-a",
+        "lab-b/train.py:2: lab-b imports the planner's shapes by a bare name; import it as planner.shapes",
+        "planner/costs.py:2: planner imports bench, a module of lab-a",
+        "planner/shapes.py:1: planner imports its own costs by a bare name; import it as planner.costs",
+        "provision/kit.py:1: provision imports planner"]
+
+
+def test_the_path_checker_reads_code_not_comments(tmp_path):
+    root = _tree(tmp_path, {
+        "a.py": "import sys\n# sys.path.append('x') in a comment\ns = 'sys.path.insert'\nsys.path.insert(0, 'x')\n",
+        "b.py": "import importlib.util as u\nspec = u.spec_from_file_location('m', 'm.py')\n",
+        "c.py": "from importlib.util import spec_from_file_location as load\n",
+        "d.py": "import runpy\nrunpy.run_path('x.py')\n", "e.py": "from sys import path\n",
+        "e2.py": "def test(monkeypatch):\n    monkeypatch.syspath_prepend('planner')\n",
+        "f.py": "import sys\nimport importlib\nimportlib.import_module('json')\nprint(sys.argv)\n",
+        "g.py": "run_path = 'out'\nprint(folder.run_path, run_path)\n"})  # a variable of that name is no loader
+    files = python_files(root)
+    assert path_import_violations(files, root, {}) == [
+        "a.py:4: sys.path", "b.py:2: spec_from_file_location", "c.py:1: spec_from_file_location",
+        "d.py:2: run_path", "e.py:1: sys.path", "e2.py:2: sys.path"]
+    assert path_import_violations(files, root, {"b.py": "spec_from_file_location"})[1:2] == [
+        "c.py:1: spec_from_file_location"]
+
+
+# ---- the repository ---------------------------------------------------------------------------------------------
+
+def test_labs_then_planner_then_common_and_provision_beside_the_planner():
+    assert layering_violations(LABS) == []
+
+
+def test_no_sys_path_edit_and_no_file_path_import():
+    files = python_files(LABS) + [REPO / "conftest.py"]
+    assert path_import_violations(files, REPO, ALLOWED) == []
+    for rel, what in ALLOWED.items():  # each exception is still needed, or it goes from the list
+        assert what in {w for _, w in path_uses(REPO / rel)}, rel

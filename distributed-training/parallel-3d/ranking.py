@@ -1,0 +1,271 @@
+"""parallel-3d's ranking set: does the planner pick the layout that is fastest here, on this machine?
+
+A planner is used to choose: its first answer must be the fastest plan, or near it, and its order of the
+others should be the measured order. This benchmark measures that on any machine. It trains the tiny GPT
+(6 layers, hidden 64) with parallel-3d's own runner (train.py: DTensor TP + SP, pipelining, FSDP2, recompute)
+in a set of layouts at world sizes 4 and 8 on gloo, one CSV row per layout, and measures first, in the same
+session, what the planner is allowed to know of this machine (the calibration):
+
+- the alpha-beta fit of an all_reduce sweep at each world size (allreduce-bench's runner, its fit:
+  common.collective_fit): latency and bus rate of the collectives under that many processes;
+- a GEMM rate: fp32 torch.mm at 512 x 512 x 512 on one thread (FLOP/s of one core);
+- a memory rate: an fp32 add over 8M elements on one thread (bytes/s of one core's elementwise kernels);
+- a kernel fixed cost: a tiny nn.Linear's forward and backward (the module call, autograd's recording and its
+  backward) over the 3 GEMMs the planner counts for it, on plain tensors and as DTensor TP (ColwiseParallel on a
+  1-rank mesh): what a kernel costs the host in training, the whole cost of a small kernel on a CPU.
+
+The planner (planner/ranking.py) prices every layout from those numbers alone, never from the step times it
+predicts, and the guide reports the rank correlation and whether its pick is within 10% of the best.
+
+    make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
+    make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
+    PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4
+    python -m planner.ranking                                 # the planner's predictions beside the rows
+
+GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's runs_<gpu>.csv); on a GPU machine it
+still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
+the planner must know (planner/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are measured
+(each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
+results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
+--warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from tqdm import tqdm
+
+from common.collective_fit import fit_alpha_beta
+from common.config import config_dict, parse_config
+from common.dist import DistInfo
+from common.results import provenance, utc_now
+from common.runs import RunFolder, experiment_flags
+
+LAB = Path(__file__).resolve().parent
+LABS = LAB.parent
+BENCH_VERSION = "1"
+RUN_NAME = "ranking_cpu"
+SCRATCH = LAB / "runs" / "ranking_cpu_launches"  # the launches' own run folders (never published)
+ROWS, CALIBRATION = "ranking_cpu.csv", "ranking_calibration_cpu.csv"
+KEY = ["group", "tp", "pp", "dp", "zero", "recompute", "interleave", "microbatch"]
+COLUMNS = ["group", "world", "model", "global_batch", "tp", "pp", "dp", "zero", "recompute", "interleave",
+           "microbatch", "num_microbatches", "stage_layers", "step_time_ms", "step_time_min_ms", "step_time_max_ms",
+           "steps", "warmup", "loadavg_1m", "counts_match_design", "launch_git_commit"]
+CAL_KEY = ["quantity", "world"]
+CAL_COLUMNS = ["quantity", "world", "value", "unit", "method"]
+GLOBAL_BATCH = 8  # sequences of 64 tokens per step, every layout
+OPERATIONAL = ("resume", "timeout_s")  # change no row: any other flag makes the run an experiment (stays in runs/)
+
+
+class Case(NamedTuple):
+    """One layout of the set: a group (the world size) and the degrees and schedule it runs."""
+    group: str
+    tp: int
+    pp: int
+    dp: int
+    zero: int = 3
+    recompute: str = "none"
+    interleave: int = 1
+    microbatch: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def launch(self) -> tuple:
+        """Cases that share a launch (train.py crosses --zero, --recompute and --interleave in one)."""
+        return self.group, self.tp, self.pp, self.dp, self.microbatch
+
+
+# The tiny GPT has 4 heads (TP up to 4) and 6 layers (PP up to 4, interleaving on PP 2 over 4 virtual stages).
+CASES = (
+    Case("ws4", 1, 1, 4), Case("ws4", 1, 1, 4, zero=2), Case("ws4", 1, 1, 4, recompute="full"),
+    Case("ws4", 1, 1, 4, microbatch=2),
+    Case("ws4", 2, 1, 2), Case("ws4", 2, 1, 2, recompute="full"), Case("ws4", 4, 1, 1, microbatch=2),
+    Case("ws4", 1, 2, 2), Case("ws4", 1, 2, 2, interleave=2), Case("ws4", 1, 4, 1), Case("ws4", 2, 2, 1),
+    Case("ws8", 1, 1, 8), Case("ws8", 1, 1, 8, zero=2), Case("ws8", 2, 1, 4), Case("ws8", 2, 1, 4, recompute="full"),
+    Case("ws8", 1, 2, 4), Case("ws8", 2, 2, 2), Case("ws8", 2, 2, 2, interleave=2), Case("ws8", 4, 1, 2),
+    Case("ws8", 1, 4, 2), Case("ws8", 2, 4, 1), Case("ws8", 4, 2, 1),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    groups: tuple[str, ...] = field(default=("ws4", "ws8"), metadata={"help": "which groups of layouts to run"})
+    steps: int = field(default=5, metadata={"help": "timed optimizer steps per layout"})
+    warmup: int = field(default=2, metadata={"help": "untimed steps first"})
+    max_bytes: str = field(default="4M", metadata={"help": "largest all_reduce of the calibration sweep"})
+    resume: bool = field(default=False, metadata={"help": "continue runs/ranking_cpu/: measured rows are kept"})
+    timeout_s: float = field(default=900.0, metadata={"help": "a launch running longer is stopped (one line, exit 4)"})
+
+    def __post_init__(self):
+        known = sorted({c.group for c in CASES})
+        bad = [g for g in self.groups if g not in known]
+        if bad or not self.groups:
+            raise ValueError(f"--groups {','.join(bad) or '(empty)'}: allowed {', '.join(known)}")
+        if self.steps < 1 or self.warmup < 0 or self.timeout_s <= 0:
+            raise ValueError("--steps must be >= 1, --warmup >= 0, --timeout-s > 0")
+
+
+def _python_env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(LABS))
+    return env
+
+
+def torchrun(nproc: int, script: Path, args: list[str], timeout_s: float) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(script),
+           *args]
+    done = subprocess.run(cmd, env=_python_env(), capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{script.name} {' '.join(args)} failed (exit {done.returncode}): {' | '.join(tail)}")
+
+
+def per_call_s(fn, repeats: int = 2000) -> float:
+    """Median over 5 rounds of the mean time of `repeats` back-to-back calls."""
+    rounds = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        rounds.append((time.perf_counter() - t0) / repeats)
+    return sorted(rounds)[2]
+
+
+def linear_step(lin, x, grad):
+    """One training op and its gradients: a Linear's forward, its backward (input and weight gradients)."""
+    def run():
+        lin(x).backward(grad)
+    return run
+
+
+def local_calibration() -> list[dict]:
+    """GEMM rate, memory rate, and the fixed cost of a kernel as training pays it (a tiny Linear's forward and backward,
+    module call and autograd included, over its 3 GEMMs), on plain tensors and on DTensors, on one thread."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    torch.set_num_threads(1)
+    n = 512
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    gemm = per_call_s(lambda: torch.mm(a, b), repeats=20)
+    x, y, z = torch.randn(8 << 20), torch.randn(8 << 20), torch.empty(8 << 20)
+    mem = per_call_s(lambda: torch.add(x, y, out=z), repeats=5)
+    lin, inp, grad = torch.nn.Linear(8, 8, bias=False), torch.randn(4, 8, requires_grad=True), torch.ones(4, 8)
+    op = per_call_s(linear_step(lin, inp, grad), repeats=500) / 3
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        tp = parallelize_module(torch.nn.Linear(8, 8, bias=False), init_device_mesh("cpu", (1,)), ColwiseParallel())
+        dop = per_call_s(linear_step(tp, inp, grad), repeats=200) / 3
+    finally:
+        dist.destroy_process_group()
+    how = "nn.Linear(8, 8) forward + backward on 4 rows / 3 GEMMs, one thread"
+    return [{"quantity": "gemm_flops_per_s", "world": 1, "value": 2 * n ** 3 / gemm, "unit": "FLOP/s",
+             "method": f"fp32 torch.mm {n}x{n}x{n}, one thread, median of 5 x 20 calls"},
+            {"quantity": "memory_bytes_per_s", "world": 1, "value": 3 * 4 * x.numel() / mem, "unit": "B/s",
+             "method": "fp32 torch.add over 8M elements into a preallocated output (read 2, write 1), one thread"},
+            {"quantity": "op_us", "world": 1, "value": op * 1e6, "unit": "us",
+             "method": f"the fixed cost of one kernel in training: {how}"},
+            {"quantity": "dtensor_op_us", "world": 1, "value": dop * 1e6, "unit": "us",
+             "method": f"the same on DTensors: ColwiseParallel {how.split(', ')[0]} on a 1-rank mesh"}]
+
+
+def collective_calibration(world: int, cfg: Config) -> list[dict]:
+    """allreduce-bench's all_reduce sweep at `world` gloo ranks, and its alpha-beta fit (common.collective_fit)."""
+    out = SCRATCH / "sweeps" / "results" / f"sweep_cpu_ws{world}.csv"
+    torchrun(world, LABS / "allreduce-bench" / "bench.py",
+             ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", cfg.max_bytes, "--out", str(out),
+              "--promote", "no", "--no-topology"], cfg.timeout_s)
+    with open(SCRATCH / "sweeps" / "runs" / out.stem / out.name) as f:
+        rows = [r for r in csv.DictReader(f) if r["collective"] == "all_reduce"]
+    fit = fit_alpha_beta("all_reduce", world, [float(r["size_bytes"]) for r in rows],
+                         [float(r["time_us"]) * 1e-6 for r in rows])
+    how = f"allreduce-bench all_reduce sweep 1K..{cfg.max_bytes} at {world} gloo ranks, alpha-beta fit"
+    return [{"quantity": "allreduce_alpha_us", "world": world, "value": float(fit.alpha_us), "unit": "us",
+             "method": how},
+            {"quantity": "allreduce_busbw_GBps", "world": world, "value": float(fit.bw_GBps), "unit": "GB/s",
+             "method": how}]
+
+
+def launch(cases: list[Case], cfg: Config) -> list[dict]:
+    """One train.py launch for cases of the same degrees and micro-batch; their rows, as train.py wrote them."""
+    c0 = cases[0]
+    results = SCRATCH / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    join = lambda xs: ",".join(sorted({str(x) for x in xs}))  # noqa: E731
+    args = ["--gpu", "cpu", "--tp", str(c0.tp), "--pp", str(c0.pp), "--dp", str(c0.dp),
+            "--zero", join(c.zero for c in cases), "--recompute", join(c.recompute for c in cases),
+            "--interleave", join(c.interleave for c in cases), "--microbatch", str(c0.microbatch),
+            "--global-batch", str(GLOBAL_BATCH), "--steps", str(cfg.steps), "--warmup", str(cfg.warmup),
+            "--results", str(results), "--promote", "no"]
+    torchrun(c0.world, LAB / "train.py", args, cfg.timeout_s)
+    tag = f"cpu_ws{c0.world}_tp{c0.tp}pp{c0.pp}dp{c0.dp}"
+    with open(SCRATCH / "runs" / tag / "runs_cpu.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def row_for(case: Case, measured: list[dict], cfg: Config) -> dict:
+    want = f"z{case.zero}-{case.recompute}-v{case.interleave}"
+    (r,) = [m for m in measured if m["variant"] == want]
+    return {"group": case.group, "world": case.world, "model": r["model"], "global_batch": int(r["global_batch"]),
+            "tp": case.tp, "pp": case.pp, "dp": case.dp, "zero": case.zero, "recompute": case.recompute,
+            "interleave": case.interleave, "microbatch": case.microbatch,
+            "num_microbatches": int(r["num_microbatches"]), "stage_layers": r["stage_layers"],
+            "step_time_ms": float(r["step_time_ms"]), "step_time_min_ms": float(r["step_time_min_ms"]),
+            "step_time_max_ms": float(r["step_time_max_ms"]), "steps": cfg.steps, "warmup": cfg.warmup,
+            "loadavg_1m": round(os.getloadavg()[0], 2), "counts_match_design": r["counts_match_design"] == "true",
+            "launch_git_commit": r["git_commit"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="ranking.py")
+    env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "gloo")
+    prov = provenance(env, BENCH_VERSION)
+    saved = {k: v for k, v in config_dict(cfg).items() if k not in OPERATIONAL}
+    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a subset of groups, other steps: an experiment
+    folder = RunFolder.open(LAB / "runs" / RUN_NAME, LAB / "results", "resume" if cfg.resume else "fresh")
+    if not cfg.resume:
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+    complete = False
+    try:
+        cal = folder.writer(CALIBRATION, CAL_COLUMNS, CAL_KEY, prov, config=saved)
+        rows = folder.writer(ROWS, COLUMNS, KEY, prov, config=saved)
+        cases = [c for c in CASES if c.group in cfg.groups]
+        todo = [c for c in cases if not rows.done(c._asdict())]
+        if not cal.done({"quantity": "op_us", "world": 1}):
+            cal.write_many(local_calibration())
+        for world in sorted({c.world for c in cases}):
+            if not cal.done({"quantity": "allreduce_alpha_us", "world": world}):
+                cal.write_many(collective_calibration(world, cfg))
+        launches: dict[tuple, list[Case]] = {}
+        for c in todo:
+            launches.setdefault(c.launch, []).append(c)
+        bar = tqdm(total=len(cases), initial=len(cases) - len(todo), desc="ranking set", unit="layout")
+        for group in launches.values():
+            measured = launch(group, cfg)
+            rows.write_many([row_for(c, measured, cfg) for c in group])
+            bar.update(len(group))
+            bar.set_postfix_str(f"{group[0].group} {group[0].tp}x{group[0].pp}x{group[0].dp} done")
+        bar.close()
+        complete = True
+    finally:
+        for line in folder.finish(complete=complete, changed=changed):
+            print(line)
+    print(f"ranking set measured at {utc_now()}: {ROWS} and {CALIBRATION}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

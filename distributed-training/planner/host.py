@@ -1,0 +1,85 @@
+"""The host's side of a step: what launching a step's kernels costs the CPU, and the step it paces.
+
+A GPU runs what the host has queued. Every kernel and collective a step runs is first launched by the host: the
+Python of the framework, PyTorch's dispatcher and autograd bookkeeping, the CUDA launch. The host runs ahead of
+the GPU and the queue hides its time while kernels are longer than their launches; when they are shorter (small
+models, high TP, eager elementwise kernels) the GPU waits for the host. A step is then the larger of the two:
+
+    step = max(GPU time, host time),    host time = launches per step x HOST_US[runtime]
+
+(the GPU time being costs.step_costs' step; the max is the steady state of a queue between synchronisations,
+Lumos and SimAI's host/device timelines replayed in the same way). Launches are counted from the same op list the
+GPU time is priced from (compute.py: every GEMM, memory-bound kernel and attention kernel of a layer, the head,
+the optimizer's kernels) plus every collective the step issues (costs.py: TP's per layer, SP's all-gather and
+reduce-scatter pairs, CP's ring sends, PP's sends, FSDP's per-layer gathers and scatters, DP's buckets), on the
+busiest pipeline rank. TP and CP shrink each rank's kernels, not their number: the host's time per rank stays,
+which is why small models at high TP are host-paced.
+
+Host time per launch, by the runtime that issues it (HOST_US):
+- eager: PyTorch eager mode, Megatron-LM's Python around fused kernels, TransformerEngine's modules: 10 us per
+  launched kernel (Python, pybind, autograd recording, the dispatcher and cudaLaunchKernel: 5-25 us per op on a
+  server CPU, "From PyTorch op to kernel launch", jiahuanglin.xyz gpu_kernel_serving lesson 18; the middle);
+- compiled: torch.compile's generated wrapper launches its kernels with no dispatcher or autograd per op: the CUDA
+  launch itself, 4 us (NVIDIA's CUDA Graphs post: 3.8 us from launch to launch of a 2.9 us kernel in a stream);
+- graphs: CUDA graphs replay a captured step with one launch (Megatron-Core's CudaGraphManager, TE's
+  make_graphed_callables): 0 per kernel.
+Where a measured row has the GPU's busy time (fp8-train's gpu_busy_ms), the host's share is read from it
+instead (explain_rows.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .compute import OPTIMIZER_KERNELS, Kernels, Rates, head_times, layer_times
+from .degrees import FULL, OP, SELECTIVE, Degrees
+
+HOST_US = {"eager": 10.0, "compiled": 4.0, "graphs": 0.0}
+CLIP_KERNELS = 2  # the gradient-norm clip: a norm (foreach) and its scale
+
+
+def host_us(runtime: str) -> float:
+    if runtime not in HOST_US:
+        raise ValueError(f"unknown host runtime {runtime!r}; valid: {', '.join(HOST_US)}")
+    return HOST_US[runtime]
+
+
+def counting(r: Rates) -> Rates:
+    """Rates under which every time of compute.py is a kernel count: nothing takes time but a kernel, 1 s each."""
+    inf = float("inf")
+    return replace(r, matmul=inf, bf16_matmul=inf, attention=inf, hbm=inf, consts=replace(r.consts, kernel_us=1e6))
+
+
+def layer_collectives(deg: Degrees, ker: Kernels):
+    """Collective calls of one layer for one micro-batch: TP's (an all-gather and a reduce-scatter for each
+    all-reduce under SP), CP's ring sends, FSDP's per-layer gathers and reduce-scatters (ZeRO-3: 2 + 1, ZeRO-2: 1)."""
+    t, c, full = deg.t, deg.c, deg.recompute == FULL
+    tp = np.where(t > 1, (4 + 2 * full) * np.where(ker.sequence_parallel, 2, 1), 0)
+    cp = np.where(c > 1, (c - 1) * (1 + full) + 2 * (c - 1), 0)
+    fsdp = np.select([deg.zero == 3, deg.zero == 2], [3, 1], 0)
+    return tp + cp + fsdp
+
+
+def step_launches(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls):
+    """Kernels and collectives the busiest pipeline rank launches in one step (arrays over configurations).
+
+    layers: the busiest stage's layers; dp_calls: the step's DP collective calls (gradient buckets, ZeRO-1's
+    gathers)."""
+    cr = counting(r)
+    lt = layer_times(shape, deg.t, deg.c, deg.b, ker, cr)
+    ht = head_times(shape, deg.t, deg.c, deg.b, ker, cr)
+    rec = np.select([deg.recompute == FULL, deg.recompute == SELECTIVE, deg.recompute == OP],
+                    [lt["recompute_full"], lt["recompute_selective"], lt["recompute_op"]], 0.0)
+    weights = lt["fp8_weights_per_step"]  # cached FP8 weight casts: launched once per step
+    per_layer = lt["fwd"] - weights + lt["bwd"] + rec + layer_collectives(deg, ker)
+    head = np.where(deg.p == 1, ht["embedding"] + ht["head"], ht["head"])
+    pp = np.where(deg.p > 1, 2 * deg.v, 0)
+    per_mb = layers * per_layer + head + pp
+    return deg.m * per_mb + layers * weights + OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS + dp_calls
+
+
+def host_time(launches, ker: Kernels):
+    """Seconds the host spends launching a step (module docstring)."""
+    return np.asarray(launches, float) * host_us(ker.host) * 1e-6
