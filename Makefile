@@ -27,12 +27,20 @@ else
   VENV := .venv
   PYTHON := $(VENV)/bin/python
   SETUP := $(VENV)/.installed
+  # .venv is rebuilt only when requirements.txt changes: a TORCH_BACKEND given to an existing one is checked,
+  # never quietly ignored (one line naming the build it holds and the command that installs the other).
+  ifneq ($(filter command line environment,$(origin TORCH_BACKEND)),)
+    SETUP += check-torch-backend
+  endif
 endif
 
 # ---- hardware and launch --------------------------------------------------------------------
 # GPU preset: auto|cpu|a100|a100-40gb|h100|h200|b200|gb200 (the table is common/hardware.py)
 GPU ?= auto
-NGPUS := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+# Under a time limit: a GPU in a bad state makes nvidia-smi hang, and make would print nothing, ever
+# (`make doctor` then names the hang; common/cuda_env.py reads the same limit).
+DT_SMI_TIMEOUT_S ?= 15
+NGPUS := $(shell timeout -k 2 $(DT_SMI_TIMEOUT_S) nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 ifeq ($(GPU),cpu)
   NPROC ?= 4
 else ifeq ($(NGPUS),0)
@@ -83,7 +91,7 @@ positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1)
 REPORT_TARGETS :=
 include $(sort $(wildcard $(LABS_DIR)/*/lab.mk))
 
-.PHONY: help setup check-env test doctor reports setup-fp8 clean-venv
+.PHONY: help setup check-env check-torch-backend test doctor reports setup-fp8 clean-venv
 
 help: ## this list
 	@echo "Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' PYTHON=... VENV=...):"
@@ -105,6 +113,9 @@ $(VENV)/.installed: requirements.txt
 	@touch $@
 
 setup: $(SETUP) ## create .venv from requirements.txt (automatic for every target)
+
+check-torch-backend: $(VENV)/.installed
+	@PYTHONPATH=$(LABS_DIR) $(PYTHON) -m common.cuda_env backend "$(TORCH_BACKEND)"
 
 check-env:
 	@command -v "$(PYTHON)" >/dev/null || { echo "error: PYTHON=$(PYTHON) is not an executable interpreter" >&2; exit 2; }

@@ -48,13 +48,14 @@ from tqdm import tqdm
 
 import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
-from common.config import changed_flags, config_dict, format_size, parse_config, parse_size
+from common.config import config_dict, format_size, parse_config, parse_size
 from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
                          select_device)
 from common.failures import PEER_LOST, classify, entrypoint, report, short
 from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
 from common.results import SchemaMismatch, check_resume, provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for, shown
+from common.runs import (PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags,
+                         run_dir_for, shown)
 from common.timing import Timing, time_iterations
 
 BENCH_VERSION = "1"
@@ -171,7 +172,7 @@ def check_sizes(cfg: Config, n: int) -> None:
 
 def changed(cfg: Config) -> list[str]:
     """The measurement flags in which this (resolved) run differs from its preset's default sweep."""
-    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
 
 
 def run_folder_path(path: Path) -> Path:

@@ -27,6 +27,7 @@ from bench import LAB_DIR, Config, changed, resolve, run_folder_path, sizes
 from common.config import config_dict, parse_config, parse_size
 from common.dist import DistInfo
 from common.failures import entrypoint
+from common.hardware import device_kind, get_preset
 from common.results import provenance
 from common.runs import RunError, RunFolder
 
@@ -59,9 +60,14 @@ def parse_perf_output(text: str) -> tuple[str, list[dict]]:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="nccl_tests.py")
     binary = shutil.which(BINARY)
-    problem = (f"{BINARY} is not on PATH (build github.com/NVIDIA/nccl-tests and add its build/ folder to PATH)"
-               if binary is None else "nccl-tests needs NVIDIA GPUs and torch sees none"
-               if not torch.cuda.is_available() else None)
+    problem = None if binary else \
+        f"{BINARY} is not on PATH (build github.com/NVIDIA/nccl-tests and add its build/ folder to PATH)"
+    if problem is None:
+        try:  # GPUs torch cannot use: the one line naming the driver, the build and the fix (common.hardware)
+            if device_kind(get_preset(cfg.gpu)) != "cuda":
+                problem = "nccl-tests needs NVIDIA GPUs and torch sees none"
+        except ValueError as e:
+            problem = str(e)
     if problem:
         print(f"nccl_tests.py: error: NCCL_TESTS=1 asked for, but {problem}", file=sys.stderr)
         return 2

@@ -27,13 +27,13 @@ import torch
 
 import collectives as C
 from bench import LAB_DIR, Config as BenchConfig, resolve, run_folder_path, time_collective
-from common.config import changed_flags, config_dict, parse_config, parse_size
+from common.config import config_dict, parse_config, parse_size
 from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
                          reduce_across_ranks)
 from common.failures import entrypoint
 from common.hardware import CHOICES
 from common.results import provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, experiment_flags
 
 COLUMNS = ["collective", "size_bytes", "dtype", "preset", "iters", "ours_us", "bare_us", "ratio", "ratio_min",
            "ratio_max", "rounds"]
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RunError) as e:
         print(f"overhead.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
-    changed = changed_flags(cfg, Config(gpu=cfg.gpu, out=cfg.out, promote=cfg.promote))
+    changed = experiment_flags(cfg, Config(gpu=cfg.gpu, out=cfg.out, promote=cfg.promote))
     with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=bench_cfg.timeout_s) as env:
         group, n = torch.distributed.group.WORLD, env.world_size
         path = out_path(cfg, preset, n)

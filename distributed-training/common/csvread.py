@@ -6,11 +6,14 @@ raises deep in the parser, a CSV of another lab is read as if it were ours. Here
 checked before pandas sees it, and every problem is one line that names the file and says what
 is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
 
-    not UTF-8 text (binary junk), empty (a run killed before its header), unterminated quotes,
-    NUL bytes, duplicate or empty column names, a row whose field count differs from the header
-    (a half-written last row: the writer always ends a row with a newline, so a last line
-    without one is reported as such), missing columns (a foreign CSV), and cells that are not of
-    their column's kind (int, float, bool; empty cells mean "not measured" and are allowed).
+    not UTF-8 text (binary junk), a byte-order mark (a spreadsheet's re-save), empty (a run killed
+    before its header), unterminated quotes, NUL bytes, duplicate or empty column names, a row whose
+    field count differs from the header, a last row without its newline (the writer always ends a
+    row with one: the file was cut), missing columns (a foreign CSV), cells that are not of their
+    column's kind (int, float, bool; empty cells mean "not measured" and are allowed), non-finite
+    numbers (nan, inf) in the number columns of the schema but those it names as observations that
+    may be non-finite (a training loss that diverged), a row that repeats another, and two rows with
+    the same key (two runs mixed into one file).
 
     SCHEMA = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "time_us": float})
     df = read_table(path, SCHEMA)                       # one file, checked
@@ -19,18 +22,22 @@ is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
 
 Only columns named in the schema are required and type-checked; those declared str are read as
 text (a commit hash of digits and one "e" is not a float), the others as pandas infers them.
+Configs saved beside results and other text a report reads go through read_json and read_text:
+the same one line for a file that is missing, binary, cut, empty or holds NaN; check_configs(results)
+reads every *.config.json under a results folder that way, before a report draws anything.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import sys
 from dataclasses import dataclass, field
 from functools import wraps
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -39,6 +46,8 @@ from common.runs import shown
 BAD_INPUT = 2
 ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema
 _TRUE_FALSE = {"true", "false", "1", "0"}
+BOM = "\ufeff"
+_NONFINITE = {"nan", "-nan", "+nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}  # as written
 
 
 class BadResults(ValueError):
@@ -52,9 +61,13 @@ class Schema:
     name: str
     columns: Mapping[str, type] = field(default_factory=dict)
     allow_empty: bool = False  # a header with no rows is valid (e.g. an events log with no alerts)
+    nonfinite: tuple[str, ...] = ()  # columns where nan/inf is an observation (a diverged loss), shown as such
+    key: tuple[str, ...] = ()  # columns that identify a row: two rows with the same key are two runs mixed
+    finite: bool = False  # no nan/inf in any column not declared str or nonfinite (a report's whole file), not
+    # only in the float columns declared here
 
     def with_columns(self, **kinds: type) -> "Schema":
-        return Schema(self.name, {**self.columns, **kinds}, self.allow_empty)
+        return Schema(self.name, {**self.columns, **kinds}, self.allow_empty, self.nonfinite, self.key, self.finite)
 
 
 def _check_cell(kind: type, text: str) -> bool:
@@ -70,6 +83,13 @@ def _check_cell(kind: type, text: str) -> bool:
     if kind is int:
         return math.isfinite(value) and value == int(value)
     return True
+
+
+def _finite(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return True  # not a number at all: the kind check says so where it matters
 
 
 def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
@@ -91,6 +111,9 @@ def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]
     except UnicodeDecodeError as e:
         raise BadResults(f"{where} is not UTF-8 text (byte {e.start}): binary or corrupt, not a {schema.name} CSV") \
             from None
+    if text.startswith(BOM):
+        raise BadResults(f"{where} starts with a byte-order mark (a spreadsheet's re-save?): not a file the labs "
+                         "wrote; restore it (git checkout) or rerun the run that writes it")
     try:
         lines = list(csv.reader(io.StringIO(text, newline=""), strict=True))
     except csv.Error as e:
@@ -105,13 +128,15 @@ def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]
         names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise BadResults(f"{where} lacks the column(s) {names}: not a {schema.name} CSV (a foreign or older file?)")
     rows = lines[1:]
+    cut = not text.endswith(("\n", "\r"))
+    half = ("a half-written last row (the run was killed while writing it?); resume the run to repair it, or delete "
+            "the line")
     for i, row in enumerate(rows):
         if len(row) != len(header):
-            last = i == len(rows) - 1
-            cut = last and not text.endswith(("\n", "\r"))
-            why = ("a half-written last row (the run was killed while writing it?); resume the run to repair it, or "
-                   "delete the line" if cut else "a damaged row")
+            why = half if cut and i == len(rows) - 1 else "a damaged row"
             raise BadResults(f"{where}: line {i + 2} has {len(row)} fields, the header {len(header)}: {why}")
+    if cut and rows:
+        raise BadResults(f"{where}: line {len(rows) + 1} does not end with a newline: {half}")
     if not rows and not schema.allow_empty:
         raise BadResults(f"{where} has a header but no rows (a run stopped before its first measurement?)")
     return header, rows, text
@@ -125,6 +150,31 @@ def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[
             if cell.strip() and not _check_cell(kind, cell):
                 raise BadResults(f"{shown(path)}: line {i + 2}, column {name}: {cell[:40]!r} is not "
                                  f"{'an' if kind is int else 'a'} {kind.__name__}")
+    _check_values(path, schema, header, rows)
+
+
+def _check_values(path: Path, schema: Schema, header: list[str], rows: list[list[str]]) -> None:
+    """No non-finite number where the schema does not allow one, no row twice, no key twice."""
+    floats = {header.index(c) for c, k in schema.columns.items() if k is float and c not in schema.nonfinite}
+    text = {c for c, k in schema.columns.items() if k is not float} | set(ALWAYS_TEXT) | set(schema.nonfinite)
+    others = {j for j, h in enumerate(header) if h not in text} - floats if schema.finite else set()
+    for i, row in enumerate(rows):
+        for j in sorted(floats | others):
+            cell = row[j].strip()
+            if (j in floats and cell and not _finite(cell)) or cell.lower() in _NONFINITE:
+                raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {cell[:40]!r} is not a finite "
+                                 "number (a failed measurement written as a value?); rerun the run that writes it")
+    seen: dict[tuple[str, ...], int] = {}
+    key = [header.index(c) for c in schema.key if c in header]
+    for i, row in enumerate(rows):
+        ident = tuple(row[j] for j in key) if len(key) == len(schema.key) and key else tuple(row)
+        if ident in seen:
+            what = (f"repeats the key ({', '.join(f'{c}={v}' for c, v in zip(schema.key, ident))}) of line "
+                    f"{seen[ident]}: two runs mixed in one file?" if key and len(key) == len(schema.key)
+                    else f"repeats line {seen[ident]} exactly")
+            raise BadResults(f"{shown(path)}: line {i + 2} {what}; keep one (rerun, or publish with --promote "
+                             "replace)")
+        seen[ident] = i + 2
 
 
 def has_columns(path: str | Path, columns: set[str]) -> bool:
@@ -161,6 +211,64 @@ def read_rows(path: str | Path, schema: Schema) -> list[dict[str, str]]:
     header, rows, _ = _parse(path, schema)
     _check_types(path, schema, header, rows)
     return [dict(zip(header, r)) for r in rows]
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A text file a report reads (a saved topology, a template's input): UTF-8, not empty, no NUL byte,
+    no byte-order mark; BadResults naming the file otherwise."""
+    path = Path(path)
+    where = shown(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadResults(f"{where}: no such file") from None
+    except OSError as e:
+        raise BadResults(f"{where}: cannot be read ({e.strerror})") from None
+    if not raw.strip():
+        raise BadResults(f"{where} is empty; restore it (git checkout) or rerun the run that writes it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadResults(f"{where} is not UTF-8 text (byte {e.start}): binary or corrupt, not {what}") from None
+    if "\0" in text or text.startswith(BOM):
+        raise BadResults(f"{where} holds {'NUL bytes' if chr(0) in text else 'a byte-order mark'}: binary or "
+                         f"re-saved, not {what} as the labs write it")
+    return text
+
+
+def read_json(path: str | Path, what: str, kinds: Mapping[str, type] | None = None) -> dict[str, Any]:
+    """A JSON object a report reads (the config saved beside a result), checked as read_text, then: valid
+    JSON, cut nowhere, an object, no NaN or Infinity, and each key of `kinds` that it holds of that type (int,
+    float, str, bool, list, dict); BadResults naming the file otherwise."""
+    path = Path(path)
+    text = read_text(path, what)
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not a number JSON allows")
+
+    try:
+        data = json.loads(text, parse_constant=no_constant)
+    except (json.JSONDecodeError, ValueError) as e:
+        raise BadResults(f"{shown(path)} is not valid JSON ({str(e).splitlines()[0][:80]}): cut or damaged, "
+                         f"not {what}") from None
+    if not isinstance(data, dict):
+        raise BadResults(f"{shown(path)} holds a JSON {type(data).__name__}, not {what} (an object)")
+    for name, kind in (kinds or {}).items():
+        value = data.get(name)
+        ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if name in data and not ok:
+            raise BadResults(f"{shown(path)}: {name} is {value!r}, not {'an' if kind is int else 'a'} "
+                             f"{kind.__name__}: not {what}")
+    return data
+
+
+def check_configs(results: str | Path) -> None:
+    """Every config saved beside a result under `results` (what a report reads besides its CSVs), checked
+    before the report draws anything: BadResults (one line naming the file) for the first damaged one."""
+    for path in sorted(Path(results).rglob("*.config.json")):
+        read_json(path, "the config saved beside a result")
 
 
 def results_folder(folder: str | Path, hint: str = "") -> Path:

@@ -4,6 +4,8 @@
     python -m common.cuda_env require allreduce-bench-gpu --cpu "make allreduce-bench"
                                                    # every *-gpu make target's first step: exit 2 unless
                                                    # torch can use CUDA, before anything is written
+    python -m common.cuda_env backend cu126        # make's check when TORCH_BACKEND is given and .venv
+                                                   # exists: exit 2 unless its torch is that build
 
 nvidia-smi is the driver's own word on what it runs: its header names the newest CUDA the driver
 supports ("CUDA Version: 12.4" for driver 550). PyTorch publishes each release once per CUDA version
@@ -17,6 +19,11 @@ Which build fits a driver (`preferred_builds`, best first):
     3. else the CPU build (a driver older than every published CUDA version: update the driver).
 
 CUDA 13 dropped GPUs older than Turing (sm_75), so a node with such a GPU is given a 12.x build.
+
+nvidia-smi is asked with a time limit (DT_SMI_TIMEOUT_S, 15 s; it answers in about a second, a few on a
+large node without persistence mode): a GPU in a bad state makes it hang, and then the answer is that the
+driver hangs, never "no GPU". One that fails, or prints no driver version, is named as failing
+(`probe_driver` -> DriverFault); the GPU targets and `make doctor` say so and exit non-zero.
 uv's `--torch-backend=auto` makes a similar choice (the newest 12.x for any 12.x driver); this module
 exists because `make setup` also probes the index first and falls back to the registry
 (provision/torch_install.py), because `make doctor` and the GPU targets need the same rule to tell a user
@@ -51,6 +58,12 @@ class Driver(NamedTuple):
         return f"{self.cuda[0]}.{self.cuda[1]}"
 
 
+class DriverFault(NamedTuple):
+    """nvidia-smi is there and gave no usable answer: it hung (a driver or GPU in a bad state), failed, or
+    printed something that names no driver. `problem` is one line that says which."""
+    problem: str
+
+
 class Build(NamedTuple):
     """A torch build for this machine: its local version label and why it was chosen."""
     variant: str  # "cu126", ..., "cpu"
@@ -71,25 +84,59 @@ def variant_of(torch_cuda: str | None) -> str:
     return f"cu{major}{minor}"
 
 
-def _smi(smi: str, args: list[str]) -> str | None:
+def smi_timeout_s() -> float:
+    """How long nvidia-smi may take to answer (DT_SMI_TIMEOUT_S, default 15 s)."""
     try:
-        r = subprocess.run([smi, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return r.stdout if r.returncode == 0 else None
+        value = float(os.environ.get("DT_SMI_TIMEOUT_S", "15"))
+    except ValueError:
+        return 15.0
+    return value if value > 0 else 15.0
 
 
-def read_driver(smi: str = "nvidia-smi") -> Driver | None:
-    """The driver as nvidia-smi reports it; None where there is no nvidia-smi or it cannot reach a driver."""
-    header = _smi(smi, [])
-    if header is None:
+class _NoAnswer(Exception):
+    """nvidia-smi ran and gave no usable answer (the message is DriverFault's line)."""
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[0][:160] if lines else "no output"
+
+
+def _smi(smi: str, args: list[str], timeout_s: float) -> str | None:
+    """nvidia-smi's stdout; None where there is no such program; _NoAnswer when it hangs or fails."""
+    shown = " ".join(["nvidia-smi", *args])
+    try:
+        r = subprocess.run([smi, *args], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
         return None
-    version = re.search(r"Driver Version:\s*([\d.]+)", header)
-    cuda = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", header)
-    if not (version and cuda):
-        return None
+    except subprocess.TimeoutExpired:
+        raise _NoAnswer(f"`{shown}` did not answer within {timeout_s:g} s: the NVIDIA driver or a GPU hangs (a GPU "
+                        "in a bad state does this; ask for the GPU to be reset or the node rebooted)") from None
+    except OSError as e:
+        raise _NoAnswer(f"`{shown}` cannot run ({e.strerror})") from None
+    if r.returncode != 0:
+        raise _NoAnswer(f"`{shown}` failed (exit {r.returncode}): {_first_line(r.stdout + chr(10) + r.stderr)}")
+    return r.stdout
+
+
+def probe_driver(smi: str = "nvidia-smi", timeout_s: float | None = None) -> Driver | DriverFault | None:
+    """The driver as nvidia-smi reports it; None where there is no nvidia-smi; DriverFault (one line) where
+    nvidia-smi hangs beyond `timeout_s`, fails, or prints no driver and CUDA version."""
+    timeout_s = smi_timeout_s() if timeout_s is None else timeout_s
+    try:
+        header = _smi(smi, [], timeout_s)
+        if header is None:
+            return None
+        version = re.search(r"Driver Version:\s*([\d.]+)", header)
+        cuda = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", header)
+        if not (version and cuda):
+            return DriverFault(f"`nvidia-smi` printed no driver and CUDA version ({_first_line(header)!r}): a broken "
+                               "driver install, or not NVIDIA's tool")
+        listing = _smi(smi, ["--query-gpu=name,compute_cap", "--format=csv,noheader"], timeout_s) or ""
+    except _NoAnswer as e:
+        return DriverFault(str(e))
     gpus, caps = [], []
-    for line in (_smi(smi, ["--query-gpu=name,compute_cap", "--format=csv,noheader"]) or "").splitlines():
+    for line in listing.splitlines():
         name, _, cap = line.rpartition(",")
         if not name.strip():
             continue
@@ -98,6 +145,12 @@ def read_driver(smi: str = "nvidia-smi") -> Driver | None:
             major, minor = cap.strip().split(".")
             caps.append((int(major), int(minor)))
     return Driver(version.group(1), (int(cuda.group(1)), int(cuda.group(2))), tuple(gpus), tuple(caps))
+
+
+def read_driver(smi: str = "nvidia-smi", timeout_s: float | None = None) -> Driver | None:
+    """The driver, or None where there is none that answers (probe_driver says which it is)."""
+    found = probe_driver(smi, timeout_s)
+    return found if isinstance(found, Driver) else None
 
 
 def preferred_builds(driver: Driver | None, builds: tuple[str, ...] = TORCH_CUDA_BUILDS) -> list[Build]:
@@ -152,18 +205,46 @@ def _torch_facts() -> tuple[str, str | None, bool]:
     return torch.__version__, torch.version.cuda, torch.cuda.is_available()
 
 
-def refusal(target: str, cpu_alternative: str | None, driver: Driver | None, facts=None) -> str | None:
+def refusal(target: str, cpu_alternative: str | None, driver: Driver | DriverFault | None,
+            facts=None) -> str | None:
     """Why `target` (a GPU target) cannot run here, in one line; None when torch can use CUDA."""
     torch_version, torch_cuda, available = facts or _torch_facts()
     if available:
         return None
     instead = f"; on the CPU: {cpu_alternative}" if cpu_alternative else ""
+    if isinstance(driver, DriverFault):
+        return f"{target} runs on NVIDIA GPUs only and this machine's driver does not answer: {driver.problem}"
     if driver is None or not driver.gpus:
         return f"{target} runs on NVIDIA GPUs only and this machine has none (nvidia-smi lists no GPU){instead}"
     return f"{target} runs on NVIDIA GPUs only: {mismatch(torch_version, torch_cuda, False, driver)}"
 
 
-def describe(driver: Driver | None) -> str:
+BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (common/torch_install.py)
+
+
+def backend_problem(requested: str, installed: str | None, driver: Driver | DriverFault | None) -> str | None:
+    """One line when TORCH_BACKEND asks for a torch build that the existing .venv does not hold (the venv is
+    rebuilt only when requirements.txt changes, so the variable alone would change nothing); else None.
+    `installed` is the venv's torch version ("2.13.0+cpu"), None without torch."""
+    if requested not in BACKENDS:
+        return f"TORCH_BACKEND={requested!r}; allowed: {', '.join(BACKENDS)}"
+    if requested == "registry":  # whatever the package registry serves: nothing to compare
+        return None
+    if isinstance(driver, DriverFault) and requested == "auto":
+        return f"TORCH_BACKEND=auto reads the driver, and it does not answer: {driver.problem}"
+    want = preferred_builds(driver if isinstance(driver, Driver) else None)[0].variant if requested == "auto" \
+        else requested
+    have = (installed or "").partition("+")[2]
+    if have == want:
+        return None
+    holds = f"torch {installed}" if installed else "no torch"
+    return (f"TORCH_BACKEND={requested} asks for torch +{want} and .venv holds {holds} (a venv is rebuilt only when "
+            f"requirements.txt changes): `make clean-venv setup TORCH_BACKEND={requested}` installs that build")
+
+
+def describe(driver: Driver | DriverFault | None) -> str:
+    if isinstance(driver, DriverFault):
+        return f"not answering: {driver.problem}"
     if driver is None:
         where = shutil.which("nvidia-smi")
         return f"none ({'nvidia-smi finds no driver' if where else 'no nvidia-smi on PATH'})"
@@ -177,8 +258,22 @@ def main(argv: list[str] | None = None) -> int:
     req = sub.add_parser("require", help="exit 2 with one line unless torch can use CUDA")
     req.add_argument("target", help="the make target, named in the message")
     req.add_argument("--cpu", default=None, help="the command that runs this lab's CPU preset instead")
+    back = sub.add_parser("backend", help="exit 2 with one line unless this torch is the TORCH_BACKEND build")
+    back.add_argument("requested", help="TORCH_BACKEND as given")
     args = ap.parse_args(argv)
-    driver = read_driver()
+    if args.cmd == "backend":  # no torch import: the installed version is enough
+        from importlib import metadata
+        try:
+            installed = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            installed = None
+        needs_driver = args.requested == "auto"
+        line = backend_problem(args.requested, installed, probe_driver() if needs_driver else None)
+        if line:
+            print(f"error: {line}", file=sys.stderr)
+            return 2
+        return 0
+    driver = probe_driver()
     if args.cmd == "require":
         line = refusal(args.target, args.cpu, driver)
         if line:
@@ -188,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     torch_version, torch_cuda, available = _torch_facts()
     print(f"driver      {describe(driver)}")
     print(f"torch       {torch_version}, {build_text(torch_cuda)}; CUDA usable: {'yes' if available else 'no'}")
+    if isinstance(driver, DriverFault):
+        print(f"problem     {driver.problem}")
+        return 1
     best = preferred_builds(driver)[0]
     print(f"fits        torch +{best.variant} ({best.why})")
     line = mismatch(torch_version, torch_cuda, available, driver)

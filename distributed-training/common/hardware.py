@@ -30,10 +30,12 @@ gets a row of unknowns instead of a borrowed guess.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import torch
 
@@ -174,11 +176,15 @@ def device_kind(preset: GPUPreset) -> str:
 
 
 def _unusable_gpus() -> str | None:
-    """One line when nvidia-smi lists GPUs that this torch cannot use (common/cuda_env.py), else None."""
+    """One line when nvidia-smi lists GPUs that this torch cannot use, or when nvidia-smi hangs or fails
+    (common/cuda_env.py), else None."""
     if torch.cuda.is_available():
         return None
-    from .cuda_env import mismatch, read_driver
-    return mismatch(torch.__version__, torch.version.cuda, False, read_driver())
+    from .cuda_env import DriverFault, mismatch, probe_driver
+    driver = probe_driver()
+    if isinstance(driver, DriverFault):
+        return f"the NVIDIA driver does not answer: {driver.problem}"
+    return mismatch(torch.__version__, torch.version.cuda, False, driver)
 
 
 def detect_preset() -> GPUPreset:
@@ -215,19 +221,54 @@ class NVMLUnavailable(RuntimeError):
     pass
 
 
+T = TypeVar("T")
+
+
+def nvml_timeout_s() -> float:
+    """How long an NVML query may take (DT_NVML_TIMEOUT_S, default 15 s): a hung GPU makes the driver hang."""
+    try:
+        value = float(os.environ.get("DT_NVML_TIMEOUT_S", "15"))
+    except ValueError:
+        return 15.0
+    return value if value > 0 else 15.0
+
+
+def bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """fn() in a daemon thread: its value or its exception, or NVMLUnavailable naming `what` as hanging after
+    `timeout_s` (the thread is left behind, blocked in the driver; it does not keep the process alive)."""
+    out: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out["error"] = e
+
+    t = threading.Thread(target=call, name=f"probe {what}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise NVMLUnavailable(f"{what} did not answer within {timeout_s:g} s: the NVIDIA driver or a GPU hangs (a GPU "
+                              "in a bad state does this; ask for the GPU to be reset or the node rebooted)")
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]  # type: ignore[return-value]
+
+
 @contextmanager
 def nvml() -> Iterator[object]:
     """Yield an initialised pynvml module, or raise NVMLUnavailable with a one-line reason.
 
     nvidia-ml-py imports everywhere (pure Python) but nvmlInit() raises NVMLError_LibraryNotFound
-    on a machine with no NVIDIA driver; that becomes "no NVML on this machine".
+    on a machine with no NVIDIA driver; that becomes "no NVML on this machine". nvmlInit() that does
+    not return within nvml_timeout_s() is a hanging driver, said so (callers bound their own queries).
     """
     try:
         import pynvml
     except ImportError as e:
         raise NVMLUnavailable(f"nvidia-ml-py is not installed ({e})") from None
     try:
-        pynvml.nvmlInit()
+        bounded(pynvml.nvmlInit, nvml_timeout_s(), "NVML (nvmlInit)")
     except pynvml.NVMLError as e:
         raise NVMLUnavailable(f"no NVML on this machine ({e})") from None
     try:

@@ -14,6 +14,11 @@ start (common.dist.distributed). Bad input is that one line and exit 2; no rank 
 A job of several nodes checks once, not once per node: DT_LAUNCH_PHASE=check runs only the
 checks (slurm/lab.sbatch, before srun), DT_LAUNCH_PHASE=ranks only starts the ranks (under srun).
 
+A job of several nodes first meets at its rendezvous (c10d at --rdzv-endpoint, or node 0's
+--master-addr:--master-port with NODE_RANK): one line says where and for how many nodes it waits,
+a line every 30 s how many have joined, and after DT_RDZV_TIMEOUT_S (300 s) it gives up in one
+line (exit 4) instead of waiting torchrun's 600 s in silence.
+
 While the ranks run, their output passes through. When one fails, torchrun stops the others:
 SIGTERM, then SIGKILL after DT_GRACE_S seconds (default 3; torchrun waits a fixed 30), so a stuck
 collective ends the job about --timeout-s after it stalled, not 30 s later. A SIGTERM or Ctrl-C to
@@ -41,6 +46,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from types import MethodType
 
@@ -134,9 +141,16 @@ def check_pass(args) -> int:
     return subprocess.run([sys.executable, args.training_script, *args.training_script_args], env=env).returncode
 
 
+# The ranks torchrun's agent stopped itself after the first failure (their pids): victims of that failure,
+# never its cause. torchrun records them as failures too (their SIGTERM exit, read in the same poll as the
+# cause), and a victim may have a lower rank than the cause: which one is read first says nothing.
+STOPPED_BY_AGENT: set[int] = set()
+
+
 def _cap_failure_teardown(grace_s: float) -> None:
     """torchrun stops the surviving ranks after a failure with close() and a fixed 30 s wait; cap
-    that wait (only there: a signal to the job passes death_sig and keeps its own timeout)."""
+    that wait (only there: a signal to the job passes death_sig and keeps its own timeout), and note
+    which ranks were still running then (STOPPED_BY_AGENT): the first failure in time is not among them."""
     try:
         from torch.distributed.elastic.multiprocessing import api
         original = api.PContext.close
@@ -144,9 +158,101 @@ def _cap_failure_teardown(grace_s: float) -> None:
         return  # another torch layout: torchrun's own timing applies
 
     def close(self, death_sig=None, timeout=30):
+        if death_sig is None:  # after a failure (a signal to the job passes death_sig)
+            handlers = getattr(self, "subprocess_handlers", None) or {}
+            STOPPED_BY_AGENT.update(h.proc.pid for h in handlers.values() if h.proc.poll() is None)
         return original(self, death_sig, timeout if death_sig is not None else min(timeout, grace_s))
 
     api.PContext.close = close
+
+
+# ---- a rendezvous of several nodes: said where, watched, bounded -------------------------------------------
+
+def rdzv_timeout_s() -> float:
+    """How long a multi-node launch waits for its nodes (DT_RDZV_TIMEOUT_S, default 300 s)."""
+    try:
+        value = float(os.environ.get("DT_RDZV_TIMEOUT_S", "300"))
+    except ValueError:
+        return 300.0
+    return value if value > 0 else 300.0
+
+
+_WATCHED: "Rendezvous | None" = None  # the launch's rendezvous, for the handler wrappers (one launch per process)
+
+
+class Rendezvous:
+    """Where a multi-node launch meets, for how long, and (c10d) how many nodes have joined while it waits."""
+
+    def __init__(self, args, nnodes: int):
+        self.nnodes, self.static = nnodes, args.rdzv_backend == "static"
+        self.endpoint = f"{args.master_addr}:{args.master_port}" if self.static else args.rdzv_endpoint
+        conf = dict(kv.split("=", 1) for kv in str(args.rdzv_conf or "").split(",") if "=" in kv)
+        key = "timeout" if self.static else "join_timeout"  # torchrun's default for both: 600 s
+        if key not in conf:
+            conf[key] = str(int(rdzv_timeout_s()))
+        args.rdzv_conf = ",".join(f"{k}={v}" for k, v in conf.items())
+        self.timeout_s = float(conf[key])
+        self.what = (f"node {args.node_rank} of {nnodes}, static rendezvous at node 0" if self.static else
+                     f"c10d rendezvous '{args.rdzv_id}'")
+        self.done, self.handler, self.start, self.most = threading.Event(), None, time.monotonic(), None
+
+    def joined(self) -> int | None:
+        """The most nodes seen in the c10d rendezvous (the handler's synced state, torch's private layout: a node
+        that gives up leaves it), else None."""
+        try:
+            n = len(self.handler._state_holder.state.participants)
+        except AttributeError:
+            return self.most
+        self.most = max(n, self.most or 0)
+        return self.most
+
+    def status(self) -> str:
+        n = self.joined()
+        return f"{n} of {self.nnodes} nodes joined" if n is not None else f"waiting for {self.nnodes} nodes"
+
+    def watch(self, every_s: float = 30.0) -> None:
+        """Note when the rendezvous completes (its handler's next_rendezvous returns); a line every `every_s`
+        until then (or until the launch ends: set `done`)."""
+        global _WATCHED
+        _WATCHED = self
+        try:
+            from torch.distributed.elastic.rendezvous import dynamic_rendezvous, static_tcp_rendezvous
+            classes = [dynamic_rendezvous.DynamicRendezvousHandler, static_tcp_rendezvous.StaticTCPRendezvous]
+        except (ImportError, AttributeError):
+            classes = []
+        for cls in classes:
+            if getattr(cls.next_rendezvous, "watched", False):
+                continue
+            original = cls.next_rendezvous
+
+            def next_rendezvous(handler, _original=original):
+                watcher = _WATCHED
+                if watcher is not None:
+                    watcher.handler = handler
+                info = _original(handler)
+                if watcher is not None:
+                    watcher.done.set()
+                return info
+
+            next_rendezvous.watched = True
+            cls.next_rendezvous = next_rendezvous
+
+        def report() -> None:
+            while not self.done.wait(every_s):
+                print(f"launch: still waiting at {self.endpoint}: {self.status()}, "
+                      f"{time.monotonic() - self.start:.0f} s of {self.timeout_s:g} s", file=sys.stderr, flush=True)
+
+        threading.Thread(target=report, name="rendezvous progress", daemon=True).start()
+
+    def waiting_line(self) -> str:
+        return (f"launch: waiting up to {self.timeout_s:g} s for {self.nnodes} nodes at {self.endpoint} ({self.what});"
+                " start the same command on every node (DT_RDZV_TIMEOUT_S sets the wait)")
+
+    def gave_up(self, e: BaseException) -> str:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else self.status()
+        return (f"the rendezvous at {self.endpoint} did not gather {self.nnodes} nodes within {self.timeout_s:g} s "
+                f"({detail}); start the same command on every node (NODE_RANK=0..{self.nnodes - 1}, or "
+                "slurm/lab.sbatch), with MASTER_ADDR:MASTER_PORT reachable from each")
 
 
 def _dt(data) -> dict:
@@ -159,14 +265,23 @@ def _message(data) -> str:
     return str(msg).strip().splitlines()[0] if str(msg).strip() else ""
 
 
+def _when(f) -> tuple[bool, float]:
+    """When a rank failed, for ordering: (stopped by the agent after the first failure, time). The time is the
+    rank's own (its error file), else when torchrun found it dead (whole seconds; ties go to the lower rank)."""
+    stopped = getattr(f, "pid", None) in STOPPED_BY_AGENT
+    return stopped, _dt(f.error_file_data).get("time_ns") or getattr(f, "timestamp", 0) * 1e9
+
+
 def explain(failures: dict, world: int) -> tuple[str, int]:
-    """(one line, exit code) for a failed job, from torchrun's ProcessFailure records."""
+    """(one line, exit code) for a failed job, from torchrun's ProcessFailure records: the first failure in
+    time, never a rank the agent stopped because of it (its SIGTERM is an effect; STOPPED_BY_AGENT)."""
     info = {r: (_dt(f.error_file_data), _message(f.error_file_data) if f.error_file != "<N/A>" else "", f.exitcode)
             for r, f in failures.items()}
-    order = sorted(failures, key=lambda r: (_dt(failures[r].error_file_data).get("time_ns", 0), r))
+    order = sorted(failures, key=lambda r: (*_when(failures[r]), r))
+    victims = {r for r in failures if _when(failures[r])[0]}
 
-    def first(pred):
-        return next((r for r in order if pred(*info[r])), None)
+    def first(pred, stopped_too: bool = True):
+        return next((r for r in order if pred(*info[r]) and (stopped_too or r not in victims)), None)
 
     r = first(lambda dt, msg, code: dt.get("kind") == "cause" or (msg and not dt))
     if r is not None:
@@ -175,7 +290,8 @@ def explain(failures: dict, world: int) -> tuple[str, int]:
             return f"rank {r} of {world} raised {msg} (its traceback is above)", 1
         return f"rank {r} of {world}: {msg}", dt.get("code", code)
     timeouts = [x for x in order if info[x][0].get("kind") == "timeout"]
-    r = first(lambda dt, msg, code: not dt and code < 0)
+    # a rank killed by a signal on its own; or, when the others timed out waiting, one the agent had to kill
+    r = first(lambda dt, msg, code: not dt and code < 0, stopped_too=bool(timeouts))
     if r is not None:
         sig = signal.Signals(-info[r][2]).name if -info[r][2] in signal.Signals._value2member_map_ else "?"
         if timeouts:
@@ -240,19 +356,32 @@ def main(argv: list[str] | None = None) -> int:
     _cap_failure_teardown(float(os.environ.get("DT_GRACE_S", "3")))
     log_dir = tempfile.mkdtemp(prefix="dt-launch-")
     args.log_dir = log_dir
+    from torch.distributed import DistError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    nnodes = int(str(args.nnodes).partition(":")[2] or args.nnodes)
+    rdzv = Rendezvous(args, nnodes) if nnodes > 1 else None
+    if rdzv is not None:
+        print(rdzv.waiting_line(), file=sys.stderr, flush=True)
+        rdzv.watch(float(os.environ.get("DT_RDZV_REPORT_S", "30")))
     try:
         torchrun.run(args)
         return 0
     except ChildFailedError as e:
         line, code = explain(e.failures, world)
+    except (RendezvousError, DistError) as e:  # the nodes never all met (torchrun's agent, before any rank)
+        if rdzv is None or rdzv.done.is_set():
+            raise
+        line, code = rdzv.gave_up(e), PEER_LOST
     except SignalException as e:
         line, code = _after_signal(log_dir, e.sigval)
     except KeyboardInterrupt:
         line, code = _after_signal(log_dir, signal.SIGINT)
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+        if rdzv is not None:
+            rdzv.done.set()  # no progress line after the launch
     print(f"error: {line}", file=sys.stderr, flush=True)
     return code
 

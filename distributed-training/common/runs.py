@@ -9,7 +9,9 @@ folder per result set, named for its hardware, world size and nodes (sweep_cpu_w
     --resume      continues the folder's rows (a half-written last row is repaired first)
     lock          runs/<tag>.lock, an flock held while the run writes; a second run of the same
                   tag is refused with one line naming the holder (pid, host, start, command). The
-                  kernel drops the lock when its holder dies, even by kill -9
+                  kernel drops the lock when its holder dies, even by kill -9. A make target whose
+                  launches all write one folder (fsdp-scaling's sweep) holds it across all of them
+                  (`hold`): one sweep is one run folder, and a second is refused between launches too
     promotion     when the run is complete, its files are copied into results/: each written
                   aside in the same folder, fsync'ed, then renamed over the old one (os.replace is
                   atomic), so results/ holds the old file or the new one, never half of one.
@@ -32,13 +34,17 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
+
+from .config import changed_flags
 
 MANIFEST = "run.json"
 PROMOTE_CHOICES = ("auto", "replace", "merge", "no")
@@ -65,8 +71,11 @@ def shown(path: Path) -> str:
 
 
 def run_dir_for(results_root: Path, tag: str) -> Path:
-    """The run folder of results written under `results_root`: its sibling runs/<tag>."""
-    return results_root.parent / "runs" / tag
+    """The run folder of results written under `results_root`: beside a lab's results/ folder, runs/<tag>; under
+    any other folder (`--out /some/dir` publishes into /some), inside it: runs/ beside /some would be /runs."""
+    results_root = Path(results_root)
+    base = results_root.parent if results_root.name == "results" else results_root
+    return base / "runs" / tag
 
 
 # ---- the lock ---------------------------------------------------------------------------------
@@ -88,6 +97,7 @@ def run_dir_for(results_root: Path, tag: str) -> Path:
 _ACQUIRE_WAIT_S = 2.0  # a lock held with no holder line yet: a probe, or a run starting
 _ACQUIRE_GRACE_S = 0.2  # a lock held with a holder line: a run
 _HELD: dict[Path, "Lock"] = {}  # lock files this process holds (a probe must not touch them: see lock_holder)
+HELD_ENV = "DT_RUN_LOCKS"  # {lock file: holder line} of the locks the processes above this one hold (`hold`)
 
 
 def _lock_path(run_dir: Path) -> Path:
@@ -112,12 +122,34 @@ def _holder_line(f) -> str:
     return f.read().strip() or "another process, starting"
 
 
+def _held_above(path: Path) -> str | None:
+    """The holder line of `path` if a process above this one holds it for this invocation (`hold`): the line
+    DT_RUN_LOCKS names is still the file's, under a lock still held. None otherwise (a holder that died leaves
+    its line but no lock: then this process takes the lock itself, as any other would)."""
+    try:
+        line = json.loads(os.environ.get(HELD_ENV) or "{}").get(str(path.resolve()))
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not line or not path.exists():
+        return None
+    with open(path, "a+") as f:
+        if _holder_line(f) != line:
+            return None
+        if _flock(f, fcntl.LOCK_SH, path):  # nobody holds it any more
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return None
+    return line
+
+
 def lock_holder(run_dir: Path) -> str | None:
-    """Who holds the run folder's lock now (pid, host, start, command), or None if nobody does."""
+    """Who holds the run folder's lock now (pid, host, start, command), or None if nobody does, or the
+    invocation this process belongs to does (a launch of a sweep that `hold` runs)."""
     path = _lock_path(run_dir)
     if path.resolve() in _HELD:  # ours: probing would drop it on NFS (POSIX locks belong to the process)
-        return _HELD[path.resolve()].holder
+        return None if _HELD[path.resolve()].inherited else _HELD[path.resolve()].holder
     if not path.exists():
+        return None
+    if _held_above(path):
         return None
     with open(path, "a+") as f:
         if not _flock(f, fcntl.LOCK_SH, path):
@@ -138,12 +170,18 @@ class Lock:
         self.path = _lock_path(run_dir)
         self.run_dir = run_dir
         self.holder = ""
+        self.inherited = False  # held by the invocation above this process (`hold`): used, never released here
         self._f = None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.resolve() in _HELD:
             raise RunError(busy_message(self.run_dir, _HELD[self.path.resolve()].holder))
+        line = _held_above(self.path)
+        if line:
+            self.holder, self.inherited = line, True
+            _HELD[self.path.resolve()] = self
+            return
         f = open(self.path, "a+")
         start = time.monotonic()
         try:
@@ -160,7 +198,8 @@ class Lock:
             raise
         f.seek(0)
         f.truncate()
-        cmd = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))[:160]
+        cmd = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv))
+        cmd = cmd if len(cmd) <= 160 else f"{cmd[:100]} ... {cmd[-55:]}"  # its end: what a preflight holds it for
         self.holder = f"pid {os.getpid()} on {socket.gethostname()}, started {_stamp()}: {cmd}"
         f.write(self.holder + "\n")
         f.flush()
@@ -169,6 +208,9 @@ class Lock:
         _HELD[self.path.resolve()] = self
 
     def release(self) -> None:
+        if self.inherited:
+            _HELD.pop(self.path.resolve(), None)
+            self.inherited = False
         if self._f is not None:
             _HELD.pop(self.path.resolve(), None)
             self._f.seek(0)
@@ -177,6 +219,44 @@ class Lock:
             fcntl.flock(self._f.fileno(), fcntl.LOCK_UN)
             self._f.close()
             self._f = None
+
+
+def hold(lock: Lock | None, argv: Sequence[str]) -> int:
+    """Run `argv` (the rest of one make target invocation: its launches) with `lock` held until it ends, then
+    release it; its exit code (128+N if a signal N ended it). The command and everything it starts find the
+    lock in DT_RUN_LOCKS and write under it; any other process is refused, whichever launch is running.
+
+    The command runs in its own process group: a Ctrl-C or SIGTERM that reaches this process is passed to all
+    of it once, and the lock stays held until the command has ended. lock=None runs it without one (a node of
+    a multi-node job other than the one whose rank 0 takes the lock at its launch)."""
+    env = dict(os.environ)
+    if lock is not None:
+        try:
+            held = json.loads(env.get(HELD_ENV) or "{}")
+        except json.JSONDecodeError:
+            held = {}
+        env[HELD_ENV] = json.dumps({**held, str(lock.path.resolve()): lock.holder})
+    try:
+        try:
+            proc = subprocess.Popen(list(argv), env=env, preexec_fn=os.setpgrp)
+        except OSError as e:
+            raise RunError(f"cannot run {argv[0] if argv else '(nothing)'}: {e.strerror}") from None
+        def forward(sig, _frame) -> None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:  # it has just ended
+                pass
+
+        before = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            code = proc.wait()
+        finally:
+            for s, handler in before.items():
+                signal.signal(s, handler)
+    finally:
+        if lock is not None:
+            lock.release()
+    return 128 - code if code < 0 else code
 
 
 # ---- the manifest ------------------------------------------------------------------------------
@@ -310,6 +390,16 @@ class RunFolder:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def experiment_flags(cfg: Any, preset: Any, operational: Sequence[str] = ()) -> list[str]:
+    """The one rule every publishing target applies: the flags in which `cfg` differs from `preset`, the
+    target's own settings (its config as make runs it, resolved the same way), leaving out `operational`
+    ones, which say where, on what or how to run and never change a row (the GPU preset, output paths,
+    timeouts, --resume, --promote). None: the preset's run, which replaces results/ when complete; any: an
+    experiment, which stays in runs/ (RunFolder.finish with --promote auto), whether or not this target's
+    rows depend on the flag: its config would record a setting its rows were not produced with."""
+    return changed_flags(cfg, preset, operational)
 
 
 def check_resumable(path: Path) -> None:

@@ -53,13 +53,14 @@ from tqdm import tqdm
 import torch_cp
 import verify
 from common.attention_block import default_scale
-from common.config import changed_flags, config_dict, parse_config
+from common.config import config_dict, parse_config
 from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
 from common.results import NoWriter, SchemaMismatch, check_resume, provenance
 from common.ring_attention import balanced_positions, check_cp_shape, ring_attention
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
+from common.runs import (PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags,
+                         run_dir_for)
 from common.timing import time_iterations
 
 BENCH_VERSION = "1"
@@ -269,7 +270,9 @@ def correctness_row(case: str, res: verify.CheckResult) -> dict:
             "bytes_ok": res.bytes_ok, "pass": res.passed}
 
 
-OPERATIONAL = ("gpu", "correctness", "require_gpu", "out_dir", "resume", "promote")
+# Flags that change no row (common.runs.experiment_flags): any other makes the run an experiment, kept in runs/.
+# --no-correctness is not one of them: published, its bench rows would sit beside an older run's correctness grid.
+OPERATIONAL = ("gpu", "require_gpu", "out_dir", "resume", "promote")
 CONFIG_IGNORE = ("resume", "promote", "out_dir")
 
 
@@ -297,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         kind = device_kind(get_preset(cfg.gpu))
         if cfg.require_gpu and kind != "cuda":
             raise ValueError("this target measures a GPU and torch sees none (CPU runs: make cp-attention)")
-        changed = changed_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
-                                OPERATIONAL)
+        changed = experiment_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
+                                   OPERATIONAL)
         cfg = resolve(cfg, kind, world)
         if not launched_by_torchrun():
             check_before_launch(cfg, world, nnodes)

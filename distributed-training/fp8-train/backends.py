@@ -81,16 +81,16 @@ def status(backend: str, precision: str, device: torch.device) -> tuple[bool, st
     if backend == "emulated":
         return True, "quantize-dequantize + fp32 GEMMs, runs anywhere"
     if backend in TE_BACKENDS:
-        te, err = _import("transformer_engine.pytorch")
-        if te is None:
-            return False, f"TransformerEngine is not importable ({err}); {TE_HOW}"
         need = {"fp8": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}.get(precision)
         if need is None:
             return False, f"TransformerEngine has no {precision} recipe; use --fp8-backend emulated"
         if precision != "fp8" and backend == "te-fused":
             return False, f"te-fused runs per-tensor FP8 only; use --fp8-backend te for {precision}"
-        if device.type != "cuda":
+        if device.type != "cuda":  # before the install advice: `make setup-fp8` refuses a CPU torch
             return False, "TransformerEngine needs a CUDA GPU; use --fp8-backend native or emulated on this machine"
+        te, err = _import("transformer_engine.pytorch")
+        if te is None:
+            return False, f"TransformerEngine is not importable ({err}); {TE_HOW}"
         ok, reason = _te_check(te, need)
         version = getattr(importlib.import_module("transformer_engine"), "__version__", "?")
         return ok, (f"TransformerEngine {version}, {need} available" if ok else

@@ -53,7 +53,7 @@ import bound
 import kernels
 import train
 from alerts import AlertEngine
-from common.config import changed_flags, config_dict, parse_config
+from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
 from common.failures import PREEMPTED, entrypoint, report
@@ -62,7 +62,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, run_dir_for, shown
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, run_dir_for, shown
 from runloop import RunLoop
 from settings import Config, with_preset
 from train import free_memory, settings
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = RunFolder.open(run_dir_for(out.parent, f"{out.name}-bench"), out)
     except (ValueError, RunError) as e:
         fail(str(e), 2)
-    changed = changed_flags(cfg, BenchConfig(gpu=cfg.gpu, out=cfg.out, threads=cfg.threads,
+    changed = experiment_flags(cfg, BenchConfig(gpu=cfg.gpu, out=cfg.out, threads=cfg.threads,
                                              promote=cfg.promote).resolved(on_gpu))
     data = load_data()
     before = signal.signal(signal.SIGTERM, _stopped)  # a time limit: the rows written so far stay in the run folder

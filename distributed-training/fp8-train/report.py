@@ -11,7 +11,6 @@ runs with injected faults is a health demo (health_report.py), not a comparison.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import health_report
 import scale_stats
 import story
 from common.config import parse_config
-from common.csvread import BadResults, guard_report, results_folder
+from common.csvread import BadResults, check_configs, guard_report, read_json, results_folder
 from common.findings import block
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
@@ -62,7 +61,13 @@ def _rel(p: Path, ctx: Context) -> str:
     return os.path.relpath(p, ctx.root)
 
 
+# What the report reads from a run's saved config (comparison.py), each of its kind when present.
+CONFIG_KINDS = {"n_heads": int, "steps": int, "data": str, "data_fingerprint": str, "skipped_runs": list,
+                "fp8_backend": str, "fp8_scaling": str, "torchao_recipe": str, "mx_scale_rule": str}
+
+
 def load(results: Path, root: Path) -> Context:
+    check_configs(results)
     dirs = sorted(p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
     for d in dirs:  # every result file checked before anything is drawn (one line, exit 2)
         for name in SCHEMAS:
@@ -71,7 +76,8 @@ def load(results: Path, root: Path) -> Context:
     for d in dirs:
         steps = _read(d / "steps.csv")
         if steps is not None:
-            cfg = json.loads((d / "steps.config.json").read_text()) if (d / "steps.config.json").exists() else {}
+            saved = d / "steps.config.json"
+            cfg = read_json(saved, "the config saved beside steps.csv", CONFIG_KINDS) if saved.exists() else {}
             folders[d.name] = Folder(d.name, steps, cfg, _read(d / "fp8.csv"))
     if not folders:
         raise BadResults("no result folder with a steps.csv in the results folder; run `make fp8-train-run`")

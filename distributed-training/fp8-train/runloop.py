@@ -77,7 +77,12 @@ class RunLoop:
         self.last_alert = f"{a.kind}@{a.step}"
         text = f"[{a.severity}] {self.ids['run']} step {a.step} {a.kind}: {a.message}" + \
                (f" -> {a.action}" if a.action else "")
-        (self.bar.write(text, file=sys.stderr) if self.bar else print0(text, file=sys.stderr))
+        if not self.tr.env.is_main:  # every rank sees the alert (and acts on it); the job tells it once
+            return
+        if self.bar is not None and not self.bar.disable:  # tqdm.write prints even for a disabled bar
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     def health_state(self) -> dict[str, Any]:
         return {"alerts": self.alerts.state_dict(), "last_alert": self.last_alert}

@@ -48,7 +48,7 @@ import backends
 import bound
 import checkpoint
 from alerts import AlertEngine
-from common.config import changed_flags, config_dict, parse_config, parse_size
+from common.config import config_dict, parse_config, parse_size
 from common.data import load_data
 from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
                          planned_world, print0, select_device)
@@ -56,8 +56,8 @@ from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import device_kind, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
-from common.runs import (RunError, RunFolder, check_free, check_resumable, promote_run, read_manifest,
-                         run_dir_for, shown)
+from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
+                         read_manifest, run_dir_for, shown)
 from faults import parse as parse_faults
 from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
                        select_modules)
@@ -318,10 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     explicit = bool(cfg.runs) or cfg.fp8_backend != "auto"
     try:
         preset = get_preset(cfg.gpu)
-        on_gpu = device_kind(preset) == "cuda"
+        on_gpu = device_kind(preset) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
     except ValueError as e:
         fail(str(e), 2)
-    changed = changed_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
+    changed = experiment_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
     cfg = with_preset(cfg, preset.name, bool(cfg.runs))
     threads = torch.get_num_threads()
     if cfg.threads:

@@ -30,20 +30,18 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
 import memory_model as mm
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.dist import DistInfo, fail, print0
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.model import GPTConfig, count_params
 from common.results import SchemaMismatch, provenance
-from common.runs import RunError, RunFolder, run_dir_for
+from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
 from measure import instrumented_step
-from settings import CONFIG_IGNORE, Config, describe_model, gpt_config, results_dir, saved_config
+from settings import CONFIG_IGNORE, OPERATIONAL, Config, describe_model, gpt_config, results_dir, saved_config
 from strategies import Trainer
 
 BENCH_VERSION = "1"
-# What this study uses from the lab's shared config; any other flag does not change its rows.
-USES = ("model", "optimizer", "lr", "seed", "scale_worlds", "node_size")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 COLUMNS = ["strategy", "world_size", "backend", "replicate", "shard", "model", "n_params", "optimizer",
            "param_bytes", "grad_bytes", "opt_bytes", "opt_bytes_worst_rank",
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     # One CPU process stands in for every rank, whatever GPUs the machine has: say so in the hardware column.
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as rank 0 of a fake group"}
-    changed = [f for f in changed_flags(cfg, Config()) if f[2:].replace("-", "_") in USES]
+    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
     try:
         # --resume (given to the whole make sweep) continues this study's folder, or starts one
         folder = RunFolder.open(run_dir_for(results_dir(cfg), "at_scale"), results_dir(cfg),

@@ -39,14 +39,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from tqdm import tqdm
 
 import overlap
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, planned_world, print0, reduce_across_ranks
 from common.failures import entrypoint
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
 from common.results import NoWriter, SchemaMismatch, check_resume, provenance
-from common.runs import RunError, RunFolder, check_free, check_resumable, run_dir_for
+from common.runs import Lock, RunError, RunFolder, check_free, check_resumable, experiment_flags, hold, run_dir_for
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
 from memory_model import comm_plan, precision_for
@@ -83,33 +83,49 @@ def run_dir(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> Path:
     return run_dir_for(results_dir(cfg), f"scaling_{sweep_tag(cfg, preset, world, nnodes)}")
 
 
-def preflight(cfg: Config, preset: GPUPreset) -> None:
-    """Check the plan for every world size make will launch, and the run folder; then prepare it
-    (fresh unless --resume). results/ is not touched: a complete sweep is published at its end."""
+def preflight(cfg: Config, preset: GPUPreset, then: list[str]) -> int:
+    """Check the plan for every world size make will launch, and the run folder; then prepare it (fresh
+    unless --resume) and run `then`, the sweep's launches, holding the folder's lock until they end: one
+    sweep is one run folder, and a second sweep is refused whichever launch the first is in (common.runs.hold).
+    results/ is not touched: a complete sweep is published by its last launch."""
     # make passes NNODES: each launch spreads its world over the nodes (HSDP's automatic shard group is the
     # ranks of one node); on one node the sweep's launches have 1, 2, 4, ... ranks.
     nnodes = int(os.environ.get("NNODES", 1))
+    folder = run_dir(cfg, preset, 1, nnodes)
+    if os.environ.get("DT_LAUNCH_PHASE") == "ranks":  # a Slurm job checked and prepared it once, in its check phase
+        if nnodes > 1:  # every node runs this: the launch's rank 0 takes the lock
+            return hold(None, then) if then else 0
+        lock = Lock(folder)
+        lock.acquire()
+        return hold(lock, then) if then else _release(lock)
     for world in cfg.worlds:
         if world % nnodes:
             raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
         check_world(cfg, world, world // nnodes, nnodes)
-    folder = run_dir(cfg, preset, 1, nnodes)
     tag = sweep_tag(cfg, preset, 1, nnodes)
     check_free(folder)
     if cfg.resume:
         check_resumable(folder)
         for name, columns in ((f"scaling_{tag}.csv", COLUMNS), (f"comms_{tag}.csv", COMM_COLUMNS)):
             check_resume(folder / name, columns, saved_config(cfg), CONFIG_IGNORE)
+        lock = Lock(folder)
+        lock.acquire()
     else:
         run = RunFolder.open(folder, results_dir(cfg), "fresh")
         for note in run.notes:
             print(note, file=sys.stderr)
-        run.close()
+        lock = run.lock
+    return hold(lock, then) if then else _release(lock)
+
+
+def _release(lock: Lock) -> int:
+    lock.release()
+    return 0
 
 
 def changed(cfg: Config) -> list[str]:
     """Measurement flags that differ from the preset's sweep (then it is an experiment)."""
-    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
 
 
 class Run:
@@ -286,13 +302,17 @@ class Run:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--preflight ... -- COMMAND`: make's sweep, run by the preflight under the run folder's lock
+    argv, then = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     cfg = parse_config(Config, argv, description=__doc__, prog="bench.py")
     world, local_world, nnodes = planned_world()
     try:
+        if then and not cfg.preflight:
+            raise ValueError("`-- COMMAND` (the sweep to run under the run folder's lock) goes with --preflight")
         cfg, preset = resolve(cfg)
         if cfg.preflight:
-            preflight(cfg, preset)
-            return 0
+            return preflight(cfg, preset, then)
         check_world(cfg, world, local_world, nnodes)
         if "RANK" not in os.environ:  # the launcher's check pass (or one plain process)
             check_free(run_dir(cfg, preset, world, nnodes))

@@ -9,7 +9,7 @@ else
 endif
 FSDP_FLAGS = --gpu $(GPU) --worlds "$(shell echo $(FSDP_WORLDS) | tr ' ' ',')"
 
-.PHONY: fsdp-scaling fsdp-scaling-run fsdp-scaling-launch fsdp-scaling-at-scale fsdp-scaling-project \
+.PHONY: fsdp-scaling fsdp-scaling-run fsdp-scaling-launches fsdp-scaling-launch fsdp-scaling-at-scale fsdp-scaling-project \
         fsdp-scaling-report fsdp-scaling-gpu
 
 fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale, collectives, projection, report
@@ -18,10 +18,15 @@ fsdp-scaling: $(SETUP) ## DDP vs ZeRO-1/2/3/HSDP: scaling sweep, memory at scale
 # Checks the plan for every world size first (exit 2, nothing written), then launches; on one node
 # it also runs the fake-process-group study (one CPU process; with several nodes run it once, apart).
 # Every launch writes into runs/scaling_<preset>_ws<max N>[_n<nodes>]/; the last one publishes the sweep.
-# Under Slurm (DT_LAUNCH_PHASE, common/launch.py) the preflight, which prepares the shared run folder, runs
+# The preflight holds that folder's lock until the last launch has ended (bench.py --preflight ... -- the
+# launches): a second sweep is refused in one line, whichever launch the first is in.
+# Under Slurm (DT_LAUNCH_PHASE, common/launch.py) the preflight, which prepares the shared run folder, checks
 # once in the job's check phase, never again on every node.
 fsdp-scaling-run: $(SETUP) ## the measurements: torchrun sweep over world sizes (+ the fake-PG study on one node)
-	[ "$${DT_LAUNCH_PHASE:-}" = ranks ] || NNODES=$(NNODES) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS)
+	NNODES=$(NNODES) $(PYRUN) $(FSDP_DIR)/bench.py $(FSDP_FLAGS) --preflight $(ARGS) -- $(MAKE) fsdp-scaling-launches
+
+# The sweep's launches, as fsdp-scaling-run runs them under its lock (not a target to call by hand).
+fsdp-scaling-launches:
 ifeq ($(NNODES),1)
 	for n in $(FSDP_WORLDS); do $(MAKE) fsdp-scaling-launch NPROC=$$n FSDP_WORLDS="$(FSDP_WORLDS)"; done
 	$(if $(filter check,$(DT_LAUNCH_PHASE)),,$(MAKE) fsdp-scaling-at-scale fsdp-scaling-project)
@@ -50,8 +55,8 @@ fsdp-scaling-report: $(SETUP) ## REPORT.md + plots from the CSVs alone
 FSDP_GPU_ARGS ?= --warmup 5 --steps 20 --global-batch 32 --micro-batch 8
 fsdp-scaling-gpu: $(SETUP) ## 1 GPU: FSDP overhead vs plain training, MFU, memory by strategy, overlap
 	$(call require_cuda,make fsdp-scaling)
-	NNODES=1 NPROC=1 $(PYRUN) $(FSDP_DIR)/bench.py --gpu $(GPU) --worlds 1 --preflight $(FSDP_GPU_ARGS) $(ARGS)
-	$(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) --promote replace $(ARGS)"
+	NNODES=1 NPROC=1 $(PYRUN) $(FSDP_DIR)/bench.py --gpu $(GPU) --worlds 1 --preflight $(FSDP_GPU_ARGS) $(ARGS) -- \
+	  $(MAKE) fsdp-scaling-launch NPROC=1 FSDP_WORLDS=1 ARGS="$(FSDP_GPU_ARGS) --promote replace $(ARGS)"
 	$(MAKE) fsdp-scaling-report
 
 REPORT_TARGETS += fsdp-scaling-report

@@ -37,17 +37,17 @@ import torch
 import memory_model as mm
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
 from common.collective_fit import calibrate
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.csvread import BadResults, Schema, read_table
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import PRESETS, GPUPreset, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import provenance
-from common.runs import RunError, RunFolder, run_dir_for
+from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
 from common.zero_memory import ZERO_PAPER
 from planner.explain_rows import one_gpu_step_s
-from settings import MODELS, Config, describe_model, parse_model, results_dir, saved_config
+from settings import MODELS, OPERATIONAL, Config, describe_model, parse_model, results_dir, saved_config
 
 LAB = Path(__file__).resolve().parent
 ALLREDUCE = LAB.parent / "allreduce-bench" / "results"
@@ -71,7 +71,6 @@ SCALING = Schema("fsdp-scaling sweep", {"strategy": str, "mode": str, "model": s
                                         "git_commit": str})
 SWEEP = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "world_size": int, "nnodes": int,
                                          "backend": str, "hardware": str, "time_us": float})
-USES = ("node_size",)  # what the projection uses from the shared config (--gpu picks the what-if target)
 
 
 def table_network(p: GPUPreset, node_size: int) -> Network | None:
@@ -225,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                   **{f"{k}_GB": v for k, v in paper.items()}})
     print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
           f"{', '.join(sorted({r['target'] for r in rows}))})")
-    changed = [f for f in changed_flags(cfg, Config()) if f[2:].replace("-", "_") in USES]
+    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
     for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
         print(line)
     return 0

@@ -15,7 +15,7 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, Schema, guard_report, read_tables, results_folder
+from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, results_folder
 from common.findings import block
 from common.markdown import frame, number
 import findings
@@ -34,28 +34,29 @@ SCHEMAS = {
     "scaling_*.csv": Schema("fsdp-scaling sweep", {
         **_PROV, "strategy": str, "mode": str, "model": str, "world_size": int, "tokens_per_s": float,
         "step_time_ms": float, "step_time_min_ms": float, "step_time_max_ms": float, "peak_mem_bytes": float,
-        "loss_last": float, "mfu": float, "effective_batch": int, "grad_accum": int, "mem_method": str}),
+        "loss_last": float, "mfu": float, "effective_batch": int, "grad_accum": int, "mem_method": str}, finite=True,
+        key=("strategy", "mode", "world_size", "nnodes")),
     "at_scale.csv": Schema("fsdp-scaling at-scale study", {
         "strategy": str, "world_size": int, "model": str, "n_params": int, "param_bytes": float,
         "grad_bytes": float, "opt_bytes_worst_rank": float, "model_param_bytes": float, "model_grad_bytes": float,
         "model_opt_bytes": float, "exact_model_state_bytes": float, "paper_model_state_bytes": float,
         "unsharded_peak_bytes": float,
         "model_unsharded_bytes": float, "all_gathers": int, "reduce_scatters": int, "all_reduces": int,
-        "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}),
+        "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}, finite=True),
     "comms_*.csv": Schema("fsdp-scaling collectives", {  # header only when every launch had one rank
         "strategy": str, "collective": str, "group_size": int, "grad_accum": int, "count": int,
         "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int, "nnodes": int},
-        allow_empty=True),
+        allow_empty=True, finite=True),
     "projection.csv": Schema("fsdp-scaling projection", {
         "target": str, "model": str, "n_params": float, "strategy": str, "mode": str, "n_gpus": int,
         "efficiency_no_overlap": float, "efficiency_full_overlap": float, "fits_in_memory": bool,
-        "compute_source": str, "bandwidth_source": str}),
+        "compute_source": str, "bandwidth_source": str}, finite=True),
     "zero_worked_example.csv": Schema("ZeRO worked example", {
         "psi": float, "n_d": int, "k": float, "baseline_GB": float, "zero1_GB": float, "zero2_GB": float,
-        "zero3_GB": float}),
+        "zero3_GB": float}, finite=True),
     "overlap_*.csv": Schema("fsdp-scaling overlap", {
         "hardware": str, "world_size": int, "strategy": str, "prefetch": bool, "step_time_ms": float,
-        "compute_ms": float, "comm_ms": float, "exposed_comm_ms": float, "exposed_fraction": float}),
+        "compute_ms": float, "comm_ms": float, "exposed_comm_ms": float, "exposed_fraction": float}, finite=True),
 }
 
 
@@ -277,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
     default, RES = RES, results_folder(cfg.results, "run `make fsdp-scaling-run`")  # the plots go there too
     try:
+        check_configs(RES)
         return _report(cfg)
     finally:
         RES = default

@@ -60,8 +60,8 @@ class Config:
     data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
     seed: int = field(default=0, metadata=_h("model init and batch order"))
     worlds: tuple[int, ...] = field(default=(1,), metadata=_h("world sizes the sweep will launch (preflight checks)"))
-    preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, prepare the run folder, "
-                                                       "exit"))
+    preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, prepare the run folder; "
+                                                       "then run what follows `--` (make's launches) under its lock"))
     append: bool = field(default=False, metadata=_h("add rows to this preset's CSVs (the make sweep's later launches)"))
     resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
     scale_worlds: tuple[int, ...] = field(default=(8, 16, 32, 64, 128, 1024),

@@ -27,13 +27,13 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import GPUPreset
 from common.model import GPT, GPTConfig
 from common.results import NoWriter, provenance
-from common.runs import PROMOTE_CHOICES, RunError, run_dir_for
+from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
 from footprint import PeakTracker
 from parallelize import apply_recompute, apply_tp
 from settings import RECOMPUTE, resolve
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg, preset = resolve(cfg)
         sh = shape_of(cfg, preset)
-        changed = changed_flags(cfg, resolve(ActConfig(gpu=cfg.gpu))[0], OPERATIONAL)
+        changed = experiment_flags(cfg, resolve(ActConfig(gpu=cfg.gpu))[0], OPERATIONAL)
         results, files = results_dir(cfg.results), [(f"activations_{preset.tag}.csv", COLUMNS)]
         if not launched_by_torchrun():
             world, _, nnodes = planned_world()

@@ -58,13 +58,13 @@ from torch.testing._internal.distributed.fake_pg import FakeStore  # registers t
 import explain as ex
 import planner_bridge as pb
 from comms import CollectiveLog, bus_factor, mesh_groups
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import provenance
 from common.ring_attention import ring_bytes
-from common.runs import PROMOTE_CHOICES, RunError, run_dir_for
+from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
 from footprint import PeakTracker
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda f: (f.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg), config_ignore=ignore),
                    f.writer("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov),
                    f.writer("at_scale_cp.csv", CP_COLUMNS, KEY, prov)))
-    changed = changed_flags(cfg, AtScaleConfig(), ignore + ("results",))
+    changed = experiment_flags(cfg, AtScaleConfig(), ignore + ("results",))
     try:
         for study in cfg.studies:
             if not writer.done({"study": study, "role": "first"}):

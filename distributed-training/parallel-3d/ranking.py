@@ -26,7 +26,8 @@ GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's run
 still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
 the planner must know (planner/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are measured
 (each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
-results/ranking_calibration_cpu.csv when every layout is measured; --resume skips the measured ones.
+results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
+--warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from common.collective_fit import fit_alpha_beta
 from common.config import config_dict, parse_config
 from common.dist import DistInfo
 from common.results import provenance, utc_now
-from common.runs import RunFolder
+from common.runs import RunFolder, experiment_flags
 
 LAB = Path(__file__).resolve().parent
 LABS = LAB.parent
@@ -63,6 +64,7 @@ COLUMNS = ["group", "world", "model", "global_batch", "tp", "pp", "dp", "zero", 
 CAL_KEY = ["quantity", "world"]
 CAL_COLUMNS = ["quantity", "world", "value", "unit", "method"]
 GLOBAL_BATCH = 8  # sequences of 64 tokens per step, every layout
+OPERATIONAL = ("resume", "timeout_s")  # change no row: any other flag makes the run an experiment (stays in runs/)
 
 
 class Case(NamedTuple):
@@ -231,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="ranking.py")
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "gloo")
     prov = provenance(env, BENCH_VERSION)
-    saved = {k: v for k, v in config_dict(cfg).items() if k not in ("resume", "timeout_s")}
+    saved = {k: v for k, v in config_dict(cfg).items() if k not in OPERATIONAL}
+    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a subset of groups, other steps: an experiment
     folder = RunFolder.open(LAB / "runs" / RUN_NAME, LAB / "results", "resume" if cfg.resume else "fresh")
     if not cfg.resume:
         shutil.rmtree(SCRATCH, ignore_errors=True)
@@ -258,9 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         bar.close()
         complete = True
     finally:
-        for line in folder.finish(complete=complete, changed=[], promote="replace" if complete else "no"):
+        for line in folder.finish(complete=complete, changed=changed):
             print(line)
-    print(f"ranking set measured at {utc_now()}: {ROWS} and {CALIBRATION} in {LAB / 'results'}")
+    print(f"ranking set measured at {utc_now()}: {ROWS} and {CALIBRATION}")
     return 0
 
 

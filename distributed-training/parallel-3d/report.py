@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, guard_report
+from common.csvread import BadResults, check_configs, guard_report
 from common.findings import block
 from common.hardware import get_preset
 from common.plotting import new_figure, save
@@ -365,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
         ap.read(path)
+    check_configs(results)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")
     Path(cfg.out).write_text(text.rstrip() + "\n")

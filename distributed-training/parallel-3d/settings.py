@@ -168,7 +168,7 @@ def resolve(cfg: C) -> tuple[C, GPUPreset]:
     """A runner's config (train.py's or activations.py's: both have `gpu` and `precision`) with its preset
     resolved and `--precision auto` made concrete: fp32 on the CPU preset, bf16 on a GPU one."""
     preset = get_preset(cfg.gpu)
-    device_kind(preset)  # a GPU preset needs CUDA here
+    device_kind(preset)  # the one line when torch cannot use CUDA (common.hardware: the driver, the build, the fix)
     precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
     return replace(cfg, gpu=preset.name, precision=precision), preset
 

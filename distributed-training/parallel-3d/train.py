@@ -41,14 +41,14 @@ from tqdm import tqdm
 
 import planner_bridge as pb
 from comms import CollectiveLog, mesh_groups
-from common.config import changed_flags, parse_config
+from common.config import parse_config
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import GPUPreset
 from common.model import count_params, mfu
 from common.results import NoWriter, provenance
-from common.runs import RunError, RunFolder, run_dir_for
+from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
 from common.timing import time_iterations
 from design import predicted_counts
 from engine import Batch, Engine
@@ -88,7 +88,7 @@ def result_files(preset: GPUPreset) -> list[tuple[str, list[str]]]:
 
 def changed(cfg: Config) -> list[str]:
     """Measurement flags that differ from the preset's (then the launch is an experiment: it stays in runs/)."""
-    return changed_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
 
 
 class Run:

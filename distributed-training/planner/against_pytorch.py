@@ -27,19 +27,22 @@ QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP 
 _PROV = {"hardware": str, "world_size": int, "backend": str, "git_commit": str}
 SCHEMAS = {
     "runs_": Schema("parallel-3d runs", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
-                                         "step_time_ms": float, "loss_first": float, "loss_last": float}),
+                                         "step_time_ms": float, "loss_first": float, "loss_last": float}, finite=True,
+                     key=("variant", "tp", "pp", "dp", "world_size", "nnodes")),
     # a header alone is a complete result: launches of one rank (the 1-GPU baseline) issue no collective
     "comms_": Schema("parallel-3d collectives", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
-                                                 "kind": str, "count": int, "payload_bytes": float}, allow_empty=True),
+                                                 "kind": str, "count": int, "payload_bytes": float},
+                     allow_empty=True, finite=True),
     "activations_": Schema("parallel-3d activations", {"tp": int, "recompute": str, "measured_bytes": float,
-                                                       "planner_bytes": float}),
+                                                       "planner_bytes": float}, finite=True),
     "at_scale_terms": Schema("parallel-3d planner terms", {"study": str, "role": str, "quantity": str, "term": str,
-                                                          "bytes": float}),
+                                                          "bytes": float}, finite=True),
     "at_scale_cp": Schema("parallel-3d at-scale CP study", {"study": str, "role": str, "baseline_study": str,
                                                             "world": int, "cp": int, "param_bytes": float,
-                                                            "cp_payload_bytes": float, "ring_formula_bytes": float}),
+                                                            "cp_payload_bytes": float, "ring_formula_bytes": float},
+                          finite=True),
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
-                                                      "dp": int, "param_bytes": float}),
+                                                      "dp": int, "param_bytes": float}, finite=True),
 }
 
 

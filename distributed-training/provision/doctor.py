@@ -7,9 +7,11 @@ Prints Python, torch and the CUDA version it was built for beside the NVIDIA dri
 CUDA that driver runs (nvidia-smi), NCCL, the GPUs and their NVLink/P2P links (through NVML), which
 FP8 backends can be imported (TransformerEngine, torchao, torch._scaled_mm) and which GPU preset
 GPU=auto picks. A missing GPU or library is not a failure (it says what is missing and how to get
-it). Two things are: GPUs that nvidia-smi lists and this torch cannot use (one line naming both and
-the command that installs the build that fits, exit 1; common/cuda_env.py), and a GPU preset named
-(GPU=h100, ...) on a machine without a CUDA GPU (one line, exit 2).
+it). Three things are: an nvidia-smi that hangs (beyond DT_SMI_TIMEOUT_S), fails or prints no driver
+(named so, exit 1: a GPU in a bad state, not a machine without GPUs); GPUs that nvidia-smi lists and this
+torch cannot use (one line naming both and the command that installs the build that fits, exit 1;
+common/cuda_env.py); and a GPU preset named (GPU=h100, ...) on a machine without a CUDA GPU (one line,
+exit 2).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import torch
 import torch.distributed as dist
 
 from common.config import parse_config
-from common.cuda_env import build_text, describe, mismatch, read_driver
-from common.hardware import CHOICES, NVMLUnavailable, cpu_count, cpu_model, detect_preset, fmt, get_preset, nvml
+from common.cuda_env import DriverFault, build_text, describe, mismatch, probe_driver
+from common.hardware import (CHOICES, NVMLUnavailable, bounded, cpu_count, cpu_model, detect_preset, fmt, get_preset,
+                             nvml, nvml_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ def _links(pynvml, n: int) -> list[str]:
     return out
 
 
+def _nvml_lines() -> list[str]:
+    with nvml() as pynvml:
+        return [f"nvml        driver {pynvml.nvmlSystemGetDriverVersion()}"] + \
+            ["            " + s for s in _links(pynvml, pynvml.nvmlDeviceGetCount())]
+
+
 def report(gpu: str = "auto", driver=None) -> list[str]:
     lines = [f"python      {platform.python_version()} ({sys.executable})",
              f"torch       {torch.__version__}, {build_text(torch.version.cuda)}",
@@ -94,6 +103,8 @@ def report(gpu: str = "auto", driver=None) -> list[str]:
              f"cpu         {cpu_model()}, {cpu_count()} cores usable",
              f"backends    gloo={'yes' if dist.is_gloo_available() else 'no'}  "
              f"nccl={'yes' if dist.is_nccl_available() else 'no'}"]
+    if isinstance(driver, DriverFault):  # CUDA and NVML would wait on the same driver: not asked
+        return lines + ["cuda        not asked: the driver does not answer (see the error below)"]
     if torch.cuda.is_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else "n/a"
         lines.append(f"cuda        {torch.version.cuda}  cudnn {torch.backends.cudnn.version()}  nccl {nccl}")
@@ -106,9 +117,7 @@ def report(gpu: str = "auto", driver=None) -> list[str]:
     else:
         lines.append("cuda        not available to this torch (see the problem below)")
     try:
-        with nvml() as pynvml:
-            lines.append(f"nvml        driver {pynvml.nvmlSystemGetDriverVersion()}")
-            lines += ["            " + s for s in _links(pynvml, pynvml.nvmlDeviceGetCount())]
+        lines += bounded(_nvml_lines, 2 * nvml_timeout_s(), "NVML (driver version, NVLink links)")
     except NVMLUnavailable as e:
         lines.append(f"nvml        {e}")
     fp8_hw = torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 9)
@@ -132,11 +141,14 @@ def report(gpu: str = "auto", driver=None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(DoctorConfig, argv, description=__doc__.split("\n\n")[0], prog="doctor")
-    driver = read_driver()
+    driver = probe_driver()
     for line in report(cfg.gpu, driver):
         print(line)
     print("hint        TransformerEngine and torchao are optional: `make setup-fp8` installs both "
           "(TE= for torchao alone)")
+    if isinstance(driver, DriverFault):  # a hanging or failing driver is not "no GPU"
+        print(f"doctor: error: the NVIDIA driver does not answer: {driver.problem}", file=sys.stderr)
+        return 1
     problem = mismatch(torch.__version__, torch.version.cuda, torch.cuda.is_available(), driver)
     if problem:
         print(f"doctor: error: {problem}", file=sys.stderr)

@@ -47,12 +47,12 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from tqdm import tqdm
 
-from common.config import changed_flags, config_dict, parse_config
+from common.config import config_dict, parse_config
 from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
 from common.results import NoWriter, SchemaMismatch, check_resume, provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, run_dir_for
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
 from common.timing import time_iterations
 from dtensor_tp import dtensor_parallel
 from mappings import TPGroup, without_communication
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         kind = device_kind(get_preset(cfg.gpu))
         if cfg.require_gpu and kind != "cuda":
             raise ValueError("this target measures a GPU and torch sees none (CPU runs: make tp-attention)")
-        changed = changed_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
+        changed = experiment_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
                                 OPERATIONAL)
         cfg = resolve(cfg, kind, world)
         if not launched_by_torchrun():

@@ -23,8 +23,11 @@ PLANNED = 5 * 3 * 11  # collectives (no send_recv on one rank) x dtypes x sizes 
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
+    # Ctrl-C as a terminal sends it: a suite started in the background (`(make test &)`) inherits SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler
     return subprocess.Popen([sys.executable, str(LAB / "bench.py"), *SWEEP, "--out", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _keys(path: Path) -> list[tuple[str, str, str]]:
@@ -32,22 +35,30 @@ def _keys(path: Path) -> list[tuple[str, str, str]]:
         return [(r["collective"], r["dtype"], r["size_bytes"]) for r in csv.DictReader(f)]
 
 
-def _wait_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
+def _stop_after_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
+    """Let the sweep run in short bursts until `path` holds more than `n` rows, and return with it stopped
+    (SIGSTOP): whatever the test does next (a second sweep, Ctrl-C, kill -9) meets a sweep under way. Polling
+    while it ran freely raced it on a loaded machine: the sweep could finish before the signal was sent."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
+        proc.send_signal(signal.SIGSTOP)
         if path.exists() and sum(1 for _ in open(path)) > n:
             return
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.01)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.02)
     raise AssertionError(f"fewer than {n} rows in {path}")
 
 
 def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path, capsys):
     out = tmp_path / "results" / "sweep.csv"
     first = _start(out)
-    _wait_rows(tmp_path / "runs" / "sweep" / "sweep.csv", 10, first)  # the first sweep is under way
-    with pytest.raises(SystemExit) as e:  # the second, in this process: refused at once, nothing written
-        bench.main(SWEEP + ["--out", str(out)])
+    _stop_after_rows(tmp_path / "runs" / "sweep" / "sweep.csv", 10, first)  # the first sweep is under way
+    try:
+        with pytest.raises(SystemExit) as e:  # the second, in this process: refused at once, nothing written
+            bench.main(SWEEP + ["--out", str(out)])
+    finally:
+        first.send_signal(signal.SIGCONT)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and f"being written by another run (pid {first.pid}" in err
     stdout, stderr = first.communicate(timeout=180)
@@ -62,14 +73,15 @@ def test_ctrl_c_and_kill_9_mid_sweep_lose_and_duplicate_nothing(tmp_path):
     out.write_text("the committed sweep\n")
     run_csv = tmp_path / "runs" / "sweep" / "sweep.csv"
     proc = _start(out)
-    _wait_rows(run_csv, 20, proc)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    _stop_after_rows(run_csv, 20, proc)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C, handled as the sweep continues
+    proc.send_signal(signal.SIGCONT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)"), stderr
     first = _keys(run_csv)
     proc = _start(out, "--resume")
-    _wait_rows(run_csv, len(first) + 20, proc)
+    _stop_after_rows(run_csv, len(first) + 20, proc)
     proc.kill()  # kill -9
     proc.wait()
     assert out.read_text() == "the committed sweep\n"  # neither interruption touched results/

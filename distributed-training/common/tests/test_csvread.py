@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
-from common.csvread import BadResults, Schema, guard_report, read_table, read_tables
+from common.csvread import BadResults, Schema, guard_report, read_json, read_table, read_tables, read_text
 
 SCHEMA = Schema("test sweep", {"op": str, "size_bytes": int, "time_us": float, "ok": bool})
-GOOD = "op,size_bytes,time_us,ok,note\r\nall_reduce,1024,12.5,true,\r\nall_gather,2048,nan,false,x\r\n"
+GOOD = "op,size_bytes,time_us,ok,note\r\nall_reduce,1024,12.5,true,\r\nall_gather,2048,,false,x\r\n"
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -23,8 +23,15 @@ GOOD = "op,size_bytes,time_us,ok,note\r\nall_reduce,1024,12.5,true,\r\nall_gathe
     (b"op,size_bytes,time_us,ok\nx,1.5,2,true\n", "line 2, column size_bytes: '1.5' is not an int"),
     (b"op,size_bytes,time_us,ok\nx,1,2,maybe\n", "column ok: 'maybe' is not a bool"),
     (b"op,op,time_us,ok\nx,1,2,true\n", "empty or repeated column names"),
+    (b"\xef\xbb\xbf" + GOOD.encode(), "starts with a byte-order mark"),
+    (GOOD.encode()[:-2], "line 3 does not end with a newline: a half-written last row"),
+    (b"op,size_bytes,time_us,ok\nx,1,nan,true\n", "line 2, column time_us: 'nan' is not a finite number"),
+    (b"op,size_bytes,time_us,ok\nx,1,-inf,true\n", "column time_us: '-inf' is not a finite number"),
+    (b"op,size_bytes,time_us,ok\nx,1,1e999,true\n", "column time_us: '1e999' is not a finite number"),
+    (b"op,size_bytes,time_us,ok\nx,1,2,true\ny,1,2,true\nx,1,2,true\n", "line 4 repeats line 2 exactly"),
 ], ids=["empty", "blank", "quote", "binary", "latin1", "foreign", "header-only", "cut-row", "long-row", "text-float",
-        "text-int", "bad-bool", "dup-header"])
+        "text-int", "bad-bool", "dup-header", "bom", "cut-newline", "nan", "-inf", "overflow",
+        "repeated-row"])
 def test_bad_files_are_one_line_naming_the_file(tmp_path, content, needle):
     path = tmp_path / "sweep_x.csv"
     path.write_bytes(content)
@@ -39,6 +46,34 @@ def test_a_good_file_reads_as_pandas_would(tmp_path):
     df = read_table(path, SCHEMA)
     pd.testing.assert_frame_equal(df, pd.read_csv(path))  # the same values the reports read before
     assert df["size_bytes"].tolist() == [1024, 2048] and df["time_us"].isna().tolist() == [False, True]
+
+
+def test_keys_and_observed_non_finite_values(tmp_path):
+    """Two rows with one key are two runs mixed; a column the schema names as an observation may hold NaN/inf (a
+    diverged loss), and reads as NaN, never as a number."""
+    path = tmp_path / "k.csv"
+    path.write_text("op,size_bytes,time_us,ok\nx,1,2,true\nx,1,3,true\n")
+    with pytest.raises(BadResults, match=r"line 3 repeats the key \(op=x, size_bytes=1\) of line 2: two runs mixed"):
+        read_table(path, Schema("keyed", SCHEMA.columns, key=("op", "size_bytes")))
+    path.write_text("op,size_bytes,time_us,ok\nx,1,nan,true\ny,1,inf,true\n")
+    df = read_table(path, Schema("observed", SCHEMA.columns, nonfinite=("time_us",)))
+    assert df["time_us"].isna().tolist() == [True, False] and df["time_us"].iloc[1] == float("inf")
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"", "is empty"), (b"\x00\x01\xff", "not UTF-8 text"), (b'{"steps": 5', "is not valid JSON"),
+    (b"[1, 2]", "holds a JSON list, not a saved config (an object)"), (b'{"lr": NaN}', "NaN is not a number JSON"),
+    (b"\xef\xbb\xbf{}", "a byte-order mark"), (b'{"steps": "five"}', "steps is 'five', not an int"),
+], ids=["empty", "binary", "cut", "list", "nan", "bom", "wrong-type"])
+def test_json_and_text_inputs_are_checked(tmp_path, content, needle):
+    path = tmp_path / "x.config.json"
+    path.write_bytes(content)
+    with pytest.raises(BadResults) as e:
+        read_json(path, "a saved config", {"steps": int, "lr": float})
+    assert needle in str(e.value) and "x.config.json" in str(e.value) and "\n" not in str(e.value)
+    path.write_text('{"steps": 5, "lr": 1, "name": "x"}')
+    assert read_json(path, "a saved config", {"steps": int, "lr": float}) == {"steps": 5, "lr": 1, "name": "x"}
+    assert read_text(path, "a topology") == '{"steps": 5, "lr": 1, "name": "x"}'
     empty = Schema("events", {"op": str}, allow_empty=True)
     (tmp_path / "e.csv").write_text("op,x\n")
     assert read_table(tmp_path / "e.csv", empty).empty

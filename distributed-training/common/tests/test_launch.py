@@ -21,7 +21,7 @@ LABS = Path(__file__).resolve().parents[2]
 
 
 def _failure(exitcode: int, kind: str | None = None, message: str = "", code: int | None = None, t: int = 0,
-             recorded: bool = False):
+             recorded: bool = False, pid: int = 0):
     """What torchrun's ProcessFailure holds: the error file's JSON (ours, @record's, or none)."""
     if kind:
         data = {"message": {"message": message, "extraInfo": {"timestamp": "0"}},
@@ -31,7 +31,7 @@ def _failure(exitcode: int, kind: str | None = None, message: str = "", code: in
     else:
         data = {"message": "<NONE>"}
     return SimpleNamespace(exitcode=exitcode, error_file="<N/A>" if not (kind or recorded) else "/x/error.json",
-                           error_file_data=data)
+                           error_file_data=data, pid=pid, timestamp=0)
 
 
 @pytest.mark.parametrize("failures, line, code", [
@@ -39,13 +39,19 @@ def _failure(exitcode: int, kind: str | None = None, message: str = "", code: in
      "rank 1 of 4: --tp 3 must divide 4", 2),
     ({1: _failure(1, recorded=True, message="ValueError: a bug")}, "rank 1 of 4 raised ValueError: a bug", 1),
     ({0: _failure(4, "peer", "lost a peer rank"), 3: _failure(-9)}, "rank 3 of 4 died (SIGKILL)", 137),
+    ({0: _failure(-15, pid=100), 1: _failure(-9, pid=101)}, "rank 1 of 4 died (SIGKILL)", 137),
+    ({0: _failure(-15, pid=100), 1: _failure(4, "peer", "lost a peer rank", pid=101)}, "rank 1 of 4: lost a peer",
+     PEER_LOST),
     ({0: _failure(4, "timeout", "a collective timed out"), 2: _failure(-9)}, "rank 2 of 4 stopped answering",
      PEER_LOST),
     ({0: _failure(130, "interrupt", "interrupted")}, "interrupted (Ctrl-C)", 130),
     ({2: _failure(4, "peer", "lost a peer rank (it died)")}, "rank 2 of 4: lost a peer rank (it died)", PEER_LOST),
     ({1: _failure(7)}, "rank 1 of 4 exited with code 7", 7),
-], ids=["cause-first", "bug", "kill-9", "frozen", "ctrl-c", "lost-peer", "plain-exit"])
-def test_the_root_cause_is_one_line(failures, line, code):
+], ids=["cause-first", "bug", "kill-9", "kill-9-victim-read-first", "stopped-peer-read-first", "frozen", "ctrl-c",
+        "lost-peer", "plain-exit"])
+def test_the_root_cause_is_one_line(failures, line, code, monkeypatch):
+    # pid 100: a rank the agent was still running when the first failure came, and stopped (SIGTERM)
+    monkeypatch.setattr(launch, "STOPPED_BY_AGENT", {100}, raising=False)
     got, got_code = launch.explain(failures, 4)
     assert line in got and "\n" not in got and got_code == code
 
@@ -105,8 +111,12 @@ def _launch(*args: str, timeout: float = 180, **env_extra: str) -> subprocess.Co
                           timeout=timeout)
 
 
-def test_a_rank_killed_by_signal_9_is_one_line_once():
-    proc = _launch("die")
+@pytest.mark.parametrize("mode", ["die", "die-busy"])
+def test_a_rank_killed_by_signal_9_is_one_line_once(mode):
+    """Rank 1 is killed by SIGKILL. Rank 0 either finds its peer gone and exits (code 4), or torchrun's agent sees
+    rank 1 dead first and stops rank 0 with SIGTERM (always so in die-busy, where rank 0 is not in a collective).
+    torchrun then records both, rank 0's SIGTERM first: the cause is the failure before the agent stopped anyone."""
+    proc = _launch(mode)
     err = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 137 and err == ["error: rank 1 of 2 died (SIGKILL); the other ranks lost it and were "
                                               "stopped"], proc.stderr
@@ -146,3 +156,25 @@ def test_a_job_of_several_nodes_checks_once(phase, checked, started, tmp_path, m
     assert ("check pass" in capfd.readouterr().out) == checked and bool(ran) == started
     monkeypatch.setenv("DT_LAUNCH_PHASE", "later")
     assert launch.main(args) == 2 and "DT_LAUNCH_PHASE must be one of all, check, ranks" in capfd.readouterr().err
+
+
+def test_a_multi_node_launch_says_what_it_waits_for_and_gives_up_in_time():
+    """NNODES=2 and no second node: where and for how many it waits, how many joined, then one line (exit 4) after
+    DT_RDZV_TIMEOUT_S, not torchrun's 600 s in silence."""
+    from common.testing import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_PHASE": "ranks",
+           "DT_RDZV_TIMEOUT_S": "4", "DT_RDZV_REPORT_S": "1"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "common.launch", "--nnodes", "2", "--nproc-per-node", "1",
+                           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", str(RANKS), "ok"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    took = time.monotonic() - start
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == PEER_LOST and "Traceback" not in proc.stderr, proc.stderr
+    assert err[0].startswith(f"launch: waiting up to 4 s for 2 nodes at 127.0.0.1:{port} (c10d rendezvous"), err
+    assert any(f"still waiting at 127.0.0.1:{port}: 1 of 2 nodes joined" in line for line in err[1:-1]), err
+    assert err[-1].startswith(f"error: the rendezvous at 127.0.0.1:{port} did not gather 2 nodes within 4 s "
+                              "(1 of 2 nodes joined); start the same command on every node"), err
+    assert took < 4 + 60  # the limit, plus a torch start-up on a shared machine; torchrun alone waits 600 s

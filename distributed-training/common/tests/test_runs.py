@@ -3,6 +3,7 @@ promotion, explicit merges by key, earlier unpublished runs kept, a dead holder'
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -210,3 +211,55 @@ def test_a_filesystem_without_locks_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(RunError, match="the filesystem does not support file locks") as e:
         _run(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_a_held_lock_covers_the_whole_invocation_and_refuses_everyone_else(tmp_path, monkeypatch):
+    """hold(): what a make target runs under the lock (its launches) writes there without taking it again; a
+    process outside that invocation is refused naming the holder; the lock is released when the command ends."""
+    from common.runs import Lock, hold
+
+    folder = tmp_path / "runs" / "sweep"
+    lock = Lock(folder)
+    lock.acquire()
+    inside = ("import os, subprocess, sys; from pathlib import Path; from common.runs import RunFolder, check_free, "
+              "lock_holder\n"
+              "folder, results = Path(sys.argv[1]), Path(sys.argv[2])\n"
+              "assert lock_holder(folder) is None; check_free(folder)\n"
+              "run = RunFolder.open(folder, results, 'append'); run.close(); RunFolder.open(folder, results).close()\n"
+              "env = {k: v for k, v in os.environ.items() if k != 'DT_RUN_LOCKS'}\n"
+              "other = subprocess.run([sys.executable, '-c', 'import sys; from pathlib import Path; "
+              "from common.runs import RunFolder; RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2]))', "
+              "*sys.argv[1:]], env=env, capture_output=True, text=True)\n"
+              "assert other.returncode == 1 and f'pid {os.getppid()} ' in other.stderr, other.stderr\n"
+              "print(lock_holder(folder), flush=True)")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    assert hold(lock, [sys.executable, "-c", inside, str(folder), str(tmp_path / "results")]) == 0
+    assert lock_holder(folder) is None  # released with the command's end
+    again = Lock(folder)
+    again.acquire()
+    assert hold(again, ["sh", "-c", "exit 3"]) == 3 and hold(None, ["sh", "-c", "kill -9 $$"]) == 137
+    assert lock_holder(folder) is None
+
+
+def test_every_publishing_target_decides_by_the_one_rule():
+    """Preset or experiment is common.runs.experiment_flags everywhere: no runner filters the flags it compares
+    (fsdp-scaling's studies once published `--strategies ddp` runs, their config recording flags they ignored)."""
+    labs = Path(__file__).resolve().parents[2]
+    publishes = re.compile(r"finish\(([\w.]+, )?complete=")  # RunFolder.finish, or parallel-3d's wrapper of it
+    runners = [p for p in labs.glob("*/*.py") if p.parent.name != "common" and p.name != "run_folders.py"
+               and publishes.search(p.read_text())]
+    assert len(runners) == 14, runners
+    for path in runners:
+        text = path.read_text()
+        assert "changed_flags" not in text, path
+        assert "experiment_flags(" in text or "from bench import" in text and "changed" in text, path
+
+
+def test_a_run_folder_never_lands_beside_an_arbitrary_output_folder():
+    """Beside a lab's results/ (its layout); inside any other folder: `train.py --out /some/dir` publishes into
+    /some, and runs/ beside /some was the filesystem root."""
+    from common.runs import run_dir_for
+
+    assert run_dir_for(Path("/labs/fp8-train/results"), "cpu_ws1") == Path("/labs/fp8-train/runs/cpu_ws1")
+    assert run_dir_for(Path("/some"), "dir") == Path("/some/runs/dir")
+    assert run_dir_for(Path("/tmp/x/results"), "r") == Path("/tmp/x/runs/r")

@@ -97,3 +97,24 @@ def test_engine_state_round_trip():
     resumed.load_state_dict(first.state_dict())
     assert part + feed(resumed, 30, 60) == whole
     assert {k for _, k in whole} == {"grad_spike", "scale_drop", "plateau"}
+
+
+def test_an_alert_is_printed_once_for_the_job_not_once_per_rank(capsys):
+    """Every rank runs the detectors (and acts on them); rank 0 alone prints, and a disabled progress bar (no
+    terminal, --no-progress, any rank but 0) does not print through tqdm.write, which ignores `disable`."""
+    from types import SimpleNamespace
+
+    from tqdm import tqdm
+
+    from alerts import Alert
+    from runloop import RunLoop
+
+    alert = Alert(12, "grad_spike", "warning", "grad_norm", 9.0, 3.0, "grad norm 9.0 > 3.0")
+    for rank, disabled in ((1, True), (1, False), (0, True)):
+        loop = SimpleNamespace(w=None, ids={"run": "fp8-s0"}, last_alert="", _write=lambda *a: None,
+                               bar=tqdm(total=1, disable=disabled), tr=SimpleNamespace(env=SimpleNamespace(
+                                   is_main=rank == 0)))
+        RunLoop._alert(loop, alert)
+        loop.bar.close()
+        err = [line for line in capsys.readouterr().err.splitlines() if "grad_spike" in line]
+        assert err == ([] if rank else ["[warning] fp8-s0 step 12 grad_spike: grad norm 9.0 > 3.0"]), (rank, err)

@@ -75,8 +75,13 @@ def test_every_mode_trains(tmp_path, capsys):
     assert "| fp8-native-s0 | cpu | fp8, delayed, 16-step max | native, torch " in text and "BF16 band over 2" in text
     assert "GPU results: **none yet**" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
 
+
+NO_CUDA_TE = "TransformerEngine needs a CUDA GPU; use --fp8-backend native or emulated on this machine"
+
+
 @pytest.mark.parametrize("args, expect", [
-    (["--runs", "fp8:te"], "README"),
+    (["--runs", "fp8:te"], NO_CUDA_TE if not torch.cuda.is_available() else "README"),
+    (["--runs", "fp8:te-fused"], NO_CUDA_TE if not torch.cuda.is_available() else "README"),
     (["--runs", "fp8:torchao"], "make setup-fp8"),
     (["--runs", "mxfp8:native"], "te (Blackwell) or emulated"),
     (["--fp8-backend", "te"], "TransformerEngine"),
@@ -93,6 +98,7 @@ def test_unavailable_or_bad_exits_2_and_writes_nothing(args, expect, tmp_path, c
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expect in err[0], err
+    assert not (expect == NO_CUDA_TE and "setup-fp8" in err[0]), err  # it refuses a CPU torch: not the way here
     assert not (tmp_path / "out").exists()
 
 
