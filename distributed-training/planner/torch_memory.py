@@ -19,7 +19,8 @@ results/at_scale*.csv, term by term in its report), for the same Degrees and sta
 - Activations per block (torch_layer_bytes): DTensor's sequence parallelism all-gathers each LayerNorm
   output and the column-parallel projections keep that full-length input for their weight gradients
   (Korthikanti keeps the s/t shard and gathers it again): 2 x 2·s·b·h bytes per block whatever t is. The
-  fused attention keeps its output and an fp32 log-sum-exp, LayerNorm its fp32 statistics, K and V are
+  fused attention keeps its output and an fp32 log-sum-exp (the ring attention of context parallelism its
+  output twice: its own saved copy, and wo's contiguous input), LayerNorm its fp32 statistics, K and V are
   kv_heads wide (GQA). parallel-3d's selective recompute (the planner's `op`) keeps the matmul and collective
   outputs and recomputes the rest; full recompute keeps the block input and rebuilds one block in backward.
   parallel-3d's activation study measures these terms byte for byte (its activations.py imports this one).
@@ -82,7 +83,9 @@ def torch_layer_bytes(shape: Shape, t, c, b, recompute, elem_bytes: float = ACT,
     # none: both LayerNorm inputs (one is the block input) and their statistics, the projections' inputs, q/k/v,
     # the attention output (wo's input) and its log-sum-exp, GELU's input and output
     norms = 2 * e * sbh / t + 2 * 2 * stat_bytes * b * s / t
-    attention = e * sbh / t + LSE * b * (shape.heads / t) * s
+    # With context parallelism the ring (common/ring_attention.py) saves its (b, heads, s, d) output, and wo's input is
+    # a (b, s, heads·d) copy of it (a transpose made contiguous), where SDPA's output already is that layout (a view).
+    attention = e * sbh / t * (1 + (c > 1)) + LSE * b * (shape.heads / t) * s
     kept = norms + gathered + qkv + attention + 2 * mlp
     # parallel-3d's selective policy: matmul and collective outputs kept, the block input for the rest. With
     # t > 1 wo's and w2's outputs are full-length partial sums before their reduce-scatters, which are kept too.
