@@ -179,7 +179,7 @@ class Run:
                        v.recompute, self.cfg.stage_layers, lay.cp)
         p = pb.predict(self.gcfg, d, self.preset.name if self.preset.name != "cpu" else None)
         mem = p.memory_bytes
-        out = {"planner_state_bytes": mem["params"] + mem["grads"] + mem["optimizer"],
+        out = {"planner_state_bytes": p.state_bytes,
                "planner_activation_bytes": mem["activations"], "planner_total_bytes": mem["total"],
                "planner_step_s": None, "planner_bubble_fraction": None, "planner_exposed_comm_s": None}
         if p.times_s is not None:
