@@ -27,10 +27,11 @@ rank 0's work). Then step 0 is causal on the local pair (chunk r precedes chunk 
 step is exactly half a block: from a rank j < r all local queries see the first half of j's keys (chunk
 j; chunk 2N-1-j is later than both of ours); from j > r only our second chunk sees all of j's keys.
 
-Bytes each rank sends, per layer (ring_bytes; the tests count them at the dispatcher): forward N-1 K/V
-blocks, backward N-1 K/V blocks again plus N-1 fp32 dK/dV accumulators. A block is 2 b (s/N) Hkv D
-elements: with grouped-query attention the ring carries the K/V heads, not the query heads. The bytes
-per rank do not shrink with N: ring CP buys memory (s/N tokens per rank) at a constant traffic.
+Bytes each rank sends, per layer (ring_bytes, in common/ring_bytes.py so that the planner imports it without
+torch; the tests count them at the dispatcher): forward N-1 K/V blocks, backward N-1 K/V blocks again plus
+N-1 fp32 dK/dV accumulators. A block is 2 b (s/N) Hkv D elements: with grouped-query attention the ring
+carries the K/V heads, not the query heads. The bytes per rank do not shrink with N: ring CP buys memory
+(s/N tokens per rank) at a constant traffic.
 
 Llama 3 chose the other design, an all-gather of K/V before attention (any mask works; with GQA the K/V
 are small next to the O(s^2) attention); PyTorch's context_parallel does both ("allgather", "alltoall"):
@@ -39,12 +40,11 @@ cp-attention/torch_cp.py runs it beside this one.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.distributed as dist
 
 from .attention_block import accum_dtype, block_backward, block_forward, default_scale
+from .ring_bytes import RingBytes, ring_bytes  # noqa: F401  (the byte formula, torch-free: ring_bytes.py)
 
 _KV_TAG, _DKV_TAG = 0, 1  # the forward/backward K/V and the backward accumulators never share a gloo slot
 
@@ -68,26 +68,6 @@ def balanced_positions(seq_len: int, cp: int, rank: int, device=None) -> torch.T
     head = torch.arange(rank * c, (rank + 1) * c, device=device)
     tail = torch.arange((2 * cp - 1 - rank) * c, (2 * cp - rank) * c, device=device)
     return torch.cat([head, tail])
-
-
-class RingBytes(NamedTuple):
-    """Bytes one rank sends per layer (and per micro-batch)."""
-    forward: int
-    backward: int
-
-    @property
-    def total(self) -> int:
-        return self.forward + self.backward
-
-
-def ring_bytes(batch: int, seq_len: int, n_kv_heads: int, head_dim: int, cp: int, elem_bytes: int,
-               grad_elem_bytes: int = 4) -> RingBytes:
-    """The ring's bytes per rank per layer: (N-1) K/V blocks forward; (N-1) K/V blocks + (N-1) dK/dV accumulators
-    (grad_elem_bytes: fp32) backward. A block is 2 (K and V) x b x s/N x Hkv x D elements (Hkv: this rank's
-    K/V heads, n_kv / t under tensor parallelism)."""
-    block = 2 * batch * (seq_len // cp) * n_kv_heads * head_dim
-    hops = cp - 1
-    return RingBytes(hops * block * elem_bytes, hops * block * (elem_bytes + grad_elem_bytes))
 
 
 class _Ring:

@@ -8,8 +8,9 @@ difference between n = 2 and n = 1 blocks is one block's activations, with nothi
 Beside each measurement, two predictions per block for one micro-batch:
   planner      memory.activation_coefficient x s·b·h (sequence parallelism, FlashAttention, no dropout),
                in bf16 bytes, scaled to the run's element size (every term is a 2-byte tensor there)
-  torch terms  what PyTorch keeps, tensor by tensor (torch_terms below): the planner's terms and the
-               differences, each named; the tests hold the measurement to it byte for byte
+  torch terms  what PyTorch keeps, tensor by tensor: the planner's pytorch-stack formula (torch_terms, from
+               planner/torch_memory.py), which the at-scale study's memory rests on; the tests hold the
+               measurement to it byte for byte
 
     make parallel-3d-activations                  # CPU: 2 gloo ranks, t = 1 and 2, fp32
     make parallel-3d-activations GPU=h100 NPROC=2 # 2 GPUs, bf16, the GPU preset's shape
@@ -27,6 +28,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
+from planner import degrees, torch_memory
 from common.config import parse_config
 from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
@@ -87,32 +89,15 @@ class Shape(NamedTuple):
 
 
 def torch_terms(sh: Shape, t: int, recompute: str, e: int, stat_bytes: int = 4) -> int:
-    """Bytes PyTorch keeps for one block's backward, tensor by tensor (fused attention whose output is already
-    in (b, s, heads, d) layout, so wo's input is a view of it; the attention's log-sum-exp in fp32; LayerNorm's
-    mean and 1/std per token in stat_bytes: fp32 on CUDA, but on the CPU a LayerNorm whose input and weights
-    are both bf16 keeps them in bf16, ln_stat_bytes). With t > 1 every tensor is split t ways except where
-    noted."""
-    b, s, h, f = sh.microbatch, sh.seq, sh.hidden, sh.ffn
-    kv = sh.kv_heads * (h // sh.heads)
-    sbh = b * s * h
-    block_input = e * sbh // t
-    if recompute == "full":  # only the checkpoint's input
-        return block_input
-    qkv = e * b * s * (h + 2 * kv) // t
-    mlp = e * b * s * f // t  # w1's output (GELU's input) and GELU's output are one each
-    # The input of the q/k/v and w1 projections: LayerNorm's output at t = 1; with sequence parallelism the
-    # all-gathered sequence, which the column-parallel projections keep at full length (Korthikanti keeps the
-    # s/t shard and gathers it again in backward).
-    proj_inputs = 2 * e * sbh
-    if recompute == "selective":  # kept: matmul and collective outputs; the block input for the rest
-        out_proj = 2 * e * sbh  # wo's and w2's matmul outputs (before the residual add; partial sums when t > 1)
-        scattered = 2 * e * sbh // t if t > 1 else 0  # their reduce-scattered outputs (sequence parallelism)
-        gathered = proj_inputs if t > 1 else 0
-        return block_input + qkv + out_proj + scattered + gathered + mlp
-    # both LayerNorms' inputs (one is the block input) and their two statistics per token
-    norms = 2 * e * sbh // t + 2 * 2 * stat_bytes * b * s // t
-    attn_out = e * sbh // t + 4 * b * (sh.heads // t) * s  # output (wo's input) + log-sum-exp
-    return norms + proj_inputs + qkv + attn_out + 2 * mlp
+    """Bytes PyTorch keeps for one block's backward, tensor by tensor: the planner's pytorch-stack formula
+    (planner.torch_memory.torch_layer_bytes: the LayerNorm outputs all-gathered to full length by DTensor's
+    sequence parallelism, q/k/v kv_heads wide, the fused attention's output and fp32 log-sum-exp, LayerNorm's
+    statistics in stat_bytes: fp32 on CUDA, but on the CPU a LayerNorm whose input and weights are both bf16
+    keeps them in bf16, ln_stat_bytes). This lab's selective recompute is the planner's per-op AC."""
+    g = sh.gpt()
+    shape = pb.shape_of(g)
+    code = degrees.RECOMPUTE.index(pb.planner_recompute(recompute))
+    return int(round(float(torch_memory.torch_layer_bytes(shape, t, 1, sh.microbatch, code, e, stat_bytes))))
 
 
 def ln_stat_bytes(device: torch.device, dtype: torch.dtype) -> int:

@@ -1,9 +1,9 @@
 """The planner against PyTorch at real sizes: the planner's choice for real models, built and stepped by the
 real code (engine.py) as one rank of the full world, in one CPU process, in seconds.
 
-For each study MODEL@GPUS (default 8B@64, 70B@512, 405B@4096 on H100s) the planner picks the degrees
-(planner_bridge.best_plan: TP, PP, DP, ZeRO, micro-batch, interleave, recompute; no CP, which this lab
-does not have). Then this process joins PyTorch's fake process group (torch.testing._internal.distributed.
+For each study MODEL@GPUS (default 8B@64, 70B@512, 405B@4096 on H100s) the planner picks the degrees exactly as
+`make plan ARGS="--params MODEL --gpus GPUS"` prints them (planner_bridge.best_plan: the pytorch stack, the guide's
+batch rule; TP, PP, DP, CP, ZeRO, micro-batch, interleave, recompute). Then this process joins PyTorch's fake process group (torch.testing._internal.distributed.
 fake_pg, private) as rank r of the full world, and under FakeTensorMode (torch._subclasses, private):
 tensors carry shapes and dtypes but no data, so a 405B model "fits" and nothing is computed; every
 collective is issued with its real shapes and returns at once. The GPT is built on the meta device,
@@ -12,9 +12,12 @@ materialised as fake tensors, given its optimizer state, and stepped once throug
 schedule with bf16 MixedPrecisionPolicy. Measured on that step, per rank:
 
     state bytes      parameters, gradients (after backward, before the optimizer) and AdamW state,
-                     per storage (footprint.state_bytes): what the planner's ZeRO terms predict
-    peak bytes       the most the step allocates at once beyond that state (footprint.PeakTracker):
-                     gathered parameters, unsharded gradients, activations, communication buffers
+                     per storage (footprint.state_bytes): what the planner's FSDP2 state terms predict
+    peak bytes       the most the step allocates at once beyond what existed before it (footprint.PeakTracker):
+                     gathered parameters, gradients, activations, communication buffers; the rank's peak is
+                     its parameters and optimizer state plus this (the gradients are allocated during the
+                     step), against the planner's pytorch-stack memory (planner/torch_memory.py) and, for
+                     contrast, its megatron-stack memory (Korthikanti's activations, ZeRO's accounting)
     collectives      count, payload and bus bytes per mesh dimension (comms.CollectiveLog) against the
                      planner's bus bytes (planner_bridge.predict) and the design's counts (design.py)
 
@@ -34,8 +37,9 @@ One context-parallel plan too (--cp-studies, default 8B@64/cp2): the planner's c
 with CP 2 carved out of its DP and the sequence twice as long, so every rank holds as many tokens as in the
 8B@64 study (Llama 3's long-context recipe: CP 16 at 131,072 tokens keeps the 8,192 of its short stage per
 rank). FSDP2 shards over the same 64 ranks (dp x cp), so the state bytes should equal 8B@64's; the ring's
-K/V and dK/dV transfers are counted per step against ring_attention.ring_bytes. The planner's CP terms are
-not priced here (planner_bridge has no CP yet): those rows go to at_scale_cp.csv, beside the no-CP study.
+K/V and dK/dV transfers are counted per step against common/ring_bytes.ring_bytes, and against the planner's
+CP bus bytes and its pytorch-stack memory for that plan (planner_bridge.predict with cp). Those rows go to
+at_scale_cp.csv, beside the no-CP study.
 
 Rows go to runs/at_scale/ first and are merged into results/ by study when the run completes (run_folders.py).
 """
@@ -63,7 +67,7 @@ from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import provenance
-from common.ring_attention import ring_bytes
+from common.ring_bytes import ring_bytes
 from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
@@ -78,7 +82,7 @@ MEM_KEYS = ("params", "grads", "optimizer", "activations", "buffers", "total")
 COLUMNS = ["study", "role", "rank", "world", "layers", "hidden", "heads", "vocab", "seq", "n_params",
            "tp", "pp", "dp", "microbatch", "num_microbatches", "interleave", "recompute", "planner_zero", "run_zero",
            "stage_indices", "stage_layers", "param_bytes", "grad_bytes", "opt_bytes", "peak_bytes",
-           *[f"planner_{k}_bytes" for k in MEM_KEYS],
+           *[f"planner_{k}_bytes" for k in MEM_KEYS], "megatron_total_bytes",
            "planner_state_bytes", "explained_state_bytes",
            *[f"{d}_{x}" for d in ("tp", "pp", "dp") for x in ("count", "payload_bytes", "bus_bytes")],
            *[f"{p}_{d}_bus_bytes" for p in ("planner", "explained", "design") for d in ("tp", "pp", "dp")],
@@ -89,7 +93,7 @@ CP_COLUMNS = ["study", "role", "baseline_study", "rank", "world", "layers", "hid
               "stage_layers", "param_bytes", "grad_bytes", "opt_bytes", "peak_bytes",
               *[f"{d}_{x}" for d in ("tp", "pp", "dp", "cp") for x in ("count", "payload_bytes", "bus_bytes")],
               *[f"design_{d}_bus_bytes" for d in ("tp", "pp", "dp", "cp")], "ring_formula_bytes",
-              "counts_match_design", "wall_s"]
+              "planner_cp_bus_bytes", *[f"planner_{k}_bytes" for k in MEM_KEYS], "counts_match_design", "wall_s"]
 TERM_COLUMNS = ["study", "role", "quantity", "term", "bytes"]
 TERM_KEY = ["study", "role", "quantity", "term"]
 
@@ -144,8 +148,9 @@ def run_zero(planner_zero: int) -> int:
     return 3 if planner_zero == 3 else 2
 
 
-def measure(g, d: pb.Degrees, rank: int, cp: int = 1) -> dict:
-    """Rank `rank` of the full world (d's ranks x cp) on the fake group: two steps, the second measured."""
+def measure(g, d: pb.Degrees, rank: int) -> dict:
+    """Rank `rank` of the full world (d's ranks) on the fake group: the optimizer state made, one step measured."""
+    cp = d.cp
     layout = Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches, cp)
     variant = Variant(d.zero, d.recompute, d.interleave)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=layout.world)
@@ -228,18 +233,19 @@ def study_rows(study: str, gpu: str) -> tuple[list[dict], list[dict]]:
     g, planned, _ = pb.best_plan(model, int(gpus), gpu)
     d = planned._replace(zero=run_zero(planned.zero))
     pred = pb.predict(g, d, gpu)
-    roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * d.tp)] if d.pp > 1 else [])
+    roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * d.cp * d.tp)] if d.pp > 1 else [])
+    megatron = megatron_total(g, d)
     rows, terms = [], []
     for role, rank in roles:
         t0 = time.perf_counter()
         m = isolated(measure, g, d, rank)
-        pp_rank = rank // (d.dp * d.tp)
+        pp_rank = rank // (d.dp * d.cp * d.tp)
         named = terms_for(g, d, pp_rank, pred, m)
         terms += [{"study": study, "role": role, "quantity": t.quantity, "term": t.name, "bytes": t.bytes}
                   for t in named]
         explained = {q: sum(t.bytes for t in named if t.quantity == q) for q in ("state", "tp", "pp", "dp")}
-        planner_state = sum(pred.memory_bytes[k] for k in ("params", "grads", "optimizer"))
-        rows.append({"planner_state_bytes": planner_state,
+        planner_state = pred.state_bytes
+        rows.append({"planner_state_bytes": planner_state, "megatron_total_bytes": megatron,
                      "explained_state_bytes": planner_state + explained["state"],
                      **{f"explained_{q}_bus_bytes": pred.bus_bytes[q] + explained[q] for q in ("tp", "pp", "dp")},
                      "study": study, "role": role, "rank": rank, "world": d.gpus, "layers": g.n_layers,
@@ -304,13 +310,14 @@ def cp_study_rows(study: str, gpu: str) -> list[dict]:
     g0, planned, _ = pb.best_plan(model, int(gpus), gpu)
     if planned.dp % cp:
         raise ValueError(f"--cp-studies {study}: the planner's DP {planned.dp} for {base} does not divide by {cp}")
-    d = planned._replace(zero=run_zero(planned.zero), dp=planned.dp // cp)
+    d = planned._replace(zero=run_zero(planned.zero), dp=planned.dp // cp, cp=cp)
     g = dataclasses.replace(g0, seq_len=g0.seq_len * cp)
+    pred = pb.predict(g, d, gpu)
     roles = [("first", 0)] + ([("last", (d.pp - 1) * d.dp * cp * d.tp)] if d.pp > 1 else [])
     rows = []
     for role, rank in roles:
         t0 = time.perf_counter()
-        m = isolated(measure, g, d, rank, cp)
+        m = isolated(measure, g, d, rank)
         specs = stage_specs(g.n_layers, d.pp, d.interleave, rank // (d.dp * cp * d.tp), d.stage_layers)
         ring = ring_bytes(d.microbatch, g.seq_len, g.kv_heads // d.tp, g.head_dim, cp, 2)
         full = d.recompute == "full"
@@ -321,9 +328,20 @@ def cp_study_rows(study: str, gpu: str) -> list[dict]:
                      "interleave": d.interleave, "recompute": d.recompute, "run_zero": d.zero,
                      **{k: v for k, v in m.items() if k in CP_COLUMNS},
                      "ring_formula_bytes": d.num_microbatches * sum(len(s.layers) for s in specs)
-                     * (ring.total + full * ring.forward),
+                     * (ring.total + full * ring.forward), "planner_cp_bus_bytes": pred.bus_bytes["cp"],
+                     **{f"planner_{k}_bytes": pred.memory_bytes[k] for k in MEM_KEYS},
                      "wall_s": round(time.perf_counter() - t0, 2)})
     return rows
+
+
+def megatron_total(g, d: pb.Degrees) -> float:
+    """The same degrees priced for the megatron stack (Korthikanti's activations, ZeRO's accounting, fp32 gradients):
+    what the planner said of these plans before it priced PyTorch's stack."""
+    from planner import memory
+
+    deg = pb._planner_degrees(d)
+    split = pb.lab_split(g, d)
+    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split)["total"])
 
 
 def measure_study(study: str, gpu: str, writer, term_writer) -> None:

@@ -64,11 +64,21 @@ def one_f_one_b(stage_index: int, n_stages: int, m: int) -> str:
     return "F" * w + "BF" * (m - w) + "B" * w
 
 
+def gpipe(m: int) -> str:
+    """A stage's actions under ScheduleGPipe (engine.py, for fewer micro-batches than stages): every forward, then
+    every backward."""
+    return "F" * m + "B" * m
+
+
 def schedule_orders(schedule, specs: list[StageSpec], pp_rank: int, m: int) -> dict[int, str]:
     """Each stage's actions on this rank, as a string of F (forward), B (backward), U (unshard), R (reshard).
-    A single-stage schedule has no explicit actions: its order is 1F1B's. The interleaved runtime lowers its
-    plan into explicit actions (pipeline_order_with_comms, the schedule's own IR), which are read here."""
+    A single-stage schedule has no explicit actions: its order is 1F1B's, or GPipe's. The interleaved runtime
+    lowers its plan into explicit actions (pipeline_order_with_comms, the schedule's own IR), read here."""
+    from torch.distributed.pipelining import ScheduleGPipe
+
     plan = getattr(schedule, "pipeline_order_with_comms", None)
+    if isinstance(schedule, ScheduleGPipe):
+        return {s.index: gpipe(m) for s in specs}
     if not plan:
         return {s.index: one_f_one_b(s.index, s.n_stages, m) for s in specs}
     code = {"FORWARD": "F", "FULL_BACKWARD": "B", "UNSHARD": "U", "RESHARD": "R"}

@@ -10,7 +10,8 @@ for one rank's memory, then materialised shard by shard with the same values: in
 this pipeline rank's stages (pipeline_stages.py), and each stage gets TP, recompute and FSDP2
 (parallelize.py). With pp > 1 each stage becomes a torch.distributed.pipelining PipelineStage with
 static input/output shapes (no shape-inference pass), driven by Schedule1F1B (one stage per rank) or
-ScheduleInterleaved1F1B (v > 1).
+ScheduleInterleaved1F1B (v > 1). With fewer micro-batches than stages (m < pp), which Schedule1F1B refuses,
+ScheduleGPipe runs them: every forward, then every backward, the same (p-1)/(m+p-1) bubble as 1F1B has there.
 With pp = 1 there is no pipeline: the micro-batches run one after the other (gradient accumulation), as
 torchtitan does without PP.
 
@@ -39,7 +40,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from common.model import GPT, GPTConfig, count_params, lm_loss
@@ -101,8 +102,9 @@ class Engine:
         if layout.pp > 1:
             pipeline = [self._pipeline_stage(st, spec) for st, spec in zip(self.stages, self.specs)]
             kw = dict(n_microbatches=layout.num_microbatches, loss_fn=lm_loss)
-            self.schedule = (Schedule1F1B(pipeline[0], **kw) if variant.interleave == 1
-                             else ScheduleInterleaved1F1B(pipeline, **kw))
+            self.schedule = (ScheduleInterleaved1F1B(pipeline, **kw) if variant.interleave > 1
+                             else Schedule1F1B(pipeline[0], **kw) if layout.num_microbatches >= layout.pp
+                             else ScheduleGPipe(pipeline[0], **kw))
         self.last_state: dict[str, int] = {}
 
     def _materialise(self, seed: int) -> None:

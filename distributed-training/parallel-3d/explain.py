@@ -5,22 +5,22 @@ starts at the planner's value (planner_bridge.predict), and each Term moves it b
 PyTorch's design issues (design.py). The study then holds that against the measurement: the residual is
 what no term explains. Bytes are per rank per step; collectives in bus bytes (comms.py).
 
-State (between backward and the optimizer step; fp32 gradients, planner --grad-bytes 4):
-  ZeRO's accounting (2 B bf16 weight + 4 B gradient + 12 B fp32 master/momentum/variance) and FSDP2's
-  (4 B fp32 sharded parameter, which is the master + 4 B gradient + 8 B AdamW moments) both total 16 B
-  per parameter over the shard group. They differ in where the bf16 weights live: ZeRO-3 keeps a bf16
-  copy of the shard and DeepSpeed's estimate adds the gathered unit (4 x the largest layer); ZeRO-2
-  keeps the bf16 weights replicated. FSDP2 keeps neither between steps: its gathered bf16 weights exist
-  only while the step runs (the peak), so those terms move out of the state.
+State (between backward and the optimizer step; fp32 gradients): the planner prices FSDP2's own accounting
+  (4 B fp32 sharded parameter, which is the master, + 4 B fp32 gradient + 8 B AdamW moments per parameter over
+  the dp x cp shard group, planner/torch_memory.py) on its busiest stage; the one difference is this rank's
+  stages (edge stages, uneven splits, TP-replicated norms, FSDP2's padding).
 TP: the planner counts the blocks' collectives (8 b·s·h (t-1)/t per layer and micro-batch, 4 more with
   full recompute) on its busiest stage's layers. PyTorch also has the embeddings', the LM head's (its logits all-gathered:
   V-wide) and the LayerNorm gradients' all-reduces; non-reentrant checkpointing repeats 3, not 4, of a
   block's collectives (it stops before the last reduce-scatter, whose output nobody saved).
 PP: the planner prices 2 transfers per micro-batch per virtual stage; a stage at either end of the
   pipeline sends one way only.
-DP: the planner's ZeRO schedule (ZeRO-2: the weights gathered once per step, gradients reduce-scattered
-  every micro-batch; ZeRO-3: gathered twice and reduce-scattered every micro-batch) on its stage size;
-  PyTorch's: FSDP2's per-unit gathers and reductions (design.py), on this rank's units, padded.
+DP: the planner prices FSDP2's schedule (stacks.fsdp2_schedule) on its stage size: without a pipeline every
+  micro-batch gathers each unit (a ZeRO-3 unit twice) and reduce-scatters it; under a pipeline one reduce-scatter
+  per step and the gathers of its schedule (1F1B ZeRO-2 once, ZeRO-3 m + 1 times, interleaved ZeRO-2 twice per
+  round). PyTorch's: FSDP2's per-unit gathers and reductions (design.py), on this rank's units, padded; the root
+  unit of a pipeline-less ZeRO-3 run is gathered once per micro-batch, and an interleaved runtime's explicit
+  unshards follow its action list.
 """
 
 from __future__ import annotations
@@ -54,20 +54,10 @@ def rank_state_numel(g: GPTConfig, layout: Layout, specs: list[StageSpec]) -> in
 
 
 def state_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], pred: pb.Prediction) -> list[Term]:
-    """Planner state (params + grads + optimizer) -> FSDP2's 16 B per stored parameter, term by term."""
-    psi, n, planner_mem = pred.stage_params, d.dp, pred.memory_bytes
-    terms = []
-    if d.zero == 3:
-        terms.append(Term("state", "ZeRO-3's bf16 copy of the shard (FSDP2 keeps the fp32 shard only)", -2 * psi / n))
-        unit = planner_mem["params"] - 2 * psi / n  # the planner's 2 x largest-unit term in the weights
-        terms.append(Term("state", "gathered unit, weights + gradients (held only while it runs: in the peak)",
-                          -2 * unit))
-    else:
-        terms.append(Term("state", "ZeRO-2's replicated bf16 weights (FSDP2 gathers them for the step: in the "
-                                   "peak)", -2 * psi))
-    stored = rank_state_numel(g, Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches), specs)
-    terms.append(Term("state", "this rank's stages (uneven or edge stages, TP-replicated norms, FSDP2 padding)",
-                      16 * stored - 16 * psi / n))
+    """Planner state (FSDP2's 16 B per parameter of its busiest stage) -> this rank's, term by term."""
+    stored = rank_state_numel(g, Layout(d.tp, d.pp, d.dp, d.microbatch, d.num_microbatches, d.cp), specs)
+    terms = [Term("state", "this rank's stages (uneven or edge stages, TP-replicated norms, FSDP2 padding)",
+                  16 * stored - pred.state_bytes)]
     return [t for t in terms if t.bytes]
 
 
@@ -111,32 +101,36 @@ def pp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], e: int = 2) ->
 
 
 def _planned_dp(d: pb.Degrees, numel: float, grad_bytes: int = pb.GRAD_BYTES) -> float:
-    """The planner's ZeRO schedule on `numel` parameters: bf16 gathers, reduce-scatters at grad_bytes."""
-    ag, rs = 2 * numel * _ring(d.dp), grad_bytes * numel * _ring(d.dp)
-    return d.num_microbatches * (2 * ag + rs) if d.zero == 3 else ag + d.num_microbatches * rs
+    """The planner's FSDP2 schedule (stacks.fsdp2_schedule) on `numel` parameters: bf16 gathers, reduce-scatters at
+    grad_bytes, bus bytes over the dp x cp shard group."""
+    n = d.dp * d.cp
+    ag, rs = 2 * numel * _ring(n), grad_bytes * numel * _ring(n)
+    m = d.num_microbatches
+    if d.pp == 1:
+        return m * ((2 if d.zero == 3 else 1) * ag + rs)
+    rounds = max(1, m // d.pp)
+    gathers = m + 1 if d.zero == 3 else (2 * rounds if d.interleave > 1 else 1)
+    return gathers * ag + rs
 
 
 def dp_terms(g: GPTConfig, d: pb.Degrees, specs: list[StageSpec], planner_bus: float, design_bus: float,
              gathers: int, reduces: int) -> list[Term]:
-    """Planner's ZeRO schedule -> FSDP2's: this rank's units, then each schedule difference that applies; the
+    """Planner's FSDP2 schedule -> PyTorch's: this rank's units, then each schedule difference that applies; the
     rest (under a pipeline: which gathers the schedule's order needs) is one term, described by its counts."""
-    if d.dp == 1:
+    n = d.dp * d.cp
+    if n == 1:
         return []
-    m, ring = d.num_microbatches, _ring(d.dp)
-    blocks, roots = unit_numels(g, d.tp, d.dp, specs)
+    m, ring = d.num_microbatches, _ring(n)
+    blocks, roots = unit_numels(g, d.tp, n, specs)
     sized = _planned_dp(d, blocks + roots)
     terms = [Term("dp", "this rank's units (stage sizes, TP-replicated norms, FSDP2 padding)", sized - planner_bus)]
     if d.pp == 1 and d.zero == 3:
         terms.append(Term("dp", "the root unit (embeddings, LM head) gathered once per micro-batch, not twice "
                                 "(never resharded after forward)", -m * 2 * roots * ring))
-    elif d.pp == 1:
-        terms.append(Term("dp", "every unit gathered again each micro-batch (FSDP2 reshards after backward)",
-                          (m - 1) * 2 * (blocks + roots) * ring))
-    else:
-        terms.append(Term("dp", "one reduce-scatter per step: pipelining accumulates the gradients unsharded",
-                          -(m - 1) * pb.GRAD_BYTES * (blocks + roots) * ring))
+    elif d.pp > 1:
         rest = design_bus - sum(t.bytes for t in terms) - planner_bus
-        planned = f"{m} x 2" if d.zero == 3 else "1"
+        rounds = max(1, m // d.pp)
+        planned = m + 1 if d.zero == 3 else (2 * rounds if d.interleave > 1 else 1)
         terms.append(Term("dp", f"the schedule's gathers: {gathers} all-gathers of this rank's {len(specs)} stage(s) "
                                 f"per step, where the planner has {planned} per stage", rest))
     return [t for t in terms if t.bytes]

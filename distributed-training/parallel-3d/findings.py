@@ -2,7 +2,7 @@
 does the planner account for what PyTorch really holds and sends? The wording is findings_template.md's, picked
 by what the rows show (common.findings); report.py puts these lines first and draws the peak-memory plot.
 
-    lines = opening(runs, at_scale, device_gb, activation_ratios)
+    lines = opening(runs, at_scale, device_gb, gpu)
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.findings import Finding, Sentences, listing
+from planner.against_pytorch import peak_rows, planned_peak
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -18,11 +19,6 @@ GB = 1e9
 
 def _f(row: dict, key: str) -> float:
     return float(row[key]) if row.get(key, "") not in ("", "nan", None) else float("nan")
-
-
-def peak_bytes(r: dict) -> float:
-    """PyTorch's state plus everything the step held at once (at_scale.csv's peak_bytes is the step's extra)."""
-    return sum(_f(r, k) for k in ("param_bytes", "grad_bytes", "opt_bytes", "peak_bytes"))
 
 
 def label(r: dict) -> str:
@@ -52,28 +48,33 @@ def parity_sentence(runs: list[dict]) -> str:
 
 
 def memory_sentence(rows: list[dict], device_gb: float, gpu: str) -> str:
+    """Each study's busiest measured rank at the step's peak against the planner's pytorch stack (what it prices)."""
     if not rows:
         return S("memory.none")
     state = [abs(_f(r, "explained_state_bytes") / sum(_f(r, k) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
                  - 1) for r in rows]
-    over = [r for r in rows if peak_bytes(r) / GB > device_gb]
-    parts = [f"{label(r)} {peak_bytes(r) / GB:.1f} GB (planner {_f(r, 'planner_total_bytes') / GB:.1f})" for r in rows]
+    busiest = peak_rows(rows)
+    parts = [f"{study} {peak / GB:.1f} GB (planner {planned_peak(r) / GB:.1f}, {planned_peak(r) / peak - 1:+.0%})"
+             for study, r, peak in busiest]
     text = S("memory", residual=max(state), parts=listing(parts))
+    over = [(study, r, peak) for study, r, peak in busiest if peak / GB > device_gb]
     if over:
-        text += " " + S("memory.over", over=listing([f"{label(r)} at {peak_bytes(r) / GB:.1f} GB" for r in over]),
-                        gpu=gpu, device=device_gb, planner=listing([f"{_f(r, 'planner_total_bytes') / GB:.1f} GB"
-                                                                    for r in over]))
+        text += " " + S("memory.over", over=listing([f"{study} at {peak / GB:.1f} GB" for study, _, peak in over]),
+                        gpu=gpu, device=device_gb,
+                        planner=listing([f"{planned_peak(r) / GB:.1f} GB" for _, r, _ in over]))
     else:
         text += " " + S("memory.fits", gpu=gpu, device=device_gb)
     return text
 
 
-def why_sentence(rows: list[dict], ratios: dict[str, float]) -> str:
-    if not ratios:
+def why_sentence(rows: list[dict]) -> str:
+    """What the paper's accounting (the planner's megatron stack) would have priced for the same plans."""
+    busiest = [(study, r, peak) for study, r, peak in peak_rows(rows) if r.get("megatron_total_bytes")]
+    if not busiest:
         return S("why.none")
-    worst = max(rows, key=lambda r: ratios.get(label(r), 0))
-    return S("why", parts=listing([f"{ratios[label(r)]:.2f}x (t = {r['tp']})" for r in rows if label(r) in ratios
-                                   and r["role"] == "first"]), study=label(worst))
+    parts = [f"{planned_peak(r, 'megatron_total_bytes') / GB:.1f} GB for {study} ({peak / GB:.1f} measured)"
+             for study, r, peak in busiest]
+    return S("why", parts=listing(parts))
 
 
 def missing_sentence(runs: list[dict]) -> str:
@@ -82,15 +83,14 @@ def missing_sentence(runs: list[dict]) -> str:
         gaps.append(S("missing.gpu"))
     if not any(r["backend"] == "nccl" and int(r["world_size"]) >= 8 for r in runs):
         gaps.append(S("missing.eight"))
-    with_cp = any((r.get("cp") or "1") != "1" for r in runs)
-    gaps.append(S("missing.cp_planner" if with_cp else "missing.cp"))
+    if not any((r.get("cp") or "1") != "1" for r in runs):
+        gaps.append(S("missing.cp"))
     text = S("missing.lead", gaps="; ".join(gaps))
     return text[:1].upper() + text[1:]
 
 
-def opening(runs: list[dict], at_scale: list[dict], device_gb: float, gpu: str,
-            ratios: dict[str, float]) -> list[Finding]:
+def opening(runs: list[dict], at_scale: list[dict], device_gb: float, gpu: str) -> list[Finding]:
     return [Finding("Question", S("question")), Finding("Answer", parity_sentence(runs)),
             Finding("Memory", memory_sentence(at_scale, device_gb, gpu)),
-            Finding("Why", why_sentence(at_scale, ratios)), Finding("What it means", S("meaning")),
+            Finding("Why", why_sentence(at_scale)), Finding("What it means", S("meaning")),
             Finding("Not measured yet", missing_sentence(runs))]

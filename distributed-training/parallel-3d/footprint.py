@@ -10,7 +10,12 @@ inside DTensor) and subtracts them when they are freed (a weakref finalizer on t
 frees its gathered parameters by resizing storages (UntypedStorage.resize_, which no dispatch mode
 sees); as torch's own MemTracker does (torch/distributed/_tools/mem_tracker.py), the tracker wraps that
 method while active. It works the same under FakeTensorMode (the at-scale study), where nothing is
-really allocated.
+really allocated. One thing only the fake world shows: DTensor derives each op's output shape by running
+the op on global-shape fake tensors (ShardingPropagator._propagate_tensor_meta_non_cached). On a real
+device that runs under a FakeTensorMode of its own, which the tracker skips; inside the at-scale study's
+FakeTensorMode it reuses that mode, so its global-shape tensors (a whole TP-unsharded weight, in fp32 and
+bf16) would be counted as if a rank held them. The tracker wraps that method too and counts nothing it
+allocates.
 
     with PeakTracker() as mem:
         loss = step()
@@ -25,6 +30,7 @@ from functools import wraps
 import torch
 from torch._guards import active_fake_mode
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._sharding_prop import ShardingPropagator  # private: see the module docstring
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
@@ -70,6 +76,7 @@ class PeakTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self._sizes: dict[int, int] = {}  # storage id -> bytes we count for it
+        self._propagating = 0  # > 0 inside DTensor's sharding propagation (module docstring): nothing counts
 
     def _set(self, st, nbytes: int) -> None:
         key = st._cdata
@@ -93,7 +100,7 @@ class PeakTracker(TorchDispatchMode):
         if func is torch.ops._c10d_functional.wait_tensor.default and active_fake_mode():
             return args[0]  # the fake kernel returns a new tensor where eager waits in place
         out = func(*args, **(kwargs or {}))
-        if active_fake_mode() is not self._fake_on_entry:
+        if self._propagating or active_fake_mode() is not self._fake_on_entry:
             return out
         # A view or an in-place op returns an input's storage: nothing new (a weight's transpose is the weight).
         inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0] if _owns_storage(t)}
@@ -116,9 +123,21 @@ class PeakTracker(TorchDispatchMode):
             return out
 
         torch.UntypedStorage.resize_ = resize_
+        self._orig_propagate = ShardingPropagator._propagate_tensor_meta_non_cached
+
+        @wraps(self._orig_propagate)
+        def propagate(prop, *args, **kwargs):
+            tracker._propagating += 1
+            try:
+                return tracker._orig_propagate(prop, *args, **kwargs)
+            finally:
+                tracker._propagating -= 1
+
+        ShardingPropagator._propagate_tensor_meta_non_cached = propagate
         self._fake_on_entry = active_fake_mode()
         return super().__enter__()
 
     def __exit__(self, *exc):
         torch.UntypedStorage.resize_ = self._orig_resize
+        ShardingPropagator._propagate_tensor_meta_non_cached = self._orig_propagate
         return super().__exit__(*exc)

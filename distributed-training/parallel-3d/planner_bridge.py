@@ -8,9 +8,12 @@ per GPU that the term assumes: 2(n-1)/n x S for an all-reduce of S bytes, half t
 a reduce-scatter, S for a pipeline transfer. That is what comms.py measures (nccl-tests' bus bytes), so
 the two compare with no formula copied here.
 
-Precision. The planner models bf16 training with fp32 master weights and Adam (ZeRO's 2 + g + 12 bytes
-per parameter) and bf16 activations. FSDP2 with MixedPrecisionPolicy(bf16, fp32 reduce) reduces
-gradients in fp32, so the comparison passes grad_bytes = 4 (the planner's --grad-bytes 4).
+Precision and stack. The lab runs PyTorch's stack as the planner's stacks.PYTORCH record describes it (eager
+kernels, FlashAttention-2 through SDPA, DTensor TP without async overlap, FSDP2 with bf16 MixedPrecisionPolicy and
+fp32 reduction, AdamW foreach): its memory is planner/torch_memory.py's, the terms this lab's at-scale study
+measures, and its data-parallel schedule FSDP2's. FSDP2 reduces gradients in fp32, so the comparison passes
+grad_bytes = 4 (the planner's --grad-bytes 4). Context parallelism is priced too: the ring's bytes are
+common/ring_bytes.py's, the formula this lab's design counts.
 """
 
 from __future__ import annotations
@@ -22,21 +25,21 @@ import numpy as np
 
 from common.hardware import get_preset
 from common.model import GPTConfig
-from planner import cluster, compute, costs, degrees, launch, memory, plan, search, shapes, stages
+from common import zero_memory
+from planner import cluster, costs, degrees, launch, memory, plan, search, shapes, stacks, stages, torch_memory
 
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 
 
 def _stack() -> dict:
-    """PyTorch's stack as this lab runs it, in the planner's software flags: eager kernels (no torch.compile),
-    FlashAttention-2 through SDPA, learned positions, DTensor TP with every collective on the critical path
-    (no async TP), FSDP2's prefetching overlapping the data-parallel traffic."""
-    return {"kernels": compute.Kernels(fused=False, attention="fa2", rope=False), "tp_overlap": False,
-            "dp_overlap": True}
+    """PyTorch's stack as this lab runs it (planner.stacks.PYTORCH), in step_costs' keywords."""
+    w = search.Workload.of(stacks.PYTORCH, shapes.Shape(1, 8, 1, 1, 8, 8, 32), 1)
+    return {"kernels": w.kernels, "tp_overlap": w.tp_overlap, "dp_overlap": w.dp_overlap,
+            "dp_schedule": stacks.PYTORCH.dp_schedule}
 
 
 class Degrees(NamedTuple):
-    """A configuration in this lab's terms (cp is always 1: this lab has no context parallelism)."""
+    """A configuration in this lab's terms."""
     tp: int
     pp: int
     dp: int
@@ -46,18 +49,20 @@ class Degrees(NamedTuple):
     interleave: int
     recompute: str
     stage_layers: tuple[int, ...] = ()  # per virtual stage; empty = the runner's balanced split
+    cp: int = 1  # context parallelism: each sequence over cp ranks (ring attention), FSDP2 over dp x cp
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
 
 class Prediction(NamedTuple):
-    memory_bytes: dict[str, float]  # params, grads, optimizer, activations, buffers, total (per GPU)
+    memory_bytes: dict[str, float]  # params, grads, optimizer, activations, buffers, total (per GPU, at the peak)
     bus_bytes: dict[str, float]  # tp, pp, dp, cp: bus bytes per GPU per step
     times_s: dict[str, float] | None  # step_s, compute_s, *_comm_s, *_hidden_s, bubble_s; None without a GPU preset
     stage_params: float  # the planner's parameters per GPU (its busiest stage, / t)
     stage_layers: float  # the layers of that stage, on which it prices TP traffic
+    state_bytes: float = 0.0  # FSDP2's state between backward and the optimizer step: 16 B per parameter / (dp x cp)
 
 
 def shape_of(g: GPTConfig):
@@ -69,17 +74,19 @@ def lab_recompute(planner_recompute: str) -> str:
     return "selective" if planner_recompute == "op" else planner_recompute
 
 
-def best_plan(params: str, gpus: int, gpu: str = "h100") -> tuple[GPTConfig, Degrees, dict]:
-    """The planner's first choice for a standard model of `params` on `gpus` GPUs, without context parallelism
-    (this lab has none), as `make plan` prints it; returns the model, the degrees and the planner's record."""
-    cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, cp=1, top=1)
-    w, cl, pins = cfg.resolve()
-    best = search.search(w, cl, pins, top=1).best
+def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTConfig, Degrees, dict]:
+    """The planner's first choice for a standard model of `params` on `gpus` GPUs, exactly as `make plan` prints it
+    (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the model, the
+    degrees and the planner's record."""
+    cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, top=1, **pins)
+    w, cl, pins_ = cfg.resolve()
+    best = search.search(w, cl, pins_, top=1).best
     if best is None:
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
     split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
     d = Degrees(best["tp"], best["pp"], best["dp"], best["zero"], best["microbatch"], best["num_microbatches"],
-                best["interleave"], lab_recompute(best["recompute"]), split if len(set(split)) > 1 else ())
+                best["interleave"], lab_recompute(best["recompute"]), split if len(set(split)) > 1 else (),
+                best["cp"])
     return w.shape.gpt, d, best
 
 
@@ -93,9 +100,14 @@ def _unit(cl):
     return dataclasses.replace(cl, net=net)
 
 
+def planner_recompute(lab: str) -> str:
+    """The planner's name for this lab's recompute setting: its selective policy is the planner's per-op AC."""
+    return "op" if lab == "selective" else lab
+
+
 def _planner_degrees(d: Degrees):
-    return degrees.Degrees.of(t=d.tp, p=d.pp, c=1, d=d.dp, b=d.microbatch, v=d.interleave, m=d.num_microbatches,
-                              zero=d.zero, recompute=degrees.RECOMPUTE.index(d.recompute))
+    return degrees.Degrees.of(t=d.tp, p=d.pp, c=d.cp, d=d.dp, b=d.microbatch, v=d.interleave, m=d.num_microbatches,
+                              zero=d.zero, recompute=degrees.RECOMPUTE.index(planner_recompute(d.recompute)))
 
 
 def lab_split(g: GPTConfig, d: Degrees):
@@ -114,10 +126,9 @@ def _max_layers(split) -> float:
 
 def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int = GRAD_BYTES) -> Prediction:
     """The planner's terms for the configuration this lab runs (its degrees and its split), for PyTorch's
-    stack (_stack): memory per GPU, bus bytes per step and, with a GPU preset, the times."""
+    stack (stacks.PYTORCH): memory per GPU at the step's peak, bus bytes per step and, with a GPU preset, the times."""
     shape, deg, split = shape_of(g), _planner_degrees(d), lab_split(g, d)
-    mem = memory.memory_breakdown(shape, deg, grad_bytes=grad_bytes, sequence_parallel=True, flash=True,
-                                  split=split)
+    mem = stacks.PYTORCH.memory(shape, deg, grad_bytes=grad_bytes, split=split)
     psi = float(memory.stage_params(shape, d.tp, d.pp, split))
     template = _cluster(gpu if gpu and gpu != "cpu" else "h100", d.gpus)
     # The unit cluster's own stage split would balance bytes, not time: rescale its split-dependent terms (TP on
@@ -131,7 +142,8 @@ def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int 
     if gpu and gpu != "cpu":
         priced = costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, **_stack())
         times = {k: float(v_) for k, v_ in priced.items() if k != "split"}
-    return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times, psi, _max_layers(split))
+    state = float(sum(zero_memory.model_state_bytes(psi, d.dp * d.cp, 3, torch_memory.FSDP2_STATE)))
+    return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times, psi, _max_layers(split), state)
 
 
 def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch: int, elem_bytes: int = 2) -> float:

@@ -111,9 +111,6 @@ def runs_section(results: Path) -> list[str]:
                 f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up).{note}",
                 "", *ap.table([h for i, h in enumerate(head) if i not in empty],
                               [[c for i, c in enumerate(row) if i not in empty] for row in body]), ""]
-        if any(_degrees(r).count("CP") for r in rows):
-            out += ["Runs with CP have no planner columns yet: `planner_bridge` prices no context parallelism "
-                    "(its Degrees has no cp), so they are left empty rather than filled with a CP-less prediction.", ""]
     return out or ["_No runs yet: `make parallel-3d`._"]
 
 
@@ -209,74 +206,58 @@ def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str
 
 
 def cp_at_scale_section(results: Path) -> list[str]:
-    """The CP plan at real size (at_scale_cp.csv) beside the no-CP plan it was carved from (at_scale.csv)."""
+    """The CP plan at real size (at_scale_cp.csv) beside the no-CP plan it was carved from (at_scale.csv), and the
+    planner's CP bytes and memory for it (against_pytorch.cp_section)."""
     path = results / "at_scale_cp.csv"
     if not path.exists():
         return ["_Not measured yet: `make parallel-3d-at-scale`._"]
     base = {(r["study"], r["role"]): r for r in ap.read(results / "at_scale.csv")} \
         if (results / "at_scale.csv").exists() else {}
-    body, lines = [], []
+    lines = []
     for r in ap.read(path):
         b = base.get((r["baseline_study"], r["role"]))
+        if not b:
+            continue
         state = sum(float(r[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
-        b_state = sum(float(b[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes")) if b else None
-        peak, b_peak = state + float(r["peak_bytes"]), (b_state + float(b["peak_bytes"])) if b else None
+        b_state = sum(float(b[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
+        peak, b_peak = ap.measured_peak(r), ap.measured_peak(b)
         sent, formula = float(r["cp_payload_bytes"]), float(r["ring_formula_bytes"])
-        body.append([f"{r['study']} ({r['role']})", f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}·CP{r['cp']} Z{r['run_zero']}, "
-                     f"{r['microbatch']}×{r['num_microbatches']}, {r['recompute']}", r["seq"], ap._gb(state),
-                     _num(b_state and b_state / ap.GB, ".3f"), f"{peak / ap.GB:.1f}", _num(b_peak and b_peak / ap.GB, ".1f"),
-                     f"{sent / ap.GB:.2f} / {formula / ap.GB:.2f}", "yes" if r["counts_match_design"] == "true" else "**no**"])
-        if b:
-            lines.append(f"- **{r['study']}** ({r['role']} stage): with CP {r['cp']} at {r['cp']}× the sequence every rank "
-                         f"holds the tokens it held in {r['baseline_study']}; its state is {ap._pct(state, b_state)} off "
-                         f"(the learned position table grows with s), its peak {ap._pct(peak, b_peak)} "
-                         f"({(peak - b_peak) / ap.GB:+.2f} GB, not yet broken down term by term); it sends "
-                         f"{sent / ap.GB:.2f} GB per step over the ring, "
-                         f"{'exactly' if sent == formula else 'not'} the ring formula's (N-1 K/V blocks forward, N-1 "
-                         f"K/V blocks + N-1 fp32 dK/dV backward, per layer and micro-batch).")
+        planner = float(r["planner_cp_bus_bytes"]) if r.get("planner_cp_bus_bytes") else None
+        lines.append(f"- **{r['study']}** ({r['role']} stage): with CP {r['cp']} at {r['cp']}× the sequence every rank "
+                     f"holds the tokens it held in {r['baseline_study']}; its state is {ap._pct(state, b_state)} off "
+                     f"(the learned position table grows with s), its peak {ap._pct(peak, b_peak)} "
+                     f"({(peak - b_peak) / ap.GB:+.2f} GB); it sends {sent / ap.GB:.2f} GB per step over the ring, "
+                     f"{'exactly' if sent == formula else 'not'} the ring formula's (N-1 K/V blocks forward, N-1 K/V "
+                     "blocks + N-1 fp32 dK/dV backward, per layer and micro-batch: common/ring_bytes.py)"
+                     + ("" if planner is None else f", and the planner's CP term prices {planner / ap.GB:.2f} GB "
+                                                   f"({ap._pct(planner, sent)})") + ".")
     r0 = ap.read(path)[0]
     return [f"Measured on {r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']} (fake process group, "
-            "FakeTensorMode, one rank of the full world, as above).", "",
-            *ap.table(["study (rank)", "plan (ran)", "seq", "state GB", "no-CP state GB", "state + peak GB",
-                       "no-CP state + peak GB", "ring GB sent / formula", "collectives = design"], body), "", *lines]
-
-
-def activation_ratio(r: dict) -> float:
-    """PyTorch's activation bytes per block over the planner's, for an at-scale row's shape and degrees
-    (activations.torch_terms against planner_bridge: the terms the activation study verifies at small size)."""
-    import activations
-    import planner_bridge as pb
-
-    i = {k: int(r[k]) for k in ("microbatch", "seq", "hidden", "heads", "tp")}
-    sh = activations.Shape(i["microbatch"], i["seq"], i["hidden"], i["heads"], i["heads"], 4 * i["hidden"])
-    return (activations.torch_terms(sh, i["tp"], r["recompute"], 2)
-            / pb.activation_bytes_per_layer(sh.gpt(), i["tp"], r["recompute"], i["microbatch"], 2))
+            "FakeTensorMode, one rank of the full world, as above).", "", ap.cp_section(results), "", *lines]
 
 
 def conclusions(results: Path) -> list[str]:
-    """Sentences whose numbers come from the at-scale rows: the state bytes, and what the peak holds beyond the
-    planner's total (the largest named effects)."""
+    """Sentences whose numbers come from the at-scale rows: the state bytes, and the busiest rank's peak against the
+    planner's pytorch-stack memory (what it prices now) and its megatron-stack memory (what it priced before)."""
     path = results / "at_scale.csv"
     if not path.exists():
         return ["_Run the at-scale study first._"]
+    rows = ap.read(path)
     out = []
-    for r in ap.read(path):
-        state = sum(float(r[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
-        peak, total = state + float(r["peak_bytes"]), float(r["planner_total_bytes"])
+    for r in rows:
         m, p, e = ap.values(r, "state")
         verdict = "within" if abs(e - m) <= 0.03 * m else "outside"
-        acts = float(r["planner_activations_bytes"])
-        ratio = activation_ratio(r)
-        effects = [f"the activations: PyTorch's tensors are {ratio:.2f}x Korthikanti's at t = {r['tp']} "
-                   f"({acts * ratio / ap.GB:.1f} GB where the planner has {acts / ap.GB:.1f} GB)"]
-        if int(r["pp"]) > 1:
-            unsharded = float(r["grad_bytes"]) * int(r["dp"])
-            effects.append(f"pipelining's unsharded fp32 gradients, {unsharded / ap.GB:.1f} GB for the whole step")
         out.append(f"- **{r['study']} ({r['role']} stage, {ap.degrees(r)})**: the planner's state bytes "
-                   f"({ap._gb(p)} GB) are {ap._pct(p, m)} off PyTorch's {ap._gb(m)} GB; with the named terms "
-                   f"{ap._gb(e)} GB, {verdict} 3%. At the step's peak PyTorch holds {peak / ap.GB:.1f} GB where the "
-                   f"planner expects {total / ap.GB:.1f} GB ({(peak - total) / total:+.0%}); the largest effects: "
-                   + "; ".join(effects) + ".")
+                   f"({ap._gb(p)} GB, FSDP2's 16 B per parameter of its busiest stage) are {ap._pct(p, m)} off "
+                   f"PyTorch's {ap._gb(m)} GB; with the named terms {ap._gb(e)} GB, {verdict} 3%.")
+    for study, r, peak in ap.peak_rows(rows):
+        torch_, megatron = ap.planned_peak(r), ap.planned_peak(r, "megatron_total_bytes")
+        out.append(f"- **{study}**: PyTorch's busiest measured rank ({r['role']} stage) holds {peak / ap.GB:.1f} GB at "
+                   f"the step's peak; the planner prices {torch_ / ap.GB:.1f} GB for the stack that runs it "
+                   f"({ap._pct(torch_, peak)}), where Korthikanti's activations and ZeRO's accounting (its megatron "
+                   f"stack) say {megatron / ap.GB:.1f} GB ({ap._pct(megatron, peak)}): DTensor keeps the gathered "
+                   "projection inputs at full length, pipelining holds fp32 gradients unsharded, the LM head's logits "
+                   "are all-gathered vocabulary-wide with an fp32 loss (planner/torch_memory.py).")
     return out
 
 
@@ -291,23 +272,21 @@ def device(results: Path) -> tuple[float, str]:
     return p.memory_gb, p.label
 
 
-def ratios(rows: list[dict]) -> dict[str, float]:
-    return {findings.label(r): activation_ratio(r) for r in rows}
-
-
 def plot_peak(rows: list[dict], device_gb: float, gpu: str, path: Path) -> str:
-    """PyTorch's peak per GPU beside the planner's total, per study, against the device's memory."""
+    """Each study's busiest measured rank at the step's peak beside the planner's pytorch stack, against the
+    device's memory."""
+    busiest = ap.peak_rows(rows)
     fig, ax = new_figure()
-    names = [findings.label(r).replace(" (", "\n(") for r in rows]
-    xs = range(len(rows))
-    torch_gb = [findings.peak_bytes(r) / 1e9 for r in rows]
-    bars = ax.bar([x - 0.2 for x in xs], torch_gb, 0.4, label="PyTorch: state + step peak (measured, fake PG)")
-    ax.bar([x + 0.2 for x in xs], [float(r["planner_total_bytes"]) / 1e9 for r in rows], 0.4,
-           label="planner's total")
+    names = [f"{study}\n({r['role']} stage)" for study, r, _ in busiest]
+    xs = range(len(busiest))
+    torch_gb = [peak / 1e9 for _, _, peak in busiest]
+    bars = ax.bar([x - 0.2 for x in xs], torch_gb, 0.4, label="PyTorch: params + optimizer + step peak (fake PG)")
+    ax.bar([x + 0.2 for x in xs], [ap.planned_peak(r) / 1e9 for _, r, _ in busiest], 0.4,
+           label="planner, pytorch stack")
     ax.axhline(device_gb, color="tab:red", ls="--", lw=1, label=f"{gpu}: {device_gb:g} GB")
     ax.bar_label(bars, ["does not fit" if g > device_gb else "" for g in torch_gb], fontsize=8, color="tab:red")
     ax.set_xticks(list(xs), names, fontsize=8)
-    ax.set(ylabel="memory per GPU (GB)", title="Peak memory per GPU: PyTorch as written vs the planner",
+    ax.set(ylabel="memory per GPU (GB)", title="Peak memory per GPU: PyTorch as run vs the planner",
            ylim=(0, 1.35 * max(max(torch_gb), device_gb)))
     ax.legend(fontsize=7, loc="upper left", ncol=2)
     save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
@@ -318,7 +297,7 @@ def opening(results: Path) -> list[str]:
     runs = [r for p in sorted(results.glob("runs_*.csv")) for r in ap.read(p)]
     rows = ap.read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
     device_gb, gpu = device(results)
-    return block(findings.opening(runs, rows, device_gb, gpu, ratios(rows)))
+    return block(findings.opening(runs, rows, device_gb, gpu))
 
 
 def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
@@ -329,15 +308,14 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     device_gb, gpu = device(results)
     png = plot_peak(rows, device_gb, gpu, out_dir / "peak_memory.png")
     plots.append(png)
-    body = [[findings.label(r), ap.degrees(r), f"{findings.peak_bytes(r) / 1e9:.1f}",
-             f"{float(r['planner_total_bytes']) / 1e9:.1f}",
-             f"{findings.peak_bytes(r) / float(r['planner_total_bytes']) - 1:+.0%}",
-             "yes" if findings.peak_bytes(r) / 1e9 <= device_gb else "**does not fit**"] for r in rows]
+    body = [[f"{study} ({r['role']} stage)", ap.degrees(r), f"{peak / 1e9:.1f}", f"{ap.planned_peak(r) / 1e9:.1f}",
+             f"{ap.planned_peak(r) / peak - 1:+.0%}", "yes" if peak / 1e9 <= device_gb else "**does not fit**"]
+            for study, r, peak in ap.peak_rows(rows)]
     return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
-            f"*What to see:* for each planner-chosen layout, the memory one GPU holds at the step's peak in PyTorch "
-            f"(measured on a fake process group) beside what the planner expects, against the {gpu}'s {device_gb:g} "
-            "GB (dashed): a blue bar above the line is a plan that does not fit as written.", "",
-            *ap.table(["study", "layout", "PyTorch GB per GPU", "planner GB", "PyTorch vs planner",
+            f"*What to see:* for each layout `make plan` chose, the memory its busiest measured GPU holds at the step's "
+            f"peak in PyTorch (a fake process group) beside what the planner prices for PyTorch's stack, against the "
+            f"{gpu}'s {device_gb:g} GB (dashed): a blue bar above the line is a plan that does not fit as run.", "",
+            *ap.table(["study (busiest rank)", "layout", "PyTorch GB per GPU", "planner GB", "planner vs PyTorch",
                        f"fits {device_gb:g} GB"], body), ""]
 
 

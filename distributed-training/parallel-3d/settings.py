@@ -230,9 +230,6 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
         if v > 1 and m % pp:
             raise ValueError(f"interleaved 1F1B needs the {m} micro-batches per replica to be a multiple of pp={pp}")
         split_layers(g.n_layers, pp * v, cfg.stage_layers)  # raises on a bad split
-    if pp > 1 and m < pp:
-        raise ValueError(f"1F1B needs at least pp={pp} micro-batches per replica, got {m} "
-                         f"(global batch {gb} / dp {dp} / microbatch {mb})")
     if len({x.interleave for x in variants(cfg)}) > 1 and cfg.stage_layers:
         raise ValueError("--stage-layers names one split; give one --interleave value with it")
     return Layout(tp, pp, dp, mb, m, cp)

@@ -169,24 +169,24 @@ class Run:
     def schedule_name(self, v: Variant) -> str:
         if self.layout.pp == 1:
             return "accumulate"
-        return "1F1B" if v.interleave == 1 else f"interleaved-1F1B(v={v.interleave})"
+        if v.interleave > 1:
+            return f"interleaved-1F1B(v={v.interleave})"
+        return "1F1B" if self.layout.num_microbatches >= self.layout.pp else "GPipe"
 
     def prediction(self, v: Variant) -> dict:
         lay = self.layout
-        if lay.cp > 1:  # planner_bridge prices no CP yet: no prediction rather than a CP-less one
-            return dict.fromkeys(("planner_state_bytes", "planner_activation_bytes", "planner_total_bytes",
-                                  "planner_step_s", "planner_bubble_fraction", "planner_exposed_comm_s"))
         d = pb.Degrees(lay.tp, lay.pp, lay.dp, v.zero, lay.microbatch, lay.num_microbatches, v.interleave,
-                       v.recompute, self.cfg.stage_layers)
+                       v.recompute, self.cfg.stage_layers, lay.cp)
         p = pb.predict(self.gcfg, d, self.preset.name if self.preset.name != "cpu" else None)
         mem = p.memory_bytes
-        out = {"planner_state_bytes": mem["params"] + mem["grads"] + mem["optimizer"],
+        out = {"planner_state_bytes": p.state_bytes,
                "planner_activation_bytes": mem["activations"], "planner_total_bytes": mem["total"],
                "planner_step_s": None, "planner_bubble_fraction": None, "planner_exposed_comm_s": None}
         if p.times_s is not None:
             ts = p.times_s
             out.update(planner_step_s=ts["step_s"], planner_bubble_fraction=ts["bubble_fraction"],
-                       planner_exposed_comm_s=sum(ts[f"{k}_comm_s"] - ts[f"{k}_hidden_s"] for k in ("tp", "pp", "dp")))
+                       planner_exposed_comm_s=sum(ts[f"{k}_comm_s"] - ts[f"{k}_hidden_s"]
+                                                  for k in ("tp", "pp", "dp", "cp")))
         return out
 
     def _comm_rows(self, v: Variant, eng: Engine, log: CollectiveLog) -> list[dict]:

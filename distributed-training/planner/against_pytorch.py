@@ -17,6 +17,8 @@ from pathlib import Path
 from common import markdown
 from common.csvread import Schema, read_rows
 
+from .memory import CONTEXT_BYTES
+
 RESULTS = Path(__file__).resolve().parent.parent / "parallel-3d" / "results"
 GB = 1e9
 QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP bus bytes / step"),
@@ -115,15 +117,64 @@ def terms_section(rows: list[dict], terms: list[dict]) -> list[str]:
     return out
 
 
-def peak_lines(rows: list[dict]) -> list[str]:
-    out = []
+def measured_peak(row: dict) -> float:
+    """A measured rank's peak: its parameters and optimizer state, plus the most its step allocates at once (the
+    gradients are allocated during the step, so they are in the step's peak, not added to it)."""
+    return _f(row, "param_bytes") + _f(row, "opt_bytes") + _f(row, "peak_bytes")
+
+
+def planned_peak(row: dict, key: str = "planner_total_bytes") -> float:
+    """The planner's memory less the CUDA context, which a fake world does not allocate."""
+    return _f(row, key) - CONTEXT_BYTES
+
+
+def peak_rows(rows: list[dict]) -> list[tuple[str, dict, float]]:
+    """(study, its busiest measured rank, that rank's peak) per study: the planner prices the busiest rank."""
+    out: dict[str, tuple[dict, float]] = {}
     for r in rows:
-        state = sum(_f(r, k) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
-        out.append([f"{r['study']} ({r['role']})", _gb(state + _f(r, "peak_bytes")),
-                    _gb(_f(r, "planner_total_bytes")), _gb(_f(r, "planner_activations_bytes")),
-                    _gb(_f(r, "planner_buffers_bytes"))])
-    return table(["study (rank)", "PyTorch state + step peak GB", "planner total GB", "of which activations",
-                  "of which buffers"], out)
+        peak = measured_peak(r)
+        if r["study"] not in out or peak > out[r["study"]][1]:
+            out[r["study"]] = (r, peak)
+    return [(study, r, peak) for study, (r, peak) in out.items()]
+
+
+def peak_lines(rows: list[dict]) -> list[str]:
+    """Memory at the peak, per study: PyTorch's busiest measured rank against the planner's pytorch stack (what it
+    prices now) and its megatron stack (Korthikanti's activations, ZeRO's accounting: what it priced these plans
+    with before it knew PyTorch's stack)."""
+    out = []
+    for study, r, peak in peak_rows(rows):
+        torch_ = planned_peak(r)
+        megatron = planned_peak(r, "megatron_total_bytes") if r.get("megatron_total_bytes") else None
+        out.append([f"{study} ({r['role']} stage)", degrees(r), f"{peak / GB:.1f}", f"{torch_ / GB:.1f}",
+                    _pct(torch_, peak), "-" if megatron is None else f"{megatron / GB:.1f}",
+                    "-" if megatron is None else _pct(megatron, peak)])
+    return table(["study (busiest measured rank)", "plan", "PyTorch GB", "planner, pytorch stack GB", "vs PyTorch",
+                  "planner, megatron stack GB", "vs PyTorch"], out)
+
+
+def cp_section(results: Path = RESULTS) -> str:
+    """The CP plan at real size (at_scale_cp.csv): the ring's counted bytes against common/ring_bytes.py's formula
+    and the planner's CP term, its peak against the planner's pytorch-stack memory."""
+    path = results / "at_scale_cp.csv"
+    if not path.exists():
+        return "_Not measured yet: `make parallel-3d-at-scale`._"
+    rows = read(path)
+    body = []
+    for r in rows:
+        peak = measured_peak(r)
+        planned = planned_peak(r) if r.get("planner_total_bytes") else None
+        ring = _f(r, "cp_payload_bytes")
+        body.append([f"{r['study']} ({r['role']})", f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}·CP{r['cp']} Z{r['run_zero']}, "
+                     f"{r['microbatch']}×{r['num_microbatches']}, {r['recompute']}", r["seq"],
+                     f"{ring / GB:.2f}", f"{_f(r, 'ring_formula_bytes') / GB:.2f}",
+                     "-" if not r.get("planner_cp_bus_bytes") else f"{_f(r, 'planner_cp_bus_bytes') / GB:.2f}",
+                     f"{peak / GB:.1f}", "-" if planned is None else f"{planned / GB:.1f}",
+                     "-" if planned is None else _pct(planned, peak),
+                     "yes" if r["counts_match_design"] == "true" else "**no**"])
+    return "\n".join(table(["study (rank)", "plan (ran)", "seq", "ring GB sent", "ring formula GB",
+                            "planner CP bus GB", "PyTorch peak GB", "planner GB", "vs PyTorch", "collectives = design"],
+                           body))
 
 
 def render(results: Path = RESULTS) -> str:
@@ -138,8 +189,8 @@ def render(results: Path = RESULTS) -> str:
                     f"a{r['heads']} V{r['vocab']} s{r['seq']}", degrees(r), r["role"],
                     "yes" if r["counts_match_design"] == "true" else "**no**"] for r in rows])
     lines = [
-        "Each study is the planner's first choice for a standard model with context parallelism pinned off (`make "
-        "plan --cp 1`: parallel-3d has none; `planner_bridge.best_plan`), built by "
+        "Each study is the planner's first choice for a standard model, exactly what `make plan ARGS=\"--params "
+        "MODEL --gpus GPUS\"` prints (the pytorch stack, the guide's batch rule; `planner_bridge.best_plan`), built by "
         "parallel-3d's own code as one rank of the full world on PyTorch's fake process group under "
         "FakeTensorMode, and stepped once through the real pipelining schedule (bf16 MixedPrecisionPolicy, "
         "fp32 reduce; `parallel-3d/at_scale.py`). ZeRO-0/1 are not FSDP2 modes: a planner choice of 0 or 1 "
@@ -154,10 +205,12 @@ def render(results: Path = RESULTS) -> str:
         "computed from the model's shapes; the residual is what none of them explains.", "",
         *summary(rows), "",
         "The named differences, per measured rank:", "", *terms_section(rows, terms), "",
-        "Memory at the step's peak: PyTorch's state plus everything the step holds at once (gathered parameters, "
-        "unsharded gradients under a pipeline, activations of the micro-batches in flight, logits), beside the "
-        "planner's total (its activations are Korthikanti's with sequence parallelism; its buffers 1 GB of "
-        "context plus communication buckets, which a fake world does not allocate):", "",
+        "Memory at the step's peak: PyTorch's parameters and optimizer state plus the most its step holds at once "
+        "(gathered parameters, gradients, unsharded under a pipeline, activations of the micro-batches in flight, "
+        "the loss and kept logits, pipeline buffers), on the busier of the measured ranks, beside the planner's "
+        "memory for the pytorch stack (`planner/torch_memory.py`, its busiest rank) and, for contrast, for the "
+        "megatron stack (Korthikanti's activations with sequence parallelism, ZeRO's accounting), both less the "
+        "1 GB of CUDA context a fake world does not allocate:", "",
         *peak_lines(rows)]
     return "\n".join(lines)
 

@@ -103,7 +103,8 @@ def make_cluster(preset: GPUPreset, gpus: int, precision: str = "bf16", gpus_per
 
 def calibrate(cluster: Cluster, paths: list[str]) -> Cluster:
     """The cluster with its network calibrated from allreduce-bench sweep CSVs (common/collective_fit.py).
-    Each file is checked first (common/csvread.py): an empty, cut, binary or foreign one is one line."""
+    Each file is checked first (common/csvread.py): an empty, cut, binary or foreign one is one line, and so is a
+    sweep whose `preset` column names another GPU (a CPU gloo sweep would give an H100 0.9 GB/s of "NVLink")."""
     from common.csvread import BadResults, Schema, read_table
     schema = Schema("allreduce-bench sweep", {"collective": str, "world_size": int, "nnodes": int, "size_bytes": int,
                                               "time_us": float})
@@ -112,9 +113,14 @@ def calibrate(cluster: Cluster, paths: list[str]) -> Cluster:
         if not Path(path).is_file():
             raise ValueError(f"--calibrate: no such file {path}")
         try:
-            frames.append(read_table(path, schema))
+            frame = read_table(path, schema)
         except BadResults as e:
             raise ValueError(f"--calibrate: {e}") from None
+        measured_on = sorted({str(p) for p in frame.get("preset", [])} - {"", "nan"})
+        if measured_on and cluster.gpu not in measured_on:  # a gloo sweep is no NVLink: refuse it, as a CPU GEMM file
+            raise ValueError(f"--calibrate: {path} was measured on {', '.join(measured_on)}, not {cluster.gpu}: a "
+                             f"calibration must come from the GPU it plans for")
+        frames.append(frame)
     try:
         net, notes = calibrate_network(cluster.net, pd.concat(frames, ignore_index=True))
     except (ValueError, TypeError) as e:

@@ -18,15 +18,17 @@ outermost.
   (Megatron-Core's async dgrad all-reduce; tp_overlap below); the forward ones are exposed.
 - PP (SC21 §3.2, §4.1): b·s·h per micro-batch per boundary, each way; across nodes every TP rank
   sends 1/t of it (scatter/gather). Exposed; interleaving multiplies it by v.
-- CP (ring attention): K and V chunks travel c-1 steps forward and twice that backward, hidden
-  behind the attention-core compute as far as it lasts.
+- CP (ring attention; the bytes of common/ring_bytes.py, the formula the ring's tests count): c-1 hops of
+  this rank's bf16 K/V block forward; backward c-1 hops of the K/V block again and of an fp32 dK/dV
+  accumulator; hidden behind the attention-core compute as far as it lasts.
 - DP over the DP×CP group: ZeRO-0 all-reduces the gradients once per step, ZeRO-1 reduce-scatters
   them and all-gathers the weights; the reduction can hide behind the backward of the last micro-batch,
   the gather behind the forward of the first (Megatron's overlap_grad_reduce/overlap_param_gather;
   dp_overlap below).
   ZeRO-2 reduce-scatters every micro-batch (the gradients are sharded), ZeRO-3 also gathers the
   weights for every micro-batch's forward and backward (ZeRO §7: 1.5x the volume), each hidden
-  behind that micro-batch's compute as far as it lasts.
+  behind that micro-batch's compute as far as it lasts. That is Megatron's schedule; FSDP2's, as
+  parallel-3d runs it, is the stack's (stacks.fsdp2_schedule).
 Overlap depends on the software: `tp_overlap` (Megatron-Core's asynchronous backward collective) hides
 the backward TP collectives behind the weight-gradient GEMMs, else every TP collective is exposed (the
 Megatron of 2021 and torchtitan's vanilla TP); Kernels.tp_comm_overlap (Megatron-Core's --tp-comm-overlap, the
@@ -36,8 +38,10 @@ GPU step = m · t_slowest + (Σ t_stage - t_slowest)/v + exposed DP + optimizer 
 (stages.py, fp8_cost.py), t_stage a
 stage's time per micro-batch: its layers (compute, exposed TP and CP) plus the embedding on the first
 and the LM head on the last, plus PP sends and exposed ZeRO-2/3 traffic; for equal stages the bubble
-is (p-1)/(v·m) of the ideal (SC21 §2.2). The step is the larger of that and the host's time to launch it
-(host.py): small kernels at high TP or in eager stacks leave the GPU waiting for the host.
+is (p-1)/(v·m) of the ideal (SC21 §2.2), and bubble_fraction its share of the pipeline's time,
+(p-1)/(v·m + p - 1): with fewer micro-batches than stages (m < p, 1F1B or GPipe) (p-1)/(m + p - 1).
+The step is the larger of that and the host's time to launch it (host.py): small kernels at high TP or in eager
+stacks leave the GPU waiting for the host.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 from common.collective_cost import Network, collective_time_s, members_per_domain
+from common.ring_bytes import ring_bytes
 
 from . import fp8_cost, host
 from .calibration import ATTENTION_EFFICIENCY, generation
@@ -55,6 +60,7 @@ from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm
 from .degrees import FULL, OP, SELECTIVE, Degrees
 from .memory import WEIGHT_BYTES, stage_params
 from .shapes import Shape
+from .stacks import zero_schedule
 from .stages import balanced_split, even_split, pipeline_step, stage_times
 
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
@@ -111,12 +117,14 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_byte
 
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
-               tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None) -> dict:
+               tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None,
+               dp_schedule=zero_schedule) -> dict:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose ("split", a stages.StageSplit), so memory is priced on the
     same layout; even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
-    compute rates (a machine measured directly: planner/ranking.py's CPU).
+    compute rates (a machine measured directly: planner/ranking.py's CPU). dp_schedule: the stack's
+    data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
@@ -148,11 +156,13 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
         # with the GEMM that consumes it, each reduce-scatter with the GEMM that produces it, forward and backward: all
         # of a layer's TP traffic hides behind its GEMMs as far as they last.
         tp_hidden_layer = np.minimum(tp_layer, lt["gemm_fwd"] * (1 + full) + lt["gemm_bwd"])
-    # CP (ring attention): this rank's K and V chunks, c-1 ring steps forward and 2(c-1) backward.
-    kv_bytes = 2 * ACT_BYTES * tokens * shape.kv_dim / t
+    # CP (ring attention, common/ring_bytes.py): c-1 hops of this rank's bf16 K/V block forward; backward c-1 hops
+    # of the K/V block again with an fp32 dK/dV accumulator beside it.
+    ring = ring_bytes(b, shape.seq, shape.kv_heads / t, shape.head_dim, c, ACT_BYTES)  # per layer and micro-batch
+    hops = np.maximum(c - 1, 1)
     cp_pair = np.where(t * c <= dom, 2, 1)  # neighbours in one NVLink domain, or across the network
-    cp_step = collective_time_s("send_recv", kv_bytes, 2, cp_pair, net) * (c > 1)
-    cp_fwd, cp_bwd = (c - 1) * cp_step, 2 * (c - 1) * cp_step
+    cp_fwd = (c - 1) * collective_time_s("send_recv", ring.forward / hops, 2, cp_pair, net) * (c > 1)
+    cp_bwd = (c - 1) * collective_time_s("send_recv", ring.backward / hops, 2, cp_pair, net) * (c > 1)
     cp_layer = cp_fwd * (1 + full) + cp_bwd
     cp_exposed_layer = (np.maximum(0, cp_fwd - lt["attn_fwd"]) * (1 + full)
                         + np.maximum(0, cp_bwd - 2 * lt["attn_fwd"]))
@@ -178,13 +188,8 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
                                 fp8_cost.FP8_BYTES if fp8_gather else WEIGHT_BYTES, calls)
     fwd_mb = slowest_layers * lt["fwd"] if dp_overlap else 0.0 * ar
     bwd_mb = slowest_layers * (lt["bwd"] + rec) if dp_overlap else 0.0 * ar
-    dp_step = np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], 0.0)  # per step
-    dp_step_exposed = np.select([zero == 0, zero == 1], [np.maximum(0, ar - bwd_mb),
-                                                         np.maximum(0, rs - bwd_mb) + np.maximum(0, ag - fwd_mb)],
-                                np.where(zero == 2, np.maximum(0, ag - fwd_mb), 0.0))
-    dp_mb = np.select([zero == 2, zero == 3], [rs, 2 * ag + rs], 0.0)  # per micro-batch
-    dp_mb_exposed = np.select([zero == 2, zero == 3], [np.maximum(0, rs - bwd_mb),
-                                                       np.maximum(0, 2 * ag + rs - fwd_mb - bwd_mb)], 0.0)
+    # The stack's schedule of them (stacks.py): ZeRO's as Megatron runs it, or FSDP2's as parallel-3d does.
+    dp_step, dp_step_exposed, dp_mb, dp_mb_exposed = dp_schedule(ar, rs, ag, fwd_mb, bwd_mb, deg)
 
     optimizer = optimizer_time(psi / np.where(zero >= 1, n_dp, 1.0), grad_bytes, rt, bf16_copy=not kernels.autocast,
                                impl=kernels.optimizer)
@@ -207,6 +212,6 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
         "cp_comm_s": layers * cp_layer * m, "cp_hidden_s": layers * (cp_layer - cp_exposed_layer) * m,
         "pp_comm_s": pp_mb * m, "pp_hidden_s": 0.0 * pp_mb,
         "dp_comm_s": dp_step + dp_mb * m, "dp_hidden_s": dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
-        "bubble_fraction": bubble / (m * slowest), "bubble_s": bubble,
+        "bubble_fraction": bubble / (m * slowest + bubble), "bubble_s": bubble,
         "optimizer_s": optimizer, "gpu_step_s": gpu_step, "host_s": host_s, "step_s": step, "split": split,
     }

@@ -20,8 +20,9 @@ from common.hardware import get_preset
 from . import calibrate
 from .choose import NEAR_TIE
 from .cluster import make_cluster
-from .search import Pins, Workload, search
+from .search import Pins, Workload, default_batch, search
 from .shapes import model_flops_per_token, parse_count, standard_shape
+from .stacks import MEGATRON, Stack
 
 SEQ, VOCAB = 4096, 51200
 
@@ -32,8 +33,8 @@ def shape_of(model: str, seq: int = SEQ):
 
 
 def batch_for(gpus: int, seq: int = SEQ) -> int:
-    """Global batch in sequences: 1M tokens, or 1K tokens per GPU on large clusters (4M at 4096, 16M at 16K)."""
-    return max(2**20, 2**10 * gpus) // seq
+    """Global batch in sequences: the CLI's default rule (search.default_batch), 1M tokens or 1K tokens per GPU."""
+    return default_batch(gpus, seq)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Context:
     gpu: str = "h100"
     calibrate: tuple[str, ...] = ()
     strict: bool = True  # False for CALIBRATE=results: sweeps that cannot calibrate are skipped, with a note
+    stack: Stack = MEGATRON  # the stack the rules' tables are priced for (matrix_pytorch prices parallel-3d's)
 
 
 CONTEXT = Context()
@@ -73,11 +75,14 @@ def cluster_for(gpu: str, gpus: int, precision: str = "bf16", domain: int | None
 
 @lru_cache(maxsize=None)
 def plan(model: str, gpus: int, gpu: str | None = None, net: float | None = None, domain: int | None = None,
-         seq: int = SEQ, tokens: int | None = None, precision: str = "bf16", pins: Pins = Pins()):
-    """One planner search with the guide's defaults (cached); returns the Result."""
+         seq: int = SEQ, tokens: int | None = None, precision: str = "bf16", pins: Pins = Pins(),
+         stack: Stack | None = None):
+    """One planner search with the guide's defaults (cached); returns the Result. stack: the context's by default
+    (`make plan --stack <name>` with the same model, GPUs and pins gives the same plan)."""
     batch = batch_for(gpus, seq) if tokens is None else max(1, tokens // seq)
     cl = cluster_for(gpu or CONTEXT.gpu, gpus, precision, domain, net)
-    return search(Workload(shape_of(model, seq), batch, precision), cl, pins, top=1, max_rejected=1)
+    workload = Workload.of(stack or CONTEXT.stack, shape_of(model, seq), batch, precision)
+    return search(workload, cl, pins, top=1, max_rejected=1)
 
 
 def degrees(c: dict) -> str:
@@ -197,7 +202,7 @@ def rule_bubble() -> str:
                 continue
             rows.append([b, v, c["num_microbatches"], f"{c['bubble_fraction']:.1%}", f"{c['step_s']:.2f}",
                          f"{c['memory_gb']['total']:.0f}", c["recompute"]])
-    return table(["micro-batch", "v", "m", "bubble (p-1)/(v·m)", "step s", "GB/GPU", "recompute"], rows)
+    return table(["micro-batch", "v", "m", "bubble (p-1)/(v·m + p-1)", "step s", "GB/GPU", "recompute"], rows)
 
 
 def rule_long_context() -> str:

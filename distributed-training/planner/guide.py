@@ -25,7 +25,7 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, validation
+from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, stacks, validation
 from .cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of, table
 
@@ -76,8 +76,62 @@ def matrix_main() -> str:
                          + (f", v={c['interleave']}" if c["interleave"] > 1 else ""),
                          c["recompute"], f"{c['memory_gb']['total']:.0f}", f"{c['bubble_fraction']:.0%}",
                          f"{c['mfu']:.1%}", near_tie_cell(res)])
-    return table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
-                  "MFU", "near-ties"], rows)
+    stack = experiments.CONTEXT.stack
+    return experiments.prose(stack_sentence(stack)) + "\n\n" + table(
+        ["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
+         f"MFU ({stack.name} stack)", "near-ties"], rows)
+
+
+def stack_sentence(stack, practice: bool = True) -> str:
+    """What a table is priced for: the stack's memory, collectives and kernels (stacks.py), named."""
+    memory = ("Korthikanti's activations with sequence parallelism and ZeRO's accounting" if stack.runner is None
+              else "what parallel-3d's at-scale study measures PyTorch holding (section 7)")
+    text = f"Priced for the {stack.name} stack: {stack.title}; its memory is {memory}, and its MFU is that stack's."
+    if practice:
+        text += (" Published H100 practice for comparison: Megatron-Core's tables 41-48%, torchtitan's Llama 3 8B on 8 "
+                 "H100s about 40% (anchors-2026 section 2.4). `make plan` prices the pytorch stack unless told "
+                 "`--stack megatron`.")
+    return text
+
+
+def matrix_pytorch() -> str:
+    """The main matrix's questions for PyTorch's stack: what `make plan` prints by default and parallel-3d runs."""
+    rows, same = [], 0
+    for model in MODELS:
+        for gpus in GPU_COUNTS:
+            res, other = plan(model, gpus, stack=stacks.PYTORCH), plan(model, gpus)
+            c = res.best
+            if c is None:
+                rows.append([f"{model}", gpus, no_fit(res)] + [""] * 5)
+                continue
+            same += bool(other.best) and degrees(other.best) == degrees(c) and other.best["zero"] == c["zero"]
+            rows.append([model, gpus, degrees(c), c["zero"], f"{c['microbatch']} × {c['num_microbatches']}"
+                         + (f", v={c['interleave']}" if c["interleave"] > 1 else ""), c["recompute"],
+                         f"{c['memory_gb']['total']:.0f}", f"{c['mfu']:.1%}"])
+    text = experiments.prose(
+        stack_sentence(stacks.PYTORCH, practice=False) + f" In {same} of {len(MODELS) * len(GPU_COUNTS)} cells it is the plan above "
+        "(degrees and ZeRO stage); elsewhere PyTorch's memory (full-length gathered activations under TP, unsharded "
+        "pipeline gradients, a vocabulary-wide fp32 loss) or its collectives (DTensor TP without overlap, FSDP2's "
+        "schedule) choose another. Every plan here fits the 90% of memory the search allows for this stack, and "
+        "`make plan ARGS=\"--params MODEL --gpus GPUS\"` prints it with the parallel-3d command that runs it.")
+    return text + "\n\n" + table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute",
+                                   "GB/GPU", "MFU (pytorch stack)"], rows)
+
+
+def long_context_commands() -> str:
+    """The long-sequence rows of section 3.6 as commands that print a runnable parallel-3d plan (context parallelism
+    included), with the plan each prints."""
+    out = []
+    for model, gpus in (("8B", 64), ("70B", 512)):
+        for seq in (65536, 131072):
+            res = plan(model, gpus, seq=seq, tokens=2**22, stack=stacks.PYTORCH)
+            c = res.best
+            cmd = f"make plan ARGS=\"--params {model} --gpus {gpus} --seq {seq} --global-batch {2**22 // seq}\""
+            got = f"{degrees(c)} ({experiments.knobs(c)}), {c['memory_gb']['total']:.0f} GB" if c else no_fit(res)
+            out.append(f"- `{cmd}`: {got}")
+    return experiments.prose("Run them: each command prints the plan for PyTorch's stack and the parallel-3d "
+                             "command that runs it, context parallelism included (`--cp`, ring attention):") \
+        + "\n\n" + "\n".join(out)
 
 
 def matrix_notes() -> str:
@@ -216,6 +270,7 @@ def opening() -> str:
 
 
 SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_constants, "matrix_main": matrix_main,
+            "matrix_pytorch": matrix_pytorch, "long_context_commands": long_context_commands,
             "matrix_notes": matrix_notes, "matrix_network": matrix_network,
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, "opening": opening, "setting": setting, "gpu_name": gpu_name,

@@ -1,13 +1,15 @@
 """The command that runs a plan: parallel-3d's runner (../parallel-3d/train.py), as torchrun and as Slurm.
 
-The planner's degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage,
-and the model's shape, become the runner's flags (its names are the planner's: --tp --pp --dp --zero
---microbatch --global-batch --interleave --recompute --layers --hidden --heads --kv-heads --ffn --vocab
---seq, and --stage-layers for an uneven split). What parallel-3d cannot run is said next to the command,
-not hidden: ZeRO-0/1 (FSDP2 always shards the parameters; the runner uses ZeRO-2's traffic,
-reshard_after_forward=False), per-op AC (its selective recompute is the nearest) and context parallelism
-(none in the lab: pin --cp 1 for a plan it runs). Nodes are GPUS_PER_NODE GPUs each (HGX/DGX nodes; adjust --nproc-per-node for other machines).
-parallel-3d's tests parse these flags with its own config, so the two cannot drift apart silently.
+The planner's degrees (CP included: parallel-3d runs ring attention over a (pp, dp, cp, tp) mesh), micro-batch,
+the global batch it runs, interleave, recompute and layers per stage, and the model's shape, become the runner's
+flags (its names are the planner's: --tp --pp --dp --cp --zero --microbatch --global-batch --interleave
+--recompute --layers --hidden --heads --kv-heads --ffn --vocab --seq, and --stage-layers for an uneven split;
+the planner's per-op AC, `op`, is parallel-3d's selective recompute). A plan is priced for parallel-3d when the
+workload runs the pytorch stack with its own software (stacks.PYTORCH); `differences` names every way the
+priced workload departs from what parallel-3d runs (FP8, dropout, another attention kernel, another stack, ...)
+and plan.py says so on its first line. Nodes are GPUS_PER_NODE GPUs each (HGX/DGX nodes; adjust
+--nproc-per-node for other machines). parallel-3d's tests parse these flags with its own config, so the two
+cannot drift apart silently.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def virtual_stage_layers(layers_per_stage: str, layers: int, pp: int, v: int) ->
 def runner_flags(plan: dict, model: dict, gpu: str) -> list[str]:
     zero = 3 if plan["zero"] == 3 else 2
     recompute = "selective" if plan["recompute"] == "op" else plan["recompute"]
-    flags = {"gpu": gpu, "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "zero": zero,
+    flags = {"gpu": gpu, "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "cp": plan["cp"], "zero": zero,
              "microbatch": plan["microbatch"], "global-batch": plan["global_batch"], "interleave": plan["interleave"],
              "recompute": recompute, "layers": model["layers"], "hidden": model["hidden"],
              "heads": model["heads"], "kv-heads": model["kv_heads"], "ffn": model["ffn"], "vocab": model["vocab"],
@@ -52,23 +54,36 @@ def runner_flags(plan: dict, model: dict, gpu: str) -> list[str]:
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
-def notes(plan: dict) -> list[str]:
+def differences(w, plan: dict | None = None) -> list[str]:
+    """How the priced workload (search.Workload) and plan depart from what parallel-3d runs; [] = it runs as priced."""
+    from .stacks import PYTORCH
+
+    if w.stack is not PYTORCH:
+        return [f"it is priced for the {w.stack.name} stack, which this project has no runner for (--stack pytorch "
+                "prices what parallel-3d runs)"]
     out = []
-    if plan["recompute"] == "op":
-        out.append("parallel-3d has no per-op AC; its selective recompute (matmul and collective outputs kept, "
-                   "the rest recomputed) is the nearest")
-    if plan["zero"] in (0, 1):
-        out.append(f"ZeRO-{plan['zero']} is not an FSDP2 mode: parallel-3d runs it as --zero 2 "
-                   "(no reshard after forward; the optimizer state and gradients sharded)")
-    if plan["cp"] > 1:
-        out.append(f"parallel-3d has no context parallelism: this plan (CP {plan['cp']}) needs another runner; "
-                   "pin --cp 1 for one it runs")
+    if w.precision != "bf16":
+        out.append(f"parallel-3d trains in bf16, not {w.precision}")
+    for flag, ours, what in (("sequence_parallel", True, "sequence parallelism with TP"),
+                             ("flash_attention", True, "fused attention (SDPA)"), ("dropout", False, "no dropout"),
+                             ("rope", False, "learned positions, not rotary ones")):
+        if getattr(w, flag) != ours:
+            out.append(f"parallel-3d runs {what}")
+    software = {"fused_kernels": "eager kernels", "attention_kernel": "FlashAttention-2 through SDPA",
+                "tp_overlap": "TP without async overlap", "dp_overlap": "FSDP2's overlapped collectives",
+                "qkv_fused": "q, k and v as three Linears", "optimizer": "AdamW foreach"}
+    for flag, what in software.items():
+        if getattr(w, flag) != getattr(PYTORCH, flag):
+            out.append(f"parallel-3d runs {what} (the plan was priced with --{flag.replace('_', '-')} changed)")
+    if plan is not None and plan["zero"] not in PYTORCH.zero_stages:
+        out.append(f"ZeRO-{plan['zero']} is not an FSDP2 mode: parallel-3d runs it as --zero 2")
     return out
 
 
-def commands(plan: dict, model: dict, gpu: str) -> dict:
+def commands(plan: dict, model: dict, gpu: str, notes: list[str] = ()) -> dict:
     """{"torchrun": ..., "slurm": ..., "notes": [...]} for the plan (a candidate record of search.describe: its
-    degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage)."""
+    degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage); notes: how it
+    departs from what was priced (differences)."""
     gpus = plan["tp"] * plan["pp"] * plan["dp"] * plan["cp"]
     per_node = min(gpus, GPUS_PER_NODE)
     nodes = math.ceil(gpus / per_node)
@@ -76,10 +91,10 @@ def commands(plan: dict, model: dict, gpu: str) -> dict:
     torchrun = (f"OMP_NUM_THREADS=1 PYTHONPATH=distributed-training torchrun --nnodes {nodes} --nproc-per-node "
                 f"{per_node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id parallel-3d "
                 f"{RUNNER} " + " ".join(flags))
-    rest = [f for f in flags if not f.startswith(("--gpu=", "--tp=", "--pp=", "--dp="))]
+    rest = [f for f in flags if not f.startswith(("--gpu=", "--tp=", "--pp=", "--dp=", "--cp="))]
     slurm = (f"sbatch --nodes={nodes} slurm/lab.sbatch parallel-3d TP={plan['tp']} PP={plan['pp']} "
-             f"DP={plan['dp']} GPU={gpu} ARGS={shlex.quote(' '.join(rest))}")
-    return {"torchrun": torchrun, "slurm": slurm, "notes": notes(plan)}
+             f"DP={plan['dp']} CP={plan['cp']} GPU={gpu} ARGS={shlex.quote(' '.join(rest))}")
+    return {"torchrun": torchrun, "slurm": slurm, "notes": list(notes)}
 
 
 def lines(cmds: dict) -> list[str]:

@@ -35,12 +35,19 @@ from pathlib import Path
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 
-from . import calibrate, launch
+from . import calibrate, from_run, launch
 from .choose import NEAR_TIE
 from .cluster import Cluster, make_cluster
 from .memory import MEMORY_HEADROOM, RECOMPUTE
-from .search import Pins, Result, Workload, enumerate_structures, search
+from .search import Pins, Result, Workload, default_batch, enumerate_structures, search
 from .shapes import Shape, parse_count, standard_shape
+from .stacks import STACKS
+
+# What the planner prices: larger sizes are refused in one line (a 1e30-parameter shape alone takes minutes to
+# lay out). 1,000T parameters is a thousand times the largest dense model trained; 2^20 GPUs, 2^24-token
+# sequences and 2^24-sequence batches lie beyond every cluster and run on record.
+LIMITS = {"params": 1e15, "gpus": 2**20, "layers": 10_000, "hidden": 2**20, "heads": 2**16, "kv_heads": 2**16,
+          "ffn": 2**22, "vocab": 2**24, "seq": 2**24, "global_batch": 2**24}
 
 
 def _f(default, text, **kw):
@@ -57,7 +64,11 @@ class PlanConfig:
     vocab: int = _f(51200, "vocabulary size")
     seq: int = _f(4096, "sequence length (tokens)")
     ffn: int | None = _f(None, "MLP width; default 4*hidden (a SwiGLU of width F plans as 1.5*F)")
-    global_batch: int | None = _f(None, "sequences per optimizer step; default ~1M tokens")
+    global_batch: int | None = _f(None, "sequences per optimizer step; default the guide's rule: 1M tokens, or 1K "
+                                        "tokens per GPU beyond 1024 GPUs")
+    stack: str = _f("pytorch", "the software that runs the plan, for its memory and collectives (stacks.py): pytorch "
+                               "(parallel-3d, whose command is printed) or megatron (Megatron-Core; no runner here)",
+                    choices=tuple(STACKS))
     precision: str = _f("bf16", "matmul precision", choices=("bf16", "fp8"))
     fp8_backend: str = _f("te-fused", "how FP8 linears run: TransformerEngine's fused modules or te.Linear, torchao, "
                                       "the lab's native layer (fp8_cost.py)", choices=("te-fused", "te", "torchao",
@@ -89,18 +100,38 @@ class PlanConfig:
     sequence_parallel: bool = _f(True, "sequence parallelism with TP (Korthikanti)")
     flash_attention: bool = _f(True, "fused attention: the a*s^2 scores are never stored")
     dropout: bool = _f(False, "dropout masks in the activations (Megatron's GPT default)")
-    fused_kernels: bool = _f(True, "fused norm/activation kernels (Megatron, TE, torch.compile); "
-                                   "--no-fused-kernels = eager PyTorch")
+    fused_kernels: bool | None = _f(None, "fused norm/activation kernels (Megatron, TE, torch.compile); "
+                                          "--no-fused-kernels = eager PyTorch; default the stack's")
     rope: bool = _f(False, "rotary position embeddings (Llama) instead of learned positions")
-    attention_kernel: str = _f("best", "FlashAttention family: best of the GPU generation (FA2 on A100, "
-                                       "FA3/cuDNN on H100+) or fa2", choices=("best", "fa2"))
-    tp_overlap: bool = _f(True, "backward TP collectives overlap the weight-gradient GEMMs (Megatron-Core)")
-    dp_overlap: bool = _f(True, "DP/ZeRO collectives overlap compute (bucketed, prefetched)")
+    attention_kernel: str | None = _f(None, "FlashAttention family: best of the GPU generation (FA2 on A100, "
+                                            "FA3/cuDNN on H100+) or fa2; default the stack's", choices=("best", "fa2"))
+    tp_overlap: bool | None = _f(None, "backward TP collectives overlap the weight-gradient GEMMs (Megatron-Core); "
+                                       "default the stack's")
+    dp_overlap: bool | None = _f(None, "DP/ZeRO collectives overlap compute (bucketed, prefetched); default the "
+                                       "stack's")
+    optimizer: str | None = _f(None, "the Adam step's implementation: megatron (fused, clip folded in), fused "
+                                     "(torch AdamW fused=True), foreach (torch AdamW's default); default the stack's",
+                               choices=("megatron", "fused", "foreach"))
+    from_run: str | None = _f(None, "price a measured run as its lab's report does, everything read from its CSV "
+                                    "(a GPU row of fp8-train's steps.csv or bench_step.csv, fsdp-scaling, "
+                                    "parallel-3d runs): the report's predicted number")
+    run: str | None = _f(None, "with --from-run: which run of the file (its name in the report), when it holds "
+                               "several")
     top: int = _f(10, "candidates to show")
     json: bool = _f(False, "print one JSON object instead of the table")
 
     def __post_init__(self):
-        self.resolve()  # every bad input raises ValueError here: one line, exit 2 (common.config)
+        if self.from_run is not None:  # every bad input raises ValueError here: one line, exit 2 (common.config)
+            if self.params is not None or self.layers is not None:
+                raise ValueError("--from-run reads the run's own model, software and layout from its CSV; drop "
+                                 "--params/--layers")
+            self.measured_run()
+        else:
+            self.resolve()
+
+    def measured_run(self):
+        """The run --from-run names (from_run.pick)."""
+        return from_run.pick(self.from_run, self.run)
 
     def shape(self) -> Shape:
         if self.params is not None:
@@ -112,6 +143,17 @@ class PlanConfig:
         return Shape(self.layers, self.hidden, self.heads, self.kv_heads or self.heads, self.vocab, self.seq,
                      self.ffn or 4 * self.hidden)
 
+    def check_limits(self) -> None:
+        """ValueError (one line) for a size beyond what the planner prices (LIMITS)."""
+        if self.params is not None and parse_count(self.params) > LIMITS["params"]:
+            raise ValueError(f"--params {self.params} is beyond the planner's range: at most {LIMITS['params']:.0e} "
+                             "(1000T) parameters")
+        for flag, limit in LIMITS.items():
+            value = getattr(self, flag)
+            if flag != "params" and value is not None and value > limit:
+                raise ValueError(f"--{flag.replace('_', '-')} {value} is beyond the planner's range: at most "
+                                 f"{limit:,}")
+
     def resolve(self) -> tuple[Workload, Cluster, Pins]:
         for flag in ("tp", "pp", "dp", "cp", "microbatch", "interleave", "global_batch", "top"):
             value = getattr(self, flag)
@@ -119,15 +161,24 @@ class PlanConfig:
                 raise ValueError(f"--{flag.replace('_', '-')} must be positive, got {value}")
         if self.zero is not None and self.zero not in (0, 1, 2, 3):
             raise ValueError(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
+        self.check_limits()
+        stack = STACKS[self.stack]
+        stack.check(self.zero, self.recompute)
+        if self.recompute and (self.cp or 1) > 1 and self.recompute not in stack.cp_recompute:
+            raise ValueError(f"--recompute {self.recompute} with --cp {self.cp}: the {stack.name} stack runs "
+                             f"{', '.join(stack.cp_recompute)} with context parallelism")
         shape = self.shape()
-        batch = self.global_batch or max(1, round(2**20 / shape.seq))
+        batch = self.global_batch or default_batch(self.gpus, shape.seq)
         cl = make_cluster(get_preset(self.gpu), self.gpus, self.precision, self.gpus_per_node, self.nvlink_gbps,
                           self.inter_node_gbps, self.peak_tflops, self.matmul_tflops, self.memory_gb)
         if self.calibrate:
             cl = calibrate.calibrated(cl, calibrate.expand(self.calibrate))
-        w = Workload(shape, batch, self.precision, float(self.grad_bytes), self.sequence_parallel,
-                     self.flash_attention, self.dropout, self.fused_kernels, self.rope, self.attention_kernel,
-                     self.tp_overlap, self.dp_overlap, fp8_backend=self.fp8_backend, fp8_recipe=self.fp8_recipe)
+        software = {k: getattr(self, k) for k in ("fused_kernels", "attention_kernel", "tp_overlap", "dp_overlap",
+                                                  "optimizer") if getattr(self, k) is not None}
+        w = Workload.of(stack, shape, batch, self.precision, grad_bytes=float(self.grad_bytes),
+                        sequence_parallel=self.sequence_parallel, flash_attention=self.flash_attention,
+                        dropout=self.dropout, rope=self.rope, fp8_backend=self.fp8_backend,
+                        fp8_recipe=self.fp8_recipe, **software)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         structures, rejected = enumerate_structures(w, cl, pins)
         if len(structures["t"]) == 0:
@@ -137,15 +188,30 @@ class PlanConfig:
 
 
 def run_commands(w: Workload, cl: Cluster, res: Result) -> dict | None:
-    """How to run the best plan in parallel-3d (launch.py)."""
-    if not res.best:
+    """How to run the best plan in parallel-3d (launch.py); None without a plan or a runner for the stack."""
+    if not res.best or w.stack.runner is None:
         return None
     model = {k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")}
-    return launch.commands(res.best, model, cl.gpu)
+    return launch.commands(res.best, model, cl.gpu, launch.differences(w, res.best))
+
+
+def headline(w: Workload, res: Result) -> str:
+    """The output's first line: the stack the plan is priced for, and whether the printed command runs it as priced."""
+    head = f"stack    {w.stack.name}: {w.stack.title}"
+    if w.stack.runner is None:
+        return (f"{head}. This project has no runner for it: no command is printed (--stack pytorch prices the plan "
+                "parallel-3d runs)")
+    if not res.best:
+        return f"{head}; nothing fits, so no command is printed"
+    differs = launch.differences(w, res.best)
+    if differs:
+        return f"{head}. The {w.stack.runner} command below does NOT run this plan as priced: " + "; ".join(differs)
+    return f"{head}; the {w.stack.runner} command below runs this plan as priced"
 
 
 def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
     return {
+        "stack": {"name": w.stack.name, "what": w.stack.title, "runner": w.stack.runner, "headline": headline(w, res)},
         "model": {**{k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")},
                   "params": w.shape.params},
         "cluster": {"gpu": cl.gpu, "gpus": cl.gpus, "gpus_per_domain": cl.domain, "peak_tflops": cl.peak_tflops,
@@ -185,7 +251,7 @@ def error_band() -> dict:
 
 
 def table(w: Workload, cl: Cluster, res: Result) -> str:
-    lines = [f"model    {w.shape.describe()}",
+    lines = [headline(w, res), f"model    {w.shape.describe()}",
              f"cluster  {cl.describe()}" + "".join(f"\n         note: {n}" for n in cl.notes),
              f"workload {w.global_batch} sequences x {w.shape.seq} = {w.global_batch * w.shape.seq:,} tokens/step, "
              f"{w.precision}; {res.evaluated:,} configurations evaluated (a cost-model projection)", ""]
@@ -213,7 +279,9 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
                   f"      memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
                   f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
-                              for k in ("tp", "pp", "dp", "cp")), ""] + launch.lines(run_commands(w, cl, res))
+                              for k in ("tp", "pp", "dp", "cp")), ""]
+        cmds = run_commands(w, cl, res)
+        lines += launch.lines(cmds) if cmds else []
         if res.near_ties:
             lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the "
                           "model's own error: practitioners' rules chose (choose.py); the runners-up and why each "
@@ -231,6 +299,10 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
+    if cfg.from_run is not None:
+        rep = from_run.report(cfg.measured_run())
+        print(json.dumps(rep, indent=1) if cfg.json else "\n".join(from_run.lines(rep)))
+        return 0
     w, cl, pins = cfg.resolve()
     res = search(w, cl, pins, top=cfg.top)
     try:

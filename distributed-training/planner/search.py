@@ -5,19 +5,22 @@ the GPU count, and a configuration is kept only if it can run: t divides heads a
 tiles the NVLink domain (t | domain or domain | t), p <= L (stages.py chooses how many layers each
 stage gets, so p need not divide L), c leaves an even sequence chunk of at least MIN_CP_TOKENS
 tokens (ring attention balances causal work with 2c chunks), t·p·c·d = GPUs, b divides the
-per-replica batch (b <= MAX_MICROBATCH), a pipeline at least p micro-batches per step (1F1B idles most of
-its stages with fewer; PyTorch's schedules refuse them), and interleaving v > 1 needs p > 1, a split whose middle
+per-replica batch (b <= MAX_MICROBATCH), and interleaving v > 1 needs p > 1, a split whose middle
 stages hold a multiple of v layers (stages.py: fewer on the first and last stage, as Megatron places
 them) and m a multiple of p (Megatron's interleaved schedule). When d does not divide the
 global batch, the replica batch is the nearest whole number of sequences, if that batch is within
 BATCH_TOLERANCE of the one asked for (992 GPUs as TP 8 x DP 124 run 992 of 1,024 sequences), and
 the plan says which global batch it runs (`global_batch`); plans are ranked by throughput, not
-step time, since their batches may differ.
+step time, since their batches may differ. A pipeline with fewer micro-batches than stages is priced,
+not refused: Megatron's 1F1B and PyTorch's GPipe run it, every stage holding all m micro-batches, with a
+bubble of (p-1)/(m+p-1) of the step (costs.py); only interleaving needs m to be a multiple of p.
 
 Each structure is evaluated with every ZeRO stage and recompute setting allowed (vectorised over
 numpy arrays: thousands of configurations in milliseconds), and the fastest setting that fits in
 memory represents it; ties go to the smaller memory. A TP group spanning NVLink domains is never chosen
-when a plan with TP inside one fits (unless --tp pins it). With FlashAttention, selective recompute is
+when a plan with TP inside one fits (unless --tp pins it), nor context parallelism below 32K tokens per
+sequence when a plan without it fits (unless --cp pins it). The workload's stack (stacks.py) says which
+ZeRO stages and recompute modes exist, and prices memory and data-parallel traffic as that stack runs them. With FlashAttention, selective recompute is
 skipped unless pinned (it saves nothing that FlashAttention stores and costs time); without it the
 per-op mode is (it is torchtitan's, built around SDPA). Among the plans within the model's own
 error of the fastest, choose.py picks by the rules practitioners follow and names the runners-up.
@@ -32,13 +35,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from .choose import decide
+from .choose import CP_MIN_SEQ, decide
 from .cluster import Cluster
 from .compute import Kernels
 from .costs import step_costs
 from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from .memory import MEMORY_HEADROOM, RECOMPUTE, memory_breakdown
+from .memory import MEMORY_HEADROOM, RECOMPUTE
 from .shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from .stacks import MEGATRON, Stack
 from .stages import interleave_fits
 
 MAX_MICROBATCH = 16
@@ -83,6 +87,16 @@ class Workload:
     qkv_fused: bool = True  # q, k, v as one GEMM (Megatron, TE) or three Linears (torchtitan)
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
+    optimizer: str = "megatron"  # the Adam step's implementation (compute.OPTIMIZER_KERNELS)
+    stack: Stack = MEGATRON  # whose memory and data-parallel schedule (stacks.py); the flags above are its software
+
+    @classmethod
+    def of(cls, stack: Stack, shape: Shape, global_batch: int, precision: str = "bf16", **flags) -> "Workload":
+        """A workload with `stack`'s software (its kernels, overlap, optimizer), `flags` overriding them."""
+        own = dict(fused_kernels=stack.fused_kernels, attention_kernel=stack.attention_kernel,
+                   tp_overlap=stack.tp_overlap, dp_overlap=stack.dp_overlap, qkv_fused=stack.qkv_fused,
+                   optimizer=stack.optimizer)
+        return cls(shape, global_batch, precision, stack=stack, **{**own, **flags})
 
     @property
     def fp8(self) -> bool:
@@ -92,7 +106,7 @@ class Workload:
     def kernels(self) -> Kernels:
         return Kernels(self.flash_attention, self.fused_kernels, self.sequence_parallel, self.dropout, self.fp8,
                        self.rope, self.attention_kernel, self.fp8_backend, self.fp8_recipe, self.qkv_fused,
-                       host=self.host, tp_comm_overlap=self.tp_comm_overlap)
+                       optimizer=self.optimizer, host=self.host, tp_comm_overlap=self.tp_comm_overlap)
 
 
 @dataclass
@@ -120,6 +134,12 @@ def _interleaves(layers: int, p: int) -> list[int]:
     if p == 1:
         return [1]
     return [1] + [v for v in range(2, MAX_INTERLEAVE + 1) if interleave_fits(layers, p, v)]
+
+
+def default_batch(gpus: int, seq: int) -> int:
+    """The guide's batch rule, in sequences: 1M tokens, or 1K tokens per GPU on clusters of more than 1024 GPUs
+    (4M tokens at 4096 GPUs, 16M at 16,384): the CLI's default and the guide's tables."""
+    return max(1, max(2**20, 2**10 * gpus) // seq)
 
 
 def replica_batch(batch: int, d: int) -> int:
@@ -174,12 +194,7 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                                          "reason": f"micro-batch {b} does not divide the {per_replica} "
                                                    "sequences per replica"})
                         continue
-                    m = per_replica // b
-                    if p > 1 and m < p:  # 1F1B idles most stages otherwise (PyTorch's schedules refuse it)
-                        rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b,
-                                         "reason": f"pp={p} needs at least {p} micro-batches, micro-batch {b} "
-                                                   f"gives {m}"})
-                        continue
+                    m = per_replica // b  # m < p runs, with a bubble of (p-1)/(m+p-1) (costs.py)
                     for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
                                f"interleave {v}: no split of {sh.layers} layers on {p} stages puts a multiple "
@@ -200,9 +215,9 @@ def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bo
     deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
                        dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
-                       fsdp_copies=w.fsdp_copies)
-    mem = memory_breakdown(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
-                           flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
+                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule)
+    mem = w.stack.memory(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
+                         flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
     return {"memory": mem, **times}
 
 
@@ -210,7 +225,8 @@ def _recompute_modes(w: Workload, pins: Pins) -> list[int]:
     if pins.recompute:
         return [RECOMPUTE.index(pins.recompute)]
     # With FlashAttention, Korthikanti's selective recompute saves nothing and costs time: dominated.
-    return [NONE, FULL, OP] if w.flash_attention else [NONE, SELECTIVE, FULL]
+    modes = [NONE, FULL, OP] if w.flash_attention else [NONE, SELECTIVE, FULL]
+    return [r for r in modes if RECOMPUTE[r] in w.stack.recompute]
 
 
 def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50,
@@ -222,7 +238,7 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     """
     s, rejected = enumerate_structures(w, cl, pins)
     n_struct = len(s["t"])
-    zeros = [pins.zero] if pins.zero is not None else [0, 1, 2, 3]
+    zeros = [pins.zero] if pins.zero is not None else list(w.stack.zero_stages)
     combos = [(z, r) for z in zeros for r in _recompute_modes(w, pins)]
     k = len(combos)
     sid = np.repeat(np.arange(n_struct), k)
@@ -233,7 +249,8 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     total = ev["memory"]["total"]
     per_token = ev["step_s"] / grid["B"]  # plans may run different global batches: rank by throughput
     usable = MEMORY_HEADROOM * cl.memory_gb * GB
-    fits = total <= usable
+    runs = (grid["c"] == 1) | np.isin(rec, [RECOMPUTE.index(r) for r in w.stack.cp_recompute])
+    fits = (total <= usable) & runs
     # Fastest fitting (zero, recompute) per structure, ties to less memory; then rank the structures.
     idx = np.flatnonzero(fits)
     idx = idx[np.lexsort((total[idx], per_token[idx], sid[idx]))]
@@ -247,6 +264,10 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
         # TP inside the NVLink domain whenever a plan with it fits (choose.py's rule 2, made absolute): the model
         # does not price NICs shared with DP/PP traffic or jitter, which practitioners keep TP off the network for.
         ranked = ranked[g["t"][ranked] <= cl.domain]
+    if rules and pins.cp is None and w.shape.seq < CP_MIN_SEQ and (g["c"][ranked] == 1).any():
+        # No context parallelism below CP_MIN_SEQ tokens whenever a plan without it fits (choose.py's rule 4, made
+        # absolute): the model does not price the ring's load imbalance and small per-step kernels.
+        ranked = ranked[g["c"][ranked] == 1]
     fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
     candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.

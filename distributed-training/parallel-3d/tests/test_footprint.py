@@ -32,3 +32,32 @@ def test_state_bytes_count_storages_once():
     opt.step()
     assert storage_bytes([p.grad, q.grad, None]) == 64
     assert state_bytes([p, q], opt) == {"param_bytes": 64, "grad_bytes": 64, "opt_bytes": 2 * 64}
+
+
+def _dtensor_op_in_a_fake_world() -> tuple[int, int]:
+    """(peak bytes, local output bytes) of one DTensor op as rank 0 of 4 on the fake group, under FakeTensorMode."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (4,))
+        with FakeTensorMode():
+            x = DTensor.from_local(torch.empty(357, 64), mesh, [Shard(0)])  # global (1428, 64); a shape no other
+            with PeakTracker() as mem:                                     # test uses: sharding prop is not cached
+                y = x * 3.0
+        return mem.peak_bytes, y.to_local().untyped_storage().nbytes()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_shape_propagation_is_not_counted_in_a_fake_world():
+    """DTensor runs each op once on global-shape fake tensors to learn its output's shape; in the at-scale study's
+    fake world those tensors live in the study's own FakeTensorMode, and a rank must not be charged for them."""
+    from at_scale import isolated
+
+    peak, local = isolated(_dtensor_op_in_a_fake_world)
+    assert peak == local == 357 * 64 * 4

@@ -5,7 +5,7 @@ global batch (SGD, 2 steps: the second step's gradients follow a sharded optimiz
 
     fp32, within 1e-5
     TP2 x DP2        ZeRO-2, selective recompute, no pipeline (gradient accumulation)
-    PP2 x DP2        ZeRO-3, 1F1B
+    PP2 x DP2        ZeRO-3, 1F1B; and with one micro-batch per step (fewer than stages: GPipe)
     TP2 x PP2        full recompute, interleaved 1F1B over 4 uneven stages (1, 2, 2, 1 layers)
     TP2 x PP2 x DP2  ZeRO-3, selective recompute, interleaved 1F1B, 8 ranks, built on the meta device
                      (the path of models > 2 GiB): its weights equal the one-process model's exactly
@@ -57,6 +57,7 @@ CASES = {
     "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "selective", 2),
                              init="meta"),
     "dp2-cp2": Case(Layout(tp=1, pp=1, dp=2, microbatch=1, num_microbatches=4, cp=2), Variant(3, "none", 1)),
+    "pp2-dp2-gpipe": Case(Layout(tp=1, pp=2, dp=2, microbatch=4, num_microbatches=1), Variant(3, "none", 1)),
     "tp2-pp2-cp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4, cp=2), Variant(3, "full", 2)),
     "1-rank-bf16": Case(Layout(tp=1, pp=1, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 1), BF16),
     "tp2-pp2-bf16": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "none", 2), BF16),

@@ -18,11 +18,15 @@ def test_bus_bytes_by_hand():
     assert pred.bus_bytes["tp"] == pytest.approx(G.n_layers / p * 4 * m * 2 * (t - 1) / t * act)
     # PP: one transfer each way per micro-batch, this rank's 1/t of the activation
     assert pred.bus_bytes["pp"] == pytest.approx(2 * m * act / t)
-    # DP, ZeRO-3: per micro-batch 2 bf16 all-gathers + 1 fp32 reduce-scatter of the stage, ring factor (d-1)/d
+    # DP, ZeRO-3 under a pipeline as FSDP2 runs it (design.py): a 1F1B stage gathered m + 1 times in bf16 (resharded
+    # after every forward), its gradients reduce-scattered once per step in fp32 (pipelining accumulates them)
     psi = pred.stage_params  # the busier end stage: 4 blocks and the embeddings (or the LM head), / t
     shape = pb.shape_of(G)
     assert psi == pytest.approx((4 * shape.layer_params + max(shape.embedding_params, shape.head_params)) / t)
-    assert pred.bus_bytes["dp"] == pytest.approx(m * (2 * 2 + 4) * psi * (d - 1) / d)
+    assert pred.bus_bytes["dp"] == pytest.approx(((m + 1) * 2 + 4) * psi * (d - 1) / d)
+    # without a pipeline: every micro-batch gathers twice (ZeRO-3) and reduce-scatters once
+    flat = pb.predict(G, pb.Degrees(t, 1, d, 3, b, m, 1, "none"), "h100")
+    assert flat.bus_bytes["dp"] == pytest.approx(m * (2 * 2 + 4) * flat.stage_params * (d - 1) / d)
     assert pred.times_s["step_s"] > 0 and pb.predict(G, pb.Degrees(1, 1, 1, 3, 1, 1, 1, "none"), None).times_s is None
 
 

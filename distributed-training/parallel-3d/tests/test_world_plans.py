@@ -1,5 +1,6 @@
 """The pre-launch check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2,
-before any rank builds a model: degrees vs the world, heads vs TP, layers vs PP, micro-batches vs stages
+before any rank builds a model: degrees vs the world, heads vs TP, layers vs PP (fewer micro-batches than
+stages run, under GPipe)
 (common.testing.check_pass runs the launcher's check pass; the CPU preset: 6 layers, 4 heads, global batch 8
 of micro-batches of 1)."""
 
@@ -27,9 +28,7 @@ def expected(tp: int, pp: int, interleave: int, world: int) -> str | None:
         return f"--global-batch {BATCH} is not a multiple of dp x microbatch = {dp} x 1"
     if pp * interleave > LAYERS:
         return f"{pp * interleave} pipeline stages (pp x interleave) need at least as many layers"
-    if pp > 1 and BATCH // dp < pp:
-        return f"1F1B needs at least pp={pp} micro-batches per replica, got {BATCH // dp}"
-    return None
+    return None  # fewer micro-batches than stages run (GPipe, engine.py): nothing more to refuse
 
 
 @pytest.mark.parametrize("tp, pp, interleave", [(2, 2, 2), (4, 1, 1), (8, 1, 1), (1, 8, 1), (1, 4, 1)],

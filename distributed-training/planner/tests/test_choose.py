@@ -58,18 +58,19 @@ def test_memory_margin_and_the_later_rules():
 
 
 def test_issue_example_no_longer_left_to_noise(capsys):
-    # The 18.4B GPT on 256 A100s under SC21's constraints: once TP 2 · PP 4 · CP 2 at 2,048 tokens among a dozen
-    # plans within 1.4%; now the near-ties are named and the rules pick a plan without CP.
+    # The 18.4B GPT on 256 A100s under SC21's constraints (Megatron's stack): once TP 2 · PP 4 · CP 2 at 2,048
+    # tokens among a dozen plans within 1.4%; now the near-ties are named, and no plan with CP at 2,048 tokens is
+    # even a candidate (rule 4 holds whenever a plan without CP fits; --cp pins one).
     import json
 
     from planner import plan as cli
     argv = ["--layers", "40", "--hidden", "6144", "--heads", "48", "--seq", "2048", "--global-batch", "1024",
-            "--gpus", "256", "--gpu", "a100", "--zero", "0", "--recompute", "full"]
+            "--gpus", "256", "--gpu", "a100", "--zero", "0", "--recompute", "full", "--stack", "megatron"]
     assert cli.main(argv + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["best"]["tp"], out["best"]["pp"], out["best"]["cp"]) == (8, 1, 1)  # Megatron's choice
-    cp_plans = [t for t in out["near_ties"] if t["cp"] > 1]
-    assert cp_plans and all(t["lost_because"].startswith(("rule 3", "rule 4")) for t in cp_plans)
+    assert all(c["cp"] == 1 for c in out["candidates"] + out["near_ties"]) and out["near_ties"]
+    assert cli.main(argv + ["--cp", "2", "--json"]) == 0 and json.loads(capsys.readouterr().out)["best"]["cp"] == 2
     layouts = [(t["tp"], t["pp"], t["cp"], t["zero"], t["recompute"]) for t in out["near_ties"]]
     assert len(layouts) == len(set(layouts)) and (8, 1, 1, 0, "full") not in layouts
     assert cli.main(argv + ["--top", "3"]) == 0

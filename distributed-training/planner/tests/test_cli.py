@@ -23,6 +23,11 @@ LABS = Path(__file__).resolve().parents[2]
     (["--params", "7B", "--gpu", "a100", "--precision", "fp8"], "a100 has no FP8 tensor cores"),
     (["--params", "7B", "--layers", "4"], "either --params or --layers"),
     (["--params", "7B", "--calibrate", "nowhere.csv"], "--calibrate: no such file nowhere.csv"),
+    (["--params", "7B", "--zero", "1"], "--zero 1 is not a mode of the pytorch stack (it runs ZeRO 2, 3)"),
+    (["--params", "7B", "--recompute", "selective"], "--recompute selective is not what the pytorch stack runs"),
+    (["--params", "7B", "--cp", "2", "--recompute", "op"], "the pytorch stack runs none, full with context"),
+    (["--from-run", "nowhere.csv"], "--from-run: no such file nowhere.csv"),
+    (["--params", "7B", "--from-run", "nowhere.csv"], "--from-run reads the run's own model"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
     with pytest.raises(SystemExit) as e:
@@ -41,7 +46,7 @@ def test_nothing_fits_exits_1_with_reasons(capsys):
 
 def test_json_run_as_a_module():
     # as `make plan` runs it: python -m planner.plan with PYTHONPATH=distributed-training
-    proc = subprocess.run([sys.executable, "-m", "planner.plan", "--params", "1B", "--gpus", "16", "--zero", "1",
+    proc = subprocess.run([sys.executable, "-m", "planner.plan", "--params", "1B", "--gpus", "16", "--zero", "3",
                            "--json", "--top", "3"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(LABS)})
     assert proc.returncode == 0, proc.stderr
@@ -52,7 +57,8 @@ def test_json_run_as_a_module():
                 "model_tflops_per_gpu", "mfu", "hardware_tflops_per_gpu", "hfu"):
         assert key in best, key
     assert set(best["memory_gb"]) == {"params", "grads", "optimizer", "activations", "buffers", "total"}
-    assert best["zero"] == 1 and len(out["candidates"]) == 3 and out["candidates"][0] == best
+    assert best["zero"] == 3 and len(out["candidates"]) == 3 and out["candidates"][0] == best
+    assert out["stack"]["name"] == "pytorch" and out["stack"]["runner"] == "parallel-3d" and out["run"]
     assert best["tp"] * best["pp"] * best["dp"] * best["cp"] == 16
     assert "mfu" in out["definitions"] and "hfu" in out["definitions"] and out["config"]["gpus"] == 16
     assert all("reason" in r for r in out["rejected"]) and out["rejected_total"] >= len(out["rejected"])
@@ -63,8 +69,9 @@ def test_json_run_as_a_module():
     ("--attention-kernel", ("best", "fa2")), ("--grad-bytes", ("2", "4")), ("--precision", ("bf16", "fp8"))])
 def test_every_value_help_lists_is_accepted(capsys, flag, values):
     # Issue 15: `--recompute none` was refused ("invalid choice: None"); every listed value must plan.
-    for value in values:
-        assert plan.main(["--params", "1B", "--gpus", "8", flag, value, "--json"]) == 0, (flag, value)
+    for value in values:  # Megatron's stack has them all (the pytorch stack refuses what FSDP2 lacks: above)
+        assert plan.main(["--params", "1B", "--gpus", "8", flag, value, "--json", "--stack", "megatron"]) == 0, \
+            (flag, value)
         out = json.loads(capsys.readouterr().out)
         key = flag[2:].replace("-", "_")
         assert str(out["config"][key]) == value

@@ -53,10 +53,11 @@ def test_step_assembly():
     out = step_costs(sh, cl, Degrees.of(p=p, v=v, m=m))  # d = 1: no DP traffic at all
     assert out["dp_comm_s"].max() == 0 and out["pp_comm_s"][0] == 0 and out["pp_comm_s"][1] > 0
     busy = out["step_s"] - out["bubble_s"] - out["optimizer_s"]
-    np.testing.assert_allclose(out["bubble_s"] / busy, out["bubble_fraction"])
+    np.testing.assert_allclose(out["bubble_s"] / (busy + out["bubble_s"]), out["bubble_fraction"])
     assert out["bubble_s"][0] == 0
-    # Stages carry the embedding and the LM head, so the bubble is close to, not exactly, (p-1)/(v·m) (SC21 §2.2).
-    np.testing.assert_allclose(out["bubble_fraction"][1:], ((p - 1) / (v * m))[1:], rtol=0.15)
+    # Stages carry the embedding and the LM head, so the bubble is close to, not exactly, (p-1)/(v·m) of the ideal
+    # (SC21 §2.2): (p-1)/(v·m + p - 1) of the pipeline's time.
+    np.testing.assert_allclose(out["bubble_fraction"][1:], ((p - 1) / (v * m + p - 1))[1:], rtol=0.15)
     assert list(out["split"].first) == [16, 8, 4, 4, 2] and list(out["split"].last) == [16, 8, 4, 4, 2]
 
 
@@ -142,3 +143,16 @@ def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
     assert float(out["dp_comm_s"]) == pytest.approx(3 * 4 * 3 * 7e-6, rel=1e-6)
     # ZeRO-0 reduces the gradients once per step, one bucket: one all-reduce latency (14 steps).
     assert float(step_costs(sh, cl, Degrees.of(d=8, m=3, zero=0))["dp_comm_s"]) == pytest.approx(14e-6, rel=1e-6)
+
+
+def test_fewer_micro_batches_than_stages_are_priced():
+    # Issue 29 part 5: m < p runs (Megatron's 1F1B, PyTorch's GPipe): every stage idles p - 1 slots of the m + p - 1,
+    # and the first stage holds all m micro-batches. Equal stages of one layer and no head: the formula exactly.
+    from planner.stages import pipeline_step
+
+    for p, m in ((4, 1), (4, 2), (8, 3), (4, 4), (4, 9)):
+        step = float(pipeline_step(m, 1, 1.0, float(p)))  # slowest stage 1 s per micro-batch, p such stages
+        assert step == m + p - 1 and (step - m) / step == pytest.approx((p - 1) / (m + p - 1))
+    sh = Shape(16, 1024, 8, 8, 1000, 1024, 4096)
+    out = step_costs(sh, toy_cluster(), Degrees.of(p=np.array([4, 4]), m=np.array([2, 8])))
+    assert out["bubble_fraction"][0] == pytest.approx(3 / 5, rel=0.1) and out["bubble_fraction"][1] < 0.3

@@ -38,22 +38,30 @@ def test_guide_is_deterministic_and_committed(tmp_path):
 
 
 def test_a_calibrated_guide_from_the_committed_csvs(tmp_path, capsys):
-    # Issue 24: gloo rows calibrate a CPU "cluster"'s network, the H100 GEMM benchmark its compute. The guide says
-    # which figures came from the measurements and which stayed the table's, and its plans follow them.
+    # Issue 24: the H100 GEMM benchmark calibrates the compute of an H100 guide. The guide says which figures came
+    # from the measurements and which stayed the table's, and its plans follow them.
+    labs = HERE.parent
+    out = tmp_path / "calibrated.md"
+    assert guide.main(["--calibrate", f"{labs}/fp8-train/results/h100_ws1/bench_gemm.csv", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "**Calibrated for your cluster**" in text and "planned on H100 SXM 80GB" in text
+    assert "- sustained matmul fraction 0.734" in text
+    assert "the per-GPU network rate" in " ".join(text.split("Everything else is")[1][:200].split())  # the table's
+    default = guide.render()  # main() restored the hardware table's context
+    assert "Calibrated" not in default
+    assert "{{" not in text and not re.search(r"/(tmp|root|home)/", text.split("## 1.")[1])
+
+
+def test_a_sweep_of_another_gpu_is_refused(tmp_path, capsys):
+    # Issue 32: a CPU gloo sweep once "calibrated" an H100 guide with 0.892 GB/s of NVLink. Now one line, exit 2,
+    # nothing written, as a CPU GEMM file already was.
     labs = HERE.parent
     files = f"{labs}/allreduce-bench/results/sweep_cpu_ws4.csv,{labs}/fp8-train/results/h100_ws1/bench_gemm.csv"
     out = tmp_path / "calibrated.md"
-    assert guide.main(["--calibrate", files, "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "**Calibrated for your cluster**" in text and "planned on H100 SXM 80GB" in text
-    assert "- in-domain rate and latency from a 4-rank all_reduce sweep" in text
-    assert "- sustained matmul fraction 0.734" in text
-    assert "the per-GPU network rate" in text.split("Everything else is")[1][:200]  # stayed the table's
-    default = guide.render()  # main() restored the hardware table's context
-    assert "Calibrated" not in default
-    matrix = lambda t: t.split("## 1. The decision matrix")[1].split("## 2.")[0]  # noqa: E731
-    assert matrix(text) != matrix(default)  # a 1 GB/s "NVLink" plans differently
-    assert "{{" not in text and not re.search(r"/(tmp|root|home)/", text.split("## 1.")[1])
+    assert guide.main(["--calibrate", files, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sweep_cpu_ws4.csv was measured on cpu, not h100" in err and not out.exists()
+    assert "Calibrated" not in guide.render()
 
 
 def test_calibrating_with_a_bad_file_is_one_line(tmp_path, capsys):

@@ -111,3 +111,35 @@ def test_calibration_from_an_allreduce_bench_csv():
     assert len(cl.notes) == 2 and cl.net.source == "allreduce-bench sweeps"
     with pytest.raises(ValueError, match="no such file"):
         calibrate(cl, ["missing.csv"])
+
+
+@pytest.mark.parametrize("stack", ["megatron", "pytorch"])
+def test_fewer_micro_batches_than_stages_are_planned(stack):
+    """Issue 29 part 5: a pipeline with m < p is priced, not refused: bubble (p-1)/(m+p-1) of the pipeline's time,
+    the first stage holding all m micro-batches; a larger batch (more micro-batches) is faster per token."""
+    from planner.stacks import STACKS
+
+    sh, cl = SHAPES["13B"], make_cluster(get_preset("h100"), 64)
+    pins = Pins(tp=8, pp=4, microbatch=1, interleave=1, zero=3, recompute="full")
+    few = search(Workload.of(STACKS[stack], sh, 4), cl, pins).best  # dp 2: 2 micro-batches on 4 stages
+    many = search(Workload.of(STACKS[stack], sh, 32), cl, pins).best  # 16 micro-batches
+    assert few["num_microbatches"] == 2 < few["pp"] == 4 and many["num_microbatches"] == 16
+    assert few["bubble_fraction"] == pytest.approx(3 / 5, rel=0.1)
+    assert many["bubble_fraction"] == pytest.approx(3 / 19, rel=0.1)
+    assert few["tokens_per_s_per_gpu"] < many["tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("name, gpus, batch, pins", [("70B", 512, 512, Pins()), ("gqa-odd", 64, 256, Pins(cp=2))])
+def test_the_pytorch_stack_plans_only_what_parallel_3d_runs(name, gpus, batch, pins):
+    """Every candidate of the pytorch stack divides and fits, with an FSDP2 mode (ZeRO-2/3) and a recompute setting
+    parallel-3d has (its selective policy is the planner's `op`; none or full with CP)."""
+    from planner.stacks import PYTORCH
+
+    w = Workload.of(PYTORCH, SHAPES[name], batch)
+    cl = make_cluster(get_preset("h100"), gpus)
+    res = search(w, cl, pins, top=200, max_rejected=10)
+    assert res.candidates
+    for c in res.candidates:
+        check_divides_and_fits(w, cl, c, pins)
+        assert c["zero"] in (2, 3) and c["recompute"] in PYTORCH.recompute
+        assert c["cp"] == 1 or c["recompute"] in PYTORCH.cp_recompute
