@@ -34,6 +34,7 @@ class Software:
     fp8_recipe: str = "delayed"
     qkv_fused: bool = True
     host: str = "eager"  # what launches the kernels (host.py): eager Python (Megatron, DeepSpeed), compiled, graphs
+    tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap (costs.py)
 
 
 # Megatron-LM 2021-22 and DeepSpeed-Megatron: fp32 gradients, dropout, no FlashAttention, no overlap.
@@ -65,7 +66,8 @@ class Case:
     software: Software = MEGATRON_2021
     memory_gb: float | None = None
     inter_node_gbps: float | None = None  # network per GPU when it is not the preset's
-    gpus_per_node: int | None = None  # NVLink domain when it is not the preset's (4 H200s per node)
+    gpus_per_node: int | None = None  # NVLink domain when it is not the preset's
+    group: str | None = None  # rows a source measured as alternatives for one job: ranked against each other
 
 
 def gpt(layers: int, hidden: int, heads: int, seq: int = 2048, vocab: int = 51200) -> Shape:

@@ -1,5 +1,7 @@
 """The planner's predictions beside published measurements: the runs its constants are fitted on, and the held-out ones.
 
+The rows below are large runs; published_small.py adds small models on one node and a few (issue 29), all held out.
+
 Each row pins the configuration the authors ran (degrees, batch, micro-batch, recompute) and the
 software they ran it with (fused kernels or eager, which attention, whether collectives overlap),
 and lets the planner fill in only what the paper does not state; the error is that of per-GPU
@@ -59,6 +61,7 @@ from dataclasses import replace
 
 from common.hardware import get_preset
 
+from . import published_small
 from .calibration import FITTED, ComputeConstants
 from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 from .cluster import make_cluster
@@ -142,7 +145,7 @@ def cases() -> list[Case]:
     out.append(Case(TITAN, "Llama3 70B FSDP32 x TP8, 256 GPUs", l70, "h100-gt", 256, 512,
                     Pins(tp=8, pp=1, dp=32, cp=1, zero=3, microbatch=16, recompute="full"),
                     "tokens_per_s_per_gpu", 597.3, "held-out", software=TORCHTITAN))
-    return out
+    return out + published_small.cases()
 
 
 def workload(case: Case) -> Workload:
@@ -176,6 +179,7 @@ def compare(consts: ComputeConstants = FITTED, role: str | None = None) -> list[
         best = predict(case, consts)
         rows.append({"source": case.source, "name": case.name, "gpus": case.gpus, "gpu": case.gpu,
                      "metric": case.metric, "published": case.published, "role": case.role,
+                     "hidden": case.shape.hidden, "group": case.group,
                      "predicted": None if best is None else best[case.metric], "config": best,
                      "error": None if best is None else throughput_error(case, best)})
     return rows
