@@ -68,17 +68,18 @@ def old_case(case: published.Case, free_sc21: bool = False) -> dict:
             "pins": pins, "metric": "step_s" if case.metric == "step_s" else case.metric}
 
 
-def run_old(commit: str, cases: list[dict]) -> list[dict | None]:
+def run_old(commit: str, cases: list[dict], runner: str = OLD_RUNNER, prog: str = "before_after.py"):
+    """`runner`'s JSON output, run by the planner exported at `commit`; one line and exit 1 if it fails."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", commit, "distributed-training"], cwd=REPO, capture_output=True,
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         planner = Path(tmp) / "distributed-training" / "planner"
-        proc = subprocess.run([sys.executable, "-c", OLD_RUNNER], cwd=planner, input=json.dumps(cases), text=True,
+        proc = subprocess.run([sys.executable, "-c", runner], cwd=planner, input=json.dumps(cases), text=True,
                               capture_output=True, env={"PYTHONPATH": f"{planner.parent}:{planner}", "PATH": ""},
-                              timeout=600)
+                              timeout=600, check=False)
         if proc.returncode:
-            raise SystemExit(f"before_after.py: the planner at {commit} failed: {proc.stderr.strip().splitlines()[-1]}")
+            raise SystemExit(f"{prog}: the planner at {commit} failed: {proc.stderr.strip().splitlines()[-1]}")
         return json.loads(proc.stdout)
 
 

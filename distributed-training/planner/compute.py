@@ -15,7 +15,8 @@ size-dependent memory rate), with a per-kernel fixed cost on top:
   at the shape where it was measured, times the sustained-clock factor of calibration.py. Skinny
   GEMMs (small K: attention scores; small N: high TP) fall to the memory roofline, bytes / B.
 - Memory-bound kernels (norms, activation functions, residual adds and dropout, rotary embedding,
-  softmax and masking of materialised scores, the vocabulary-sized cross-entropy, the optimizer)
+  softmax and masking of materialised scores, the vocabulary-sized cross-entropy pass by pass as each
+  stack runs it (LOSS_PASSES), the optimizer)
   move their bytes at the achievable HBM rate B. Bytes per element of each kernel are those of
   the kernels training stacks run: fused (Megatron's fused LayerNorm, bias-GeLU, bias-dropout-add
   and scale-mask-softmax, TransformerEngine, torch.compile) or eager PyTorch (torchtitan without
@@ -24,7 +25,9 @@ size-dependent memory rate), with a per-kernel fixed cost on top:
 - Attention core: with FlashAttention one kernel forward and one backward (the backward does 2.5x
   the forward's matmul work, recomputing the scores: Dao 2023, FlashAttention-2 §3.1), causal
   blocks skipped, at the attention efficiency of the GPU generation (calibration.py: the FA2/FA3
-  papers' measured TFLOP/s). Without it (Megatron 2021-22), QK^T and AV are batched GEMMs with
+  papers' measured TFLOP/s) times the kernel's measured rate at its sequence length and head size over
+  the reference shape's (calibration.attention_shape_factor: short sequences and heads of 64 run slower).
+  Without it (Megatron 2021-22), QK^T and AV are batched GEMMs with
   K = head size and the a·s² scores go through HBM: softmax and dropout read and write them, and
   their gradients twice over.
 - Recompute: full recompute repeats the forward of every layer; selective recompute (Korthikanti
@@ -54,7 +57,7 @@ import numpy as np
 from common.hardware import PRESETS
 
 from . import fp8_cost
-from .calibration import ComputeConstants
+from .calibration import ComputeConstants, attention_shape_factor
 from .shapes import Shape
 
 TILE = 128  # output tile edge of cuBLAS/CUTLASS tensor-core kernels (128x128 and 128x256 are the common ones)
@@ -177,6 +180,7 @@ class Rates:
     sms: int
     consts: ComputeConstants
     tile: int = TILE  # output tile edge (1: a CPU's GEMM, no tiles to quantize)
+    attention_curve: tuple[str, str] | None = None  # (generation, kernel) of calibration.ATTENTION_CURVES; None: flat
 
     @property
     def kernel_s(self) -> float:
@@ -266,10 +270,12 @@ def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     heads = b * shape.heads / t  # (micro-batch x local heads) independent attention problems
     q_len = s / c  # queries on this CP rank; keys: the whole sequence, visited over the ring
     if ker.flash:
-        # Causal: FlashAttention skips the masked half. Backward: 2.5x the forward's matmuls.
+        # Causal: FlashAttention skips the masked half. Backward: 2.5x the forward's matmuls. The kernel's rate at
+        # this shape: a ring step (CP) attends a chunk of s/c queries to s/c keys (calibration.attention_shape_factor).
+        rate = r.attention * attention_shape_factor(r.attention_curve, q_len, d)
         fwd_flops = 4.0 * heads * q_len * s * d * 0.5
-        fwd = fwd_flops / r.attention + r.kernel_s * c
-        bwd = 2.5 * fwd_flops / r.attention + r.kernel_s * c * 2  # the backward kernel and its dO·O preprocessing
+        fwd = fwd_flops / rate + r.kernel_s * c
+        bwd = 2.5 * fwd_flops / rate + r.kernel_s * c * 2  # the backward kernel and its dO·O preprocessing
         return {"fwd": fwd, "bwd": bwd, "scores_fwd": 0.0 * fwd, "scores_bwd": 0.0 * fwd}
     # Materialised scores (Megatron 2021-22): QK^T and AV as batched GEMMs, the full s x s (no skipping).
     qk = gemm_time(q_len, s, d, r.bf16_matmul, r, heads)
@@ -358,13 +364,47 @@ def head_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     h, vocab = shape.hidden, shape.vocab / t
     # Embedding: a gather of the rows (write 2 B per element) and its gradient scattered into an fp32 table.
     embed = tokens * h * 2.0 / r.hbm + tokens * h * 8.0 / r.hbm + 2 * r.kernel_s
-    # LM head in bf16 (kept out of FP8 by TransformerEngine recipes); logits and loss in fp32: a fused
-    # vocab-parallel cross-entropy reads the logits three times and writes their gradient (16 B per
-    # logit); eager PyTorch casts, log-softmaxes and back-propagates in separate passes (~30 B).
+    # LM head in bf16 (kept out of FP8 by TransformerEngine recipes); the loss over the vocabulary as the stack runs
+    # it (loss_passes): every pass reads or writes all b·s·V/t logits, in fp32.
     fwd, bwd = linear_times(tokens, h, vocab, r.bf16_matmul, r)
-    loss_bytes = 16.0 if ker.fused else 30.0
-    loss = tokens * vocab * loss_bytes / r.hbm + (4 if ker.fused else 8) * r.kernel_s
+    loss_bytes, loss_kernels = loss_passes(ker)
+    loss = tokens * vocab * loss_bytes / r.hbm + loss_kernels * r.kernel_s
     return {"embedding": embed, "head": fwd + bwd + loss, "head_fwd": fwd}
+
+
+# The cross-entropy over the vocabulary, pass by pass (bytes per logit, kernels), as each stack runs it on the LM
+# head's bf16 logits. A small model with a large vocabulary spends a large share of its step here: the logits are
+# V/h times the size of a hidden activation (64x at hidden 2048, vocab 131,072).
+# - "vocab-parallel": Megatron's VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py) and
+#   nanotron's _ShardedCrossEntropy (parallel/tensor_parallel/functional.py), op by op in fp32: forward the upcast
+#   (read 2, write 4 B), the row max (4), subtract it in place (4 + 4), exp in place (4 + 4), the row sum (4) and the
+#   division that leaves the softmax for the backward (4 + 4): 38 B in 6 kernels; backward the softmax times the
+#   loss gradient in place (4 + 4) and the downcast the LM head's GEMMs read (4 + 2): 14 B in 3 kernels, plus the
+#   target gather and scatter (2 kernels, a few elements each).
+# - "eager": PyTorch's F.cross_entropy on logits upcast to fp32 (torchtitan, the labs): the upcast (2 + 4), the
+#   log-softmax (a max pass and a sum pass over its input, then its output: 4 + 4 + 4) and the NLL gather; backward
+#   the NLL gradient written densely (4), the log-softmax backward (reads it and the output, writes 4 + 4 + 4) and the
+#   downcast (4 + 2): 40 B in 8 kernels.
+# - "compiled": the loss inside a torch.compile graph: one reduction over the bf16 logits (2 B, the upcast in
+#   registers) forward, one pass reading them and writing the bf16 gradient (2 + 2) backward, with the logsumexp it
+#   kept: 6 B in 2 kernels.
+LOSS_PASSES = {"vocab-parallel": (52.0, 11), "eager": (40.0, 8), "compiled": (6.0, 2)}
+
+
+def loss_implementation(ker: Kernels) -> str:
+    """Which cross-entropy a stack runs: a stack of fused kernels launched from eager Python (Megatron, nanotron,
+    TransformerEngine) runs the vocab-parallel one; eager PyTorch and torch.compile of the blocks only (torchtitan
+    compiles each block, not the loss) PyTorch's; a whole compiled model (host "graphs" replays it) the compiled one."""
+    if ker.host == "graphs":
+        return "compiled"
+    if ker.fused and ker.host == "eager":
+        return "vocab-parallel"
+    return "eager"
+
+
+def loss_passes(ker: Kernels) -> tuple[float, int]:
+    """(bytes per logit, kernels) of the stack's cross-entropy, forward and backward (LOSS_PASSES)."""
+    return LOSS_PASSES[loss_implementation(ker)]
 
 
 # How many bytes per parameter an Adam step moves, by implementation (g: gradient bytes); the step's kernels.

@@ -14,7 +14,8 @@ traffic are not modelled. Groups are laid out as Megatron does: TP innermost, th
 outermost.
 - TP (Megatron SC21 §3.2): 4 all-reduces of b·s·h per layer and micro-batch, 8bsh(t-1)/t of traffic;
   6 with full recompute; sequence parallelism turns each into an all-gather + reduce-scatter of the
-  same volume (Korthikanti §4.2.2). The backward ones can overlap with the weight-gradient GEMMs
+  same volume (Korthikanti §4.2.2), and Megatron's gathers the two column-parallel inputs again in the
+  backward for their weight gradients (one all-reduce's volume more, overlapped with the dgrad GEMMs). The backward ones can overlap with the weight-gradient GEMMs
   (Megatron-Core's async dgrad all-reduce; tp_overlap below); the forward ones are exposed.
 - PP (SC21 §3.2, §4.1): b·s·h per micro-batch per boundary, each way; across nodes every TP rank
   sends 1/t of it (scatter/gather). Exposed; interleaving multiplies it by v.
@@ -74,7 +75,7 @@ def rates_for(cl: Cluster, kernels: Kernels) -> Rates:
     bf16 = matmul if cl.precision == "bf16" else tensor_rate(cl.gpu, "bf16", cl.bf16_matmul_tflops, consts)
     attention = ATTENTION_EFFICIENCY[generation(cl.gpu), kernels.attention] * cl.bf16_peak_tflops * 1e12
     return Rates(matmul, bf16, attention, cl.hbm_gbps * 1e9 * consts.hbm_efficiency, sm_count(cl.gpu),
-                 consts)
+                 consts, attention_curve=(generation(cl.gpu), kernels.attention))
 
 
 def fsdp_copy_time(psi, n, zero, r: Rates):
@@ -148,8 +149,16 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # (read + write), where Megatron's sequence-first (s, b, h) layout needs none (tp_layout_copies).
     copies = np.where((t > 1) & tp_layout_copies, 2 * 2 * tp_bytes / rt.hbm, 0.0)  # AG copy-out + RS copy-in
     ar_tp = ar_tp + copies
-    tp_layer = (4 + 2 * full) * ar_tp
-    tp_hidden_layer = np.minimum(2 * ar_tp, 0.5 * lt["gemm_bwd"]) if tp_overlap else 0.0 * ar_tp
+    # Megatron's sequence parallelism keeps only its 1/t shard of the inputs of the column-parallel linears (q/k/v and
+    # the MLP's first) and gathers each again in the backward for its weight gradient (Korthikanti §4.2.2; Megatron's
+    # LinearWithGradAccumulationAndAsyncCommunication.backward, nanotron's tp_recompute_allgather): two all-gathers of
+    # b·s·h more per layer, one all-reduce's worth, overlapped with the activation-gradient GEMM when the stack
+    # overlaps. DTensor's sequence parallelism (tp_layout_copies) saves the gathered input instead.
+    regather = np.where((t > 1) & kernels.sequence_parallel & (not tp_layout_copies), 1.0, 0.0)
+    tp_layer = (4 + 2 * full + regather) * ar_tp
+    half_bwd = 0.5 * lt["gemm_bwd"]  # the weight-gradient GEMMs, or the activation-gradient ones
+    tp_hidden_layer = (np.minimum(2 * ar_tp, half_bwd) + regather * np.minimum(ar_tp, half_bwd) if tp_overlap
+                       else 0.0 * ar_tp)
     if kernels.tp_comm_overlap:
         # Megatron-Core's --tp-comm-overlap (TransformerEngine's userbuffers; Wang et al., ASPLOS 2023, "Overlap
         # communication with dependent computation via decomposition"): each all-gather is split into chunks pipelined
@@ -201,7 +210,8 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     gpu_step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer + fp8_weights
     # The host launches every kernel and collective; a step it paces takes its time (host.py).
     dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0) * (n_dp > 1)
-    host_s = host.host_time(host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls), kernels)
+    launches = host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls, regather=regather)
+    host_s = host.host_time(launches, kernels)
     step = np.maximum(gpu_step, host_s)
     bubble = (total - slowest) / v
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])

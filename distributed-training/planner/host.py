@@ -23,6 +23,11 @@ Host time per launch, by the runtime that issues it (HOST_US):
   launch itself, 4 us (NVIDIA's CUDA Graphs post: 3.8 us from launch to launch of a 2.9 us kernel in a stream);
 - graphs: CUDA graphs replay a captured step with one launch (Megatron-Core's CudaGraphManager, TE's
   make_graphed_callables): 0 per kernel.
+A collective costs the host more than a kernel: PyTorch's ProcessGroupNCCL records events, makes the NCCL stream
+wait on the compute stream, creates its work object and enqueues the NCCL kernel. COLLECTIVE_HOST_US is measured:
+back-to-back in-place all_reduce calls on one rank (no byte moves; allreduce-bench's overhead benchmark, bare loop,
+results/overhead_h100_ws1.csv: torch 2.11, NCCL 2.28 on an H100 host) take a median 17.8 us per call from 1 to 32 MiB,
+which is what c10d and NCCL cost per call; a CUDA graph replays its collectives with the rest (0).
 Where a measured row has the GPU's busy time (fp8-train's gpu_busy_ms), the host's share is read from it
 instead (explain_rows.py).
 """
@@ -30,6 +35,7 @@ instead (explain_rows.py).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,6 +43,9 @@ from .compute import OPTIMIZER_KERNELS, Kernels, Rates, head_times, layer_times
 from .degrees import FULL, OP, SELECTIVE, Degrees
 
 HOST_US = {"eager": 10.0, "compiled": 4.0, "graphs": 0.0}
+# Host time per collective call (module docstring), by runtime: eager and compiled stacks issue collectives through
+# c10d alike (torch.compile leaves FSDP2's and DTensor's collectives to them).
+COLLECTIVE_HOST_US = {"eager": 17.8, "compiled": 17.8, "graphs": 0.0}
 CLIP_KERNELS = 2  # the gradient-norm clip: a norm (foreach) and its scale
 
 
@@ -52,34 +61,43 @@ def counting(r: Rates) -> Rates:
     return replace(r, matmul=inf, bf16_matmul=inf, attention=inf, hbm=inf, consts=replace(r.consts, kernel_us=1e6))
 
 
-def layer_collectives(deg: Degrees, ker: Kernels):
+def layer_collectives(deg: Degrees, ker: Kernels, regather=0.0):
     """Collective calls of one layer for one micro-batch: TP's (an all-gather and a reduce-scatter for each
-    all-reduce under SP), CP's ring sends, FSDP's per-layer gathers and reduce-scatters (ZeRO-3: 2 + 1, ZeRO-2: 1)."""
+    all-reduce under SP, and Megatron's SP gathers the two column-parallel inputs again in the backward: `regather`,
+    costs.py), CP's ring sends, FSDP's per-layer gathers and reduce-scatters (ZeRO-3: 2 + 1, ZeRO-2: 1)."""
     t, c, full = deg.t, deg.c, deg.recompute == FULL
-    tp = np.where(t > 1, (4 + 2 * full) * np.where(ker.sequence_parallel, 2, 1), 0)
+    tp = np.where(t > 1, (4 + 2 * full) * np.where(ker.sequence_parallel, 2, 1) + 2 * np.asarray(regather), 0)
     cp = np.where(c > 1, (c - 1) * (1 + full) + 2 * (c - 1), 0)
     fsdp = np.select([deg.zero == 3, deg.zero == 2], [3, 1], 0)
     return tp + cp + fsdp
 
 
-def step_launches(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls):
+class Launches(NamedTuple):
+    """What the host launches in one step (arrays over configurations): kernels, and collective calls."""
+    kernels: np.ndarray
+    collectives: np.ndarray
+
+
+def step_launches(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls, regather=0.0) -> Launches:
     """Kernels and collectives the busiest pipeline rank launches in one step (arrays over configurations).
 
     layers: the busiest stage's layers; dp_calls: the step's DP collective calls (gradient buckets, ZeRO-1's
-    gathers)."""
+    gathers); regather: 1 where SP gathers the column-parallel inputs again in the backward (layer_collectives)."""
     cr = counting(r)
     lt = layer_times(shape, deg.t, deg.c, deg.b, ker, cr)
     ht = head_times(shape, deg.t, deg.c, deg.b, ker, cr)
     rec = np.select([deg.recompute == FULL, deg.recompute == SELECTIVE, deg.recompute == OP],
                     [lt["recompute_full"], lt["recompute_selective"], lt["recompute_op"]], 0.0)
     weights = lt["fp8_weights_per_step"]  # cached FP8 weight casts: launched once per step
-    per_layer = lt["fwd"] - weights + lt["bwd"] + rec + layer_collectives(deg, ker)
+    per_layer = lt["fwd"] - weights + lt["bwd"] + rec
     head = np.where(deg.p == 1, ht["embedding"] + ht["head"], ht["head"])
+    kernels = deg.m * (layers * per_layer + head) + layers * weights + OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS
     pp = np.where(deg.p > 1, 2 * deg.v, 0)
-    per_mb = layers * per_layer + head + pp
-    return deg.m * per_mb + layers * weights + OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS + dp_calls
+    collectives = deg.m * (layers * layer_collectives(deg, ker, regather) + pp) + dp_calls
+    return Launches(np.asarray(kernels, float), np.asarray(collectives, float))
 
 
-def host_time(launches, ker: Kernels):
-    """Seconds the host spends launching a step (module docstring)."""
-    return np.asarray(launches, float) * host_us(ker.host) * 1e-6
+def host_time(launches: Launches, ker: Kernels):
+    """Seconds the host spends launching a step (module docstring): kernels at the runtime's cost per launch,
+    collectives at its cost per call."""
+    return (launches.kernels * host_us(ker.host) + launches.collectives * COLLECTIVE_HOST_US[ker.host]) * 1e-6

@@ -1,5 +1,7 @@
 """The planner's predictions beside published measurements: the runs its constants are fitted on, and the held-out ones.
 
+The rows below are large runs; published_small.py adds small models on one node and a few (issue 29), all held out.
+
 Each row pins the configuration the authors ran (degrees, batch, micro-batch, recompute) and the
 software they ran it with (fused kernels or eager, which attention, whether collectives overlap),
 and lets the planner fill in only what the paper does not state; the error is that of per-GPU
@@ -55,11 +57,13 @@ Everything the planner prints here is a cost-model projection; nothing was measu
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from common.hardware import get_preset
 
+from . import published_small
 from .calibration import FITTED, ComputeConstants
+from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 from .cluster import make_cluster
 from .search import Pins, Workload, search
 from .shapes import Shape
@@ -72,66 +76,6 @@ BLOOM = "BLOOM 176B"
 LLAMA3 = "Llama 3 405B"
 TITAN = "torchtitan H100 benchmarks"
 METRIC_RATES = ("hardware_tflops_per_gpu", "model_tflops_per_gpu", "tokens_per_s_per_gpu")
-
-
-@dataclass(frozen=True)
-class Software:
-    """How a published run was executed: the Workload flags that are not the model or the batch."""
-
-    grad_bytes: float = 2.0
-    sequence_parallel: bool = True
-    flash_attention: bool = True
-    dropout: bool = False
-    fused_kernels: bool = True
-    rope: bool = False
-    attention_kernel: str = "best"
-    tp_overlap: bool = True
-    dp_overlap: bool = True
-    tp_layout_copies: bool = False
-    fsdp_copies: bool = False
-    fp8_backend: str = "te-fused"
-    fp8_recipe: str = "delayed"
-    qkv_fused: bool = True
-    host: str = "eager"  # what launches the kernels (host.py): eager Python (Megatron, DeepSpeed), compiled, graphs
-
-
-# Megatron-LM 2021-22 and DeepSpeed-Megatron: fp32 gradients, dropout, no FlashAttention, no overlap.
-MEGATRON_2021 = Software(grad_bytes=4.0, sequence_parallel=False, flash_attention=False, dropout=True,
-                         tp_overlap=False, dp_overlap=False)
-# Megatron-LM of 2022 (Korthikanti): the same, but the backward TP collective (all-reduce, or
-# reduce-scatter with SP) runs asynchronously under the weight-gradient GEMM
-# (LinearWithGradAccumulationAndAsyncCommunication, Megatron-LM 3.0).
-MEGATRON_2022 = replace(MEGATRON_2021, tp_overlap=True)
-# torchtitan (FSDP2 + TP, Llama): fp32 gradient reduction, SDPA's FlashAttention-2, vanilla TP.
-TORCHTITAN = Software(grad_bytes=4.0, rope=True, attention_kernel="fa2", tp_overlap=False, tp_layout_copies=True,
-                      fsdp_copies=True, qkv_fused=False, host="compiled")
-# Llama 3 (pre-trained in the first half of 2024, before FlashAttention-3): FlashAttention-2 kernels.
-LLAMA3_STACK = Software(rope=True, attention_kernel="fa2")
-
-
-@dataclass(frozen=True)
-class Case:
-    source: str
-    name: str
-    shape: Shape
-    gpu: str
-    gpus: int
-    batch: int
-    pins: Pins
-    metric: str  # "hardware_tflops_per_gpu" | "model_tflops_per_gpu" | "tokens_per_s_per_gpu" | "step_s"
-    published: float
-    role: str  # "fit" | "held-out"
-    software: Software = MEGATRON_2021
-    memory_gb: float | None = None
-    inter_node_gbps: float | None = None  # network per GPU when it is not the preset's
-
-
-def gpt(layers: int, hidden: int, heads: int, seq: int = 2048, vocab: int = 51200) -> Shape:
-    return Shape(layers, hidden, heads, heads, vocab, seq, 4 * hidden)
-
-
-def llama(layers: int, hidden: int, heads: int, kv: int, ffn: int, seq: int = 8192) -> Shape:
-    return Shape(layers, hidden, heads, kv, 128256, seq, ffn * 3 // 2)  # SwiGLU F == GELU MLP of 1.5·F
 
 
 # (params B, heads, hidden, layers, TP, PP, GPUs, batch, achieved TFLOP/s per GPU)
@@ -201,7 +145,7 @@ def cases() -> list[Case]:
     out.append(Case(TITAN, "Llama3 70B FSDP32 x TP8, 256 GPUs", l70, "h100-gt", 256, 512,
                     Pins(tp=8, pp=1, dp=32, cp=1, zero=3, microbatch=16, recompute="full"),
                     "tokens_per_s_per_gpu", 597.3, "held-out", software=TORCHTITAN))
-    return out
+    return out + published_small.cases()
 
 
 def workload(case: Case) -> Workload:
@@ -215,7 +159,7 @@ def predict(case: Case, consts: ComputeConstants = FITTED) -> dict | None:
     comparison takes the fastest setting, not the one choose.py's rules would pick for a new plan.
     """
     cl = replace(make_cluster(get_preset(case.gpu), case.gpus, memory_gb=case.memory_gb,
-                              inter_node_gbps=case.inter_node_gbps), compute=consts)
+                              inter_node_gbps=case.inter_node_gbps, gpus_per_node=case.gpus_per_node), compute=consts)
     return search(workload(case), cl, case.pins, top=1, max_rejected=0, rules=False).best
 
 
@@ -235,6 +179,7 @@ def compare(consts: ComputeConstants = FITTED, role: str | None = None) -> list[
         best = predict(case, consts)
         rows.append({"source": case.source, "name": case.name, "gpus": case.gpus, "gpu": case.gpu,
                      "metric": case.metric, "published": case.published, "role": case.role,
+                     "hidden": case.shape.hidden, "group": case.group,
                      "predicted": None if best is None else best[case.metric], "config": best,
                      "error": None if best is None else throughput_error(case, best)})
     return rows

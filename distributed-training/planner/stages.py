@@ -100,6 +100,22 @@ def interleave_fits(layers: int, p: int, v: int) -> bool:
     return False
 
 
+def window_centers(layers: int, p, v, layer_s, e, hd) -> tuple:
+    """Where the window of first and last stage sizes is centred: floor(L/p) for both, unless the embedding or the
+    LM head is worth more than a layer (a small model with a large vocabulary: at hidden 2048 and vocab 131,072 the
+    head and its loss cost about five layers). Then the balanced sizes are a* = m - e/l and z* = m - hd/l with
+    m = (L + (e + hd)/l)/p, every stage then taking the same time, and the window is centred on them, as a framework
+    that places layers by their cost does (nanotron's get_block_compute_costs). Interleaved splits keep floor(L/p):
+    Megatron's interleaved placement (module docstring) allows only a layer short of a chunk at either end."""
+    base = np.floor(layers / np.maximum(p, 1))
+    l = np.maximum(layer_s, 1e-30)
+    m = (layers + (e + hd) / l) / np.maximum(p, 1)
+    keep = (v > 1) | (layer_s <= 0)
+    a0 = np.where(keep, base, np.floor(m - e / l + 0.5))
+    z0 = np.where(keep, base, np.floor(m - hd / l + 0.5))
+    return a0, z0
+
+
 def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s, v=1) -> StageSplit:
     """The split minimising the slowest stage's time (see the module docstring); arrays over configurations.
 
@@ -108,11 +124,11 @@ def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s, v=1) ->
     """
     p, v = np.asarray(p, float), np.asarray(v, float)
     layer_s, e, hd = np.broadcast_arrays(*(np.asarray(x, float) for x in (layer_s, first_extra_s, last_extra_s)))
-    base = np.floor(layers / np.maximum(p, 1))
+    base_a, base_z = window_centers(layers, p, v, layer_s, e, hd)
     best_key = best_bad = best = None
     for da in WINDOW:
         for dz in WINDOW:
-            a, z = base + da, base + dz
+            a, z = base_a + da, base_z + dz
             rest = layers - a - z
             inner = np.maximum(p - 2, 1)
             mid = np.where(p > 2, np.ceil(rest / inner), 0.0)

@@ -71,8 +71,6 @@ MISSES = {
 TP_BLOCKS = ("faster than priced: with its attention and memory-bound kernels priced right, its GEMMs ran nearer "
              "the burst rate than the sustained fraction the GEMM benchmark's slowest GEMM sets (which the training "
              "steps match); why one block holds a higher clock than a training step is not measured")
-EAGER_ONE_RANK = ("eager at one rank: the GPU idles between the host's launches (fsdp-scaling's profile: GPU busy "
-                  "below the step time), and host time is not priced")
 
 
 def miss_reason(run: Run) -> str:
@@ -81,6 +79,4 @@ def miss_reason(run: Run) -> str:
         return MISSES[run.name]
     if run.lab == "tp-attention":
         return TP_BLOCKS
-    if run.lab == "fsdp-scaling" and run.layout.zero < 2 and run.layout.world == 1:
-        return EAGER_ONE_RANK
     return ""

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from planner.calibration import FITTED, ComputeConstants
-from planner.compute import (MAMF_SHAPE, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency, sm_count,
-                     gemm_time, head_times, layer_times, optimizer_time, tensor_rate)
+from planner.calibration import attention_shape_factor
+from planner.compute import (MAMF_SHAPE, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency, gemm_time,
+                             head_times, layer_times, loss_implementation, loss_passes, optimizer_time, sm_count,
+                             tensor_rate)
 from planner.shapes import Shape
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=2048, ffn=4096)
@@ -122,11 +124,24 @@ def test_head_and_optimizer_by_hand():
     # clip (fsdp-scaling, parallel-3d) makes eight passes: 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16 = 80 B.
     assert float(optimizer_time(1e9, 4.0, r, bf16_copy=False, impl="fused")) == pytest.approx(1e9 * 32 / 1e12)
     assert float(optimizer_time(1e9, 4.0, r, bf16_copy=False, impl="foreach")) == pytest.approx(1e9 * 80 / 1e12)
-    head = head_times(SH, 2, 1, 1, Kernels(), r)
-    # Cross-entropy: 16 B per fp32 logit fused, V/t logits per token on each TP rank.
-    loss = SH.seq * SH.vocab / 2 * 16 / 1e12
-    assert float(head["head"]) > loss and float(head_times(SH, 2, 1, 1, Kernels(fused=False), r)["head"]) > float(
-        head["head"])
+
+
+def test_the_cross_entropy_as_each_stack_runs_it_by_hand():
+    # V/t = 500 logits per token on each of 2 TP ranks, 2048 tokens; the LM head's GEMMs are the same in every stack,
+    # so the stacks differ by their loss passes alone: bytes per logit at the HBM rate, kernels at the kernel cost.
+    r = rates(consts=replace(FITTED, kernel_us=2.0))
+    logits = SH.seq * SH.vocab / 2
+    megatron = float(head_times(SH, 2, 1, 1, Kernels(), r)["head"])  # fused kernels from eager Python: Megatron's
+    eager = float(head_times(SH, 2, 1, 1, Kernels(fused=False), r)["head"])  # PyTorch's F.cross_entropy, upcast
+    compiled = float(head_times(SH, 2, 1, 1, Kernels(host="graphs"), r)["head"])  # inside a captured graph
+    # Megatron's / nanotron's vocab-parallel loss: 6 + 4 + 8 + 8 + 4 + 8 B forward, 8 + 6 B backward; 11 kernels.
+    assert loss_passes(Kernels()) == (52.0, 11) and loss_implementation(Kernels()) == "vocab-parallel"
+    # PyTorch's: upcast 6, log-softmax 12, NLL gradient 4, log-softmax backward 12, downcast 6 = 40 B in 8 kernels.
+    assert loss_passes(Kernels(fused=False)) == (40.0, 8) and loss_passes(Kernels(host="graphs")) == (6.0, 2)
+    # torchtitan compiles the blocks, not the loss: PyTorch's.
+    assert loss_implementation(Kernels(host="compiled")) == "eager"
+    assert megatron - eager == pytest.approx(logits * (52 - 40) / 1e12 + (11 - 8) * 2e-6)
+    assert eager - compiled == pytest.approx(logits * (40 - 6) / 1e12 + (8 - 2) * 2e-6)
 
 
 def test_constants_are_inside_their_fit_bounds():
@@ -153,3 +168,31 @@ def test_tile_and_wave_quantization_by_hand_with_the_presets_sm_counts():
     # FP8's K loop covers twice the elements per step: the same K pays twice K0's elements.
     assert float(gemm_efficiency(4096, 4096, 1024, 132, c, elem_bytes=1.0)) == pytest.approx(
         float(gemm_efficiency(4096, 4096, 1024, 132, c)) * (1088 / 1024) * 1024 / (1024 + 128))
+
+
+def test_flash_attention_rate_by_sequence_and_head_size_by_hand():
+    # Hopper FA2, forward + backward, causal (flash2_h100_fwd_bwd_benchmark.png): 294 TFLOP/s at 4k tokens and head
+    # 128 (the reference), 257 at head 64, 265 at 2k; between measured lengths linear in log2(seq); head 96 halfway.
+    fa2 = ("hopper", "fa2")
+    assert float(attention_shape_factor(fa2, 4096, 128)) == pytest.approx(1.0)
+    assert float(attention_shape_factor(fa2, 4096, 64)) == pytest.approx(257 / 294)
+    assert float(attention_shape_factor(fa2, 2048, 128)) == pytest.approx(265 / 294)
+    assert float(attention_shape_factor(fa2, 2 ** 11.5, 128)) == pytest.approx((265 + 294) / 2 / 294)
+    assert float(attention_shape_factor(fa2, 4096, 96)) == pytest.approx((257 + 294) / 2 / 294)
+    # Beyond the measured range: the nearest point (512 tokens: 163; head 32 takes head 64's curve); no curve: 1.
+    assert float(attention_shape_factor(fa2, 100, 128)) == pytest.approx(163 / 294)
+    assert float(attention_shape_factor(fa2, 4096, 32)) == pytest.approx(257 / 294)
+    assert float(attention_shape_factor(None, 1024, 64)) == 1.0
+    # FlashAttention-3 (hopper "best"): 420 at head 64 and 579 at head 128, forward, 4k; head 256 is faster still.
+    assert float(attention_shape_factor(("hopper", "best"), 4096, 64)) == pytest.approx(420 / 579)
+    assert float(attention_shape_factor(("hopper", "best"), 4096, 256)) == pytest.approx(612 / 579)
+    # The attention core takes that rate: a head-64 model at 4k runs its FLOPs 294/257 times longer than at the
+    # reference (kernel costs aside), and a CP rank's chunk (s/c queries) runs at the chunk's length.
+    r0 = rates(consts=replace(FITTED, kernel_us=0.0))
+    flat, curved = r0, replace(r0, attention_curve=fa2)
+    sh64 = Shape(layers=4, hidden=1024, heads=16, kv_heads=16, vocab=1000, seq=4096, ffn=4096)  # head 64
+    ker = Kernels(attention="fa2")
+    assert float(attention_times(sh64, 1, 1, 2, ker, curved)["fwd"]) == pytest.approx(
+        float(attention_times(sh64, 1, 1, 2, ker, flat)["fwd"]) * 294 / 257)
+    assert float(attention_times(sh64, 1, 2, 2, ker, curved)["bwd"]) == pytest.approx(
+        float(attention_times(sh64, 1, 2, 2, ker, flat)["bwd"]) * 294 / 232)  # 2k chunks at head 64: 232

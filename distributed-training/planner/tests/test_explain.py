@@ -108,11 +108,12 @@ def test_every_row_meets_its_target_or_says_why(lab):
 
 def test_the_named_misses_are_exactly_the_rows_that_miss():
     # MISSES names single rows: each must be a committed row the model claims and misses (no stale names), and the
-    # classes with a shared reason (tp-attention's blocks, eager fsdp-scaling at one rank) must still miss somewhere.
+    # class with a shared reason (tp-attention's blocks) must still miss somewhere. (Eager fsdp-scaling at one rank
+    # was one: with c10d's measured host cost per collective, host.py, its claimed rows are within 1%.)
     rows = {c.run.name: c for lab in ("fp8-train", "fsdp-scaling", "tp-attention") for c in _claimed(lab)}
     for name in unexplained.MISSES:
         assert name in rows and vs_measured.misses(rows[name]), name
-    for lab in ("tp-attention", "fsdp-scaling"):
+    for lab in ("tp-attention",):
         shared = [c for c in _claimed(lab) if unexplained.miss_reason(c.run) and c.run.name not in unexplained.MISSES]
         assert any(vs_measured.misses(c) for c in shared), lab
 

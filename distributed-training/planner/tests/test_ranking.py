@@ -55,3 +55,28 @@ def test_the_generated_sections():
                                   {"name": "c", "gpus": 512, "error": 0.04}])
     assert "1 of 2 regimes meet both" in regimes and "Beyond +-20% in one node and small models" in regimes
     assert "b (-25%)" in regimes and "| 64-1024 GPUs | 1 | 4.0% | +4.0% | 0 | yes |" in regimes
+
+
+def _row(name, gpus, hidden, tp, published, predicted, group=None):
+    return {"name": name, "gpus": gpus, "hidden": hidden, "group": group, "published": published,
+            "predicted": predicted, "error": predicted / published - 1, "config": {"tp": tp}}
+
+
+def test_the_small_model_regime_by_hand():
+    # A group of three alternatives for one job: the planner orders two of them swapped (Spearman 1 - 6·2/(3·8) =
+    # 0.5) and predicts "b" fastest, which measured 10% below the best ("a"): not within 5%. Another group of two in
+    # the right order (Spearman 1), its pick the best. Rows of 64 GPUs or more are another regime's.
+    rows = [_row("a", 8, 1024, 1, 100.0, 110.0, "g1"), _row("b", 8, 1024, 2, 90.0, 120.0, "g1"),
+            _row("c", 8, 2048, 8, 50.0, 60.0, "g1"), _row("d", 4, 2048, 4, 10.0, 12.0, "g2"),
+            _row("e", 4, 4096, 4, 20.0, 21.0, "g2"), _row("f", 512, 8192, 8, 1.0, 2.0)]
+    g1, g2 = validation.group_ranks(rows)
+    assert (g1.name, g1.n, g1.rank_correlation, g1.pick) == ("g1", 3, pytest.approx(0.5), "b")
+    assert g1.pick_vs_best == pytest.approx(-0.10) and not g1.within
+    assert (g2.rank_correlation, g2.pick, g2.pick_vs_best, g2.within) == (pytest.approx(1.0), "e", 0.0, True)
+    text = validation.small_models(rows)
+    # Errors +10%, +33.3%, +20%, +20%, +5%: median +20%; the median rank correlation of 0.5 and 1 is 0.75.
+    assert text.startswith("one node and small models (< 64 GPUs): 5 published runs, median throughput error +20.0%")
+    assert "median rank correlation of predicted and published per-GPU throughput is 0.75" in text
+    assert "within 5% of the measured best in 1 of 2" in text
+    assert "| TP 4 | 2 | +12.5% | 12.5% |" in text and "| hidden <= 1024 | 2 | +21.7% | 21.7% |" in text
+    assert "| g1 | 3 | 0.50 | b | -10.0% | no |" in text

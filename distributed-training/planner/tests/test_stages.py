@@ -28,6 +28,16 @@ def test_bloom_70_layers_on_12_stages():
     assert split_of(70, 12, 1.46, 0.1) == (6, 6, 4)
 
 
+def test_a_head_worth_several_layers_moves_the_window():
+    # A small model with a large vocabulary: 16 layers, the LM head and its loss worth 5 layers (nanotron's 1.34B at
+    # vocab 131,072), 2 stages. Balanced: a·l = z·l + 5 with a + z = 16, a = 10.5, so 10 + 6 (slowest 11: 10 and
+    # 6 + 5) or 11 + 5 (11 and 10) tie, and the fewer on the first stage wins: 10 + 6. A window of floor(L/p) - 2 ..
+    # + 1 around 8 could only reach 9 + 7 (slowest 7 + 5 = 12).
+    assert split_of(16, 2, 5.0) == (10, 0, 6)
+    # Four stages of 32 layers with the head worth 4: m = (32 + 4)/4 = 9, the last stage 9 - 4 = 5 layers.
+    assert split_of(32, 4, 4.0) == (9, 9, 5)
+
+
 def test_even_when_it_divides_and_the_head_is_cheap():
     assert split_of(96, 8, 0.2) == (12, 12, 12)
     assert split_of(48, 2, 0.2) == (24, 0, 24)
@@ -79,10 +89,11 @@ def test_interleaved_pipelines_need_not_divide_the_layers():
     assert interleave_fits(126, 8, 8) and interleave_fits(126, 8, 2) and not interleave_fits(10, 4, 4)
     s = balanced_split(126, np.array([8]), 1.0, 0.05, 0.65, np.array([8]))
     assert (int(s.first[0]), int(s.middle[0]), int(s.last[0])) == (15, 16, 15)
-    # A head worth four layers: without interleaving the last stage sheds layers to the middle ones (uneven
-    # middles); with 4 chunks the middle stages stay equal multiples of 4 and the ends take the difference.
+    # A head worth four layers: without interleaving the last stage sheds layers to the others, down to the balanced
+    # slowest stage, ceil((126 + 4.05) / 8) = 17 layers' time; with 4 chunks the middle stages stay equal multiples of
+    # 4 and the ends take the difference.
     first, mid, last = split_of(126, 8, 4.0, 0.05)
-    assert 6 * mid > 126 - first - last
+    assert max(first + 0.05, mid, last + 4.0) == 17 and last < first
     s = balanced_split(126, np.array([8]), 1.0, 0.05, 4.0, np.array([4]))
     f, m, z = int(s.first[0]), int(s.middle[0]), int(s.last[0])
     assert m % 4 == 0 and f + 6 * m + z == 126 and (f + 1) % 4 <= 1 and (z + 1) % 4 <= 1
