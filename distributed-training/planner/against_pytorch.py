@@ -18,6 +18,7 @@ from common import markdown
 from common.csvread import Schema, read_rows
 
 from .memory import CONTEXT_BYTES
+from .ranking import CALIBRATION as RANKING_CALIBRATION, ROWS as RANKING_ROWS
 
 RESULTS = Path(__file__).resolve().parent.parent / "parallel-3d" / "results"
 GB = 1e9
@@ -43,6 +44,8 @@ SCHEMAS = {
                                                             "world": int, "cp": int, "param_bytes": float,
                                                             "cp_payload_bytes": float, "ring_formula_bytes": float},
                           finite=True),
+    "ranking_calibration_": RANKING_CALIBRATION,  # the ranking set (parallel-3d/ranking.py, planner/ranking.py)
+    "ranking_": RANKING_ROWS,
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
                                                       "dp": int, "param_bytes": float}, finite=True),
 }
