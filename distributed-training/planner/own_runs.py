@@ -27,13 +27,12 @@ CPU rows measure core contention, not a GPU, and are never compared with a GPU m
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from common.csvread import Schema, read_table
+from common.csvread import Schema, read_json, read_table
 from common.hardware import preset_for
 
 from .shapes import Shape
@@ -123,7 +122,7 @@ def gpu_rows(results: Path, pattern: str, schema: Schema):
 def _config(csv: Path) -> dict:
     """The resolved config saved beside a results file (<name>.config.json), or {}."""
     path = csv.with_name(csv.stem + ".config.json")
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_json(path, "the config saved beside a result") if path.is_file() else {}
 
 
 def parse_model(desc: str, vocab: int = 256) -> Shape:
