@@ -41,7 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from common.cuda_env import TORCH_CUDA_BUILDS, TORCH_INDEX, Build, Driver, preferred_builds, read_driver
+from common.cuda_env import TORCH_CUDA_BUILDS, TORCH_INDEX, Build, Driver, DriverFault, preferred_builds, probe_driver
 
 BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")
 
@@ -186,7 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if have and have.split("+")[0] == pin and args.backend == "auto" and not args.dry_run:
         print(f"torch {have} is installed already (make clean-venv setup chooses again)")
         return 0
-    p = plan(pin, read_driver(), args.backend, args.index, args.timeout_s)
+    found = probe_driver()
+    if isinstance(found, DriverFault) and args.backend == "auto":  # a hanging driver is not "no GPU": no CPU build
+        print(f"torch_install: error: the NVIDIA driver does not answer: {found.problem}; fix the driver, or name "
+              f"the build: TORCH_BACKEND={'|'.join(BACKENDS[1:])}", file=sys.stderr)
+        return 1
+    p = plan(pin, found if isinstance(found, Driver) else None, args.backend, args.index, args.timeout_s)
     print(p.note)
     if p.requirement is None or args.dry_run:
         if p.requirement and args.dry_run:

@@ -96,6 +96,22 @@ def test_install_cli_dry_run_and_bad_backend(tmp_path, monkeypatch, capsys):
     assert err.count("\n") == 1 and "TORCH_BACKEND=rocm; allowed: auto, cpu, cu126, cu128, cu130, registry" in err
 
 
+@pytest.mark.parametrize("driver", ["hang", "garbage"])
+def test_a_driver_that_does_not_answer_installs_no_cpu_build_in_its_place(tmp_path, monkeypatch, capsys, driver):
+    # Issue 32: a hanging nvidia-smi read as "no GPU" would install the CPU build on a GPU node. One line, exit 1,
+    # within DT_SMI_TIMEOUT_S; a build named with TORCH_BACKEND does not ask the driver.
+    fake_nvidia_smi(tmp_path, driver)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("DT_SMI_TIMEOUT_S", "1")
+    monkeypatch.setattr(torch_install, "fetch", lambda url, t: page("cu130"))
+    args = ["install", "--requirements", str(ROOT / "requirements.txt"), "--dry-run"]
+    assert torch_install.main(args) == 1
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and "the NVIDIA driver does not answer" in err and "TORCH_BACKEND=" in err
+    assert torch_install.main(args + ["--backend", "cu130"]) == 0
+    assert "+cu130" in capsys.readouterr().out
+
+
 def test_preflight_names_the_missing_venv_package():
     assert preflight((3, 11), has_ensurepip=True) is None
     line = preflight((3, 12), has_ensurepip=False, python="python3")
