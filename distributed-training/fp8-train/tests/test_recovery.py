@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 import checkpoint
+import runloop
 import train
 from common.dist import distributed
 from common.failures import PREEMPTED
@@ -103,32 +103,43 @@ def test_rollback_restores_fp8_scaling_state(tmp_path):
         assert tr.train_step(7)["nonfinite"] is False
 
 
-def _spawn(args, tmp: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, str(LAB / "train.py"), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+# The child trains until `pause_after` steps are written, then waits to be killed: the kill cannot come after the
+# run finished, however loaded the machine (a race the earlier poll-then-kill lost on a busy 2-core box).
+_PAUSING_CHILD = """
+import sys, time
+import runloop, train
+pause_after, args = int(sys.argv[1]), sys.argv[2:]
+one_step = runloop.RunLoop.one_step
+def paused(self, step):
+    one_step(self, step)
+    if step + 1 == pause_after:
+        print("paused", flush=True)
+        time.sleep(3600)
+runloop.RunLoop.one_step = paused
+sys.exit(train.main(args))
+"""
 
 
-def _wait_rows(path: Path, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and sum(1 for _ in open(path)) > n:
-            return
-        assert proc.poll() is None, f"the run ended before it could be interrupted:\n{proc.stdout.read()}"
-        time.sleep(0.02)
-    raise AssertionError(f"no {n} rows in {path} after {timeout} s")
+def _spawn_paused(args, pause_after: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{LAB}{os.pathsep}{LAB.parent}", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", _PAUSING_CHILD, str(pause_after), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _term_after_rows(path: Path, n: int) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if path.exists() and sum(1 for _ in open(path)) > n:
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        time.sleep(0.005)
+def _wait_paused(proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the child says it paused (its steps are on disk), or fail with what it printed."""
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            if line.strip() == "paused":
+                return
+    finally:
+        timer.cancel()
+    raise AssertionError(f"the run ended before it could be interrupted (exit {proc.wait()})")
 
 
-def test_kill_resume_sigterm_bit_identical(tmp_path, tiny):
+def test_kill_resume_sigterm_bit_identical(tmp_path, tiny, monkeypatch):
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "30", "--val-every", "10", "--ckpt-every", "5",
                         "--stats-every", "5", "--dashboard-every", "0"]
     ref = tmp_path / "ref"
@@ -136,26 +147,31 @@ def test_kill_resume_sigterm_bit_identical(tmp_path, tiny):
     # kill -9 mid-run, then resume
     killed = tmp_path / "killed"
     kargs = args + ["--out", str(killed / "results" / "r"), "--ckpt-dir", str(killed / "c")]
-    proc = _spawn(kargs, tmp_path)
-    _wait_rows(killed / "runs" / "r" / "steps.csv", 12, proc)  # past the checkpoint at step 10
+    proc = _spawn_paused(kargs, 12)  # past the checkpoint at step 10
+    _wait_paused(proc)
     proc.kill()
     proc.wait()
+    assert len(pd.read_csv(killed / "runs" / "r" / "steps.csv")) == 12
     assert not (killed / "results" / "r").exists()  # nothing published by the killed run
     with open(killed / "runs" / "r" / "steps.csv", "a") as f:
         f.write("fp8-emulated-s0,fp8,emulated,0,12,3.1")  # and a row it was writing when killed: repaired
     assert train.main(kargs + ["--resume"]) == 0
-    # SIGTERM (here to this very process, from a thread, once 7 rows exist): checkpoint, exit 75, resume
+    # SIGTERM to this very process while step 7 runs (its handler sets the flag the loop reads after the step):
+    # checkpoint, exit 75, resume
     termed = tmp_path / "termed"
     targs = args + ["--out", str(termed / "results" / "r"), "--ckpt-dir", str(termed / "c")]
-    previous = signal.signal(signal.SIGTERM, lambda *a: None)  # a late signal must not kill pytest
-    try:
-        threading.Thread(target=_term_after_rows, args=(termed / "runs" / "r" / "steps.csv", 7),
-                         daemon=True).start()
-        assert train.main(targs) == PREEMPTED == 75  # not success: a requeue script can tell
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    one_step = runloop.RunLoop.one_step
+
+    def term_in_step_7(self, step):
+        one_step(self, step)
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(runloop.RunLoop, "one_step", term_in_step_7)
+    assert train.main(targs) == PREEMPTED == 75  # not success: a requeue script can tell
+    monkeypatch.setattr(runloop.RunLoop, "one_step", one_step)
     at = torch.load(termed / "c" / "fp8-emulated-s0.pt", weights_only=True)["step"]
-    assert 7 <= at < 30 and at == len(pd.read_csv(termed / "runs" / "r" / "steps.csv"))  # the last finished step
+    assert at == 7 == len(pd.read_csv(termed / "runs" / "r" / "steps.csv"))  # the last finished step
     assert not (termed / "results" / "r").exists()
     assert train.main(targs + ["--resume"]) == 0
     want = pd.read_csv(ref / "results" / "r" / "steps.csv", dtype=str)
