@@ -85,8 +85,9 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
         if hp:
             raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
                              "(use --runs with FP8 runs only)")
-    if any(s.backend == "te-fused" for s in specs) and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
-        raise ValueError("--inject overflow@STEP scales an FP8 linear's input, which te-fused's LayerNorm "
+    fused = [s.backend for s in specs if s.backend in backends.REGISTRY and backends.REGISTRY[s.backend].fused_norm]
+    if fused and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
+        raise ValueError(f"--inject overflow@STEP scales an FP8 linear's input, which {fused[0]}'s LayerNorm "
                          "renormalises; inject it into another backend's run")
     keep, skipped = [], []
     for s in specs:
@@ -171,7 +172,7 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
             t = sorted(times[cfg.sweep_steps // 2:])[len(times[cfg.sweep_steps // 2:]) // 2]  # median, warm half
-            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend,
+            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend.name,
                        compiled=prep.compiled,
                        tokens_per_s=tr.tokens_per_step / t, step_time_s=t, tokens_per_step=tr.tokens_per_step,
                        peak_mem_MiB=torch.cuda.max_memory_allocated() / 2**20 if env.device.type == "cuda" else None)
@@ -233,7 +234,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         print0(f"== {spec.name}: complete, nothing to resume")
         return None
     prep = build(cfg, spec, mcfg, env, ckpt_dir)
-    print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
+    print0(f"== {spec.name}: backend {prep.backend.name}" + (f" ({prep.reason})" if prep.reason else "") +
            "".join(f"; {n}" for n in prep.notes))
     # Checkpoints only where they are on: the GPU presets turn them off (one is ~19 GB), and a resumed
     # launch then writes none either.
@@ -242,7 +243,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
     start = 0
     if cfg.resume and ckpt is not None and ckpt.exists():
-        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend in backends.TE_BACKENDS)
+        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend.checkpoint_pickles)
         tr.restore(state)
         loop.load_health(state["health"])
         start = state["step"]
