@@ -63,7 +63,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, run_dir_for, shown
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
 from runloop import RunLoop
 from settings import Config, with_preset
 from train import free_memory, settings
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = cfg.resolved(on_gpu)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(1)  # one process: <preset>_ws1
+    out = results_path(cfg.out, LAB, preset.run_tag(1))  # one process: <preset>_ws1
     try:
         baseline = None
         if "kernels" in cfg.parts and cfg.kernels_baseline:

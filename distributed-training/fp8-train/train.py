@@ -57,7 +57,7 @@ from common.hardware import device_kind, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
-                         read_manifest, run_dir_for, shown)
+                         read_manifest, results_path, run_dir_for, shown)
 from faults import parse as parse_faults
 from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
                        select_modules)
@@ -337,7 +337,7 @@ def out_dir(cfg: Config, preset) -> Path:
     """Where complete runs are published: results/<preset>_ws<N>[_n<nodes>] (h100_ws1, h100_ws8, h100_ws16_n2:
     one world size never replaces another); the run writes into runs/<that name>/ first."""
     world, _, nnodes = planned_world()
-    return Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(world, nnodes)
+    return results_path(cfg.out, LAB, preset.run_tag(world, nnodes))
 
 
 def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):
