@@ -33,7 +33,7 @@ from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_to
 from common.failures import entrypoint
 from common.hardware import CHOICES
 from common.results import provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, experiment_flags
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, experiment_flags, results_path
 
 COLUMNS = ["collective", "size_bytes", "dtype", "preset", "iters", "ours_us", "bare_us", "ratio", "ratio_min",
            "ratio_max", "rounds"]
@@ -72,7 +72,7 @@ def bare_loop(call, iters: int, env: DistInfo, group) -> float:
 
 
 def out_path(cfg: Config, preset, world: int) -> Path:
-    return Path(cfg.out) if cfg.out else LAB_DIR / "results" / f"overhead_{preset.run_tag(world)}.csv"
+    return results_path(cfg.out, LAB_DIR, f"overhead_{preset.run_tag(world)}.csv")
 
 
 def main(argv: list[str] | None = None) -> int:

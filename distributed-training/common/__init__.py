@@ -22,6 +22,7 @@ One concept per module:
     data       the byte-level stdlib corpus and nanoGPT .bin files, deterministic batches
     testing    run a function on N forked gloo ranks (tests only)
     cuda_env   nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
+    fp8_names  the FP8 backends' names, shared by fp8-train's registry and the planner's cost records
 
 Import the submodule you need (`from common.dist import distributed`); this file imports
 nothing so that `import common` stays cheap.

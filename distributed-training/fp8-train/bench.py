@@ -53,6 +53,7 @@ import bound
 import kernels
 import train
 from alerts import AlertEngine
+from backend import Backend
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
@@ -62,7 +63,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, run_dir_for, shown
+from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
 from runloop import RunLoop
 from settings import Config, with_preset
 from train import free_memory, settings
@@ -181,7 +182,7 @@ def merged_us(spans: list[tuple[float, float]]) -> float:
 
 
 class ModeInfo(NamedTuple):
-    backend: str
+    backend: Backend
     compiled: bool
     kernels: KernelCount | None
     peak_mem_MiB: float | None
@@ -230,12 +231,13 @@ def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWrite
            f"of the BF16 step, {b.bf16_gemm_ms:.1f} -> {b.fp8_gemm_ms:.1f} ms in FP8)")
 
 
-def scaling_of(backend: str, precision: str, asked: str) -> str | None:
+def scaling_of(backend: Backend, precision: str, asked: str) -> str | None:
     """How a mode scaled its FP8 tensors: torchao's tensorwise/rowwise recipes always scale by the tensor's
-    own amax (current scaling); TE, the native layer and the emulator follow --fp8-scaling."""
+    own amax (current scaling, the record's dynamic_only); TE, the native layer and the emulator follow
+    --fp8-scaling."""
     if precision != "fp8":
         return None
-    return "current" if backend == "torchao" else asked
+    return "current" if backend.dynamic_only else asked
 
 
 def write_step_row(cfg, d, tcfg, s, times: list[float], base: float, info: ModeInfo, env, writer) -> None:
@@ -246,11 +248,11 @@ def write_step_row(cfg, d, tcfg, s, times: list[float], base: float, info: ModeI
     med = statistics.median(times)
     backend, compiled, counted, mem = info
     ratio = med / base
-    target = TARGET_EMULATED_VS_FP32 if s.precision == "fp8" and backend == "emulated" \
-        and env.device.type == "cpu" else None
+    emulated = s.precision == "fp8" and not backend.fp8_gemms and env.device.type == "cpu"
+    target = TARGET_EMULATED_VS_FP32 if emulated else None
     q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (med, med, med)
     writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                      precision_backend=backend, precision_backend_version=backends.backend_version(backend),
+                      precision_backend=backend.name, precision_backend_version=backends.backend_version(backend),
                       fp8_scaling=scaling_of(backend, s.precision, tcfg.fp8_scaling),
                       compiled=compiled, tokens_per_step=tokens, step_time_s=med,
                       step_time_min_s=min(times), step_time_p25_s=q1, step_time_p75_s=q3,
@@ -373,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = cfg.resolved(on_gpu)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    out = Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(1)  # one process: <preset>_ws1
+    out = results_path(cfg.out, LAB, preset.run_tag(1))  # one process: <preset>_ws1
     try:
         baseline = None
         if "kernels" in cfg.parts and cfg.kernels_baseline:

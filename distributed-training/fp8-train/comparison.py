@@ -26,16 +26,15 @@ from typing import NamedTuple
 
 import pandas as pd
 
+import backends
 from precision import LOW
 
-OWN_BACKENDS = ("native", "emulated")  # the lab's own FP8 layer; every other FP8 backend is a library
 # Issue 23's targets, at the GPU preset (hidden 4096): FP8 / BF16 tokens/s per backend (TE as its users
 # run it, torchao), the lab's own layer against torchao, every FP8 run against its model's measured bound
 # (speedup >= BOUND_SHARE x bound), BF16 MFU, and every FP8 run's final validation loss in the BF16 band.
 SPEEDUP_TARGETS = {"te-fused": 1.30, "torchao": 1.25}
 NATIVE_WITHIN, MFU_TARGET, BOUND_SHARE = 0.95, 0.52, 0.9
 NOT_RECORDED_VERSION = "not recorded (run predates the column)"
-LIBRARY_BACKENDS = ("te", "torchao")  # backends with a version of their own (backends.backend_version)
 
 
 class Folder(NamedTuple):
@@ -93,6 +92,11 @@ class Run(NamedTuple):
         return self.precision in LOW
 
 
+def _record(name: str) -> backends.Backend:
+    """The record of a CSV's precision_backend; a name no record has (an older run's) reads as torch's."""
+    return backends.lookup(name) or backends.TORCH
+
+
 def recipe(precision: str, backend: str, cfg: dict, gpu: bool) -> str:
     """How a run computed in its precision and scaled its low-precision tensors, from its folder's config."""
     if precision == "fp32":
@@ -103,7 +107,7 @@ def recipe(precision: str, backend: str, cfg: dict, gpu: bool) -> str:
     if precision != "fp8":
         rule = cfg.get("mx_scale_rule") or ("te" if precision == "mxfp8" else "ocp") + " (before the flag)"
         return f"block scales, E8M0 rule {rule}" if precision.startswith("mx") else "block scales (E4M3 x fp32)"
-    if backend == "torchao":
+    if _record(backend).dynamic_only:  # torchao: its recipe, whatever --fp8-scaling said
         return f"{cfg.get('torchao_recipe', 'tensorwise')} dynamic"
     if cfg.get("fp8_scaling") == "current":
         return "current"
@@ -115,7 +119,7 @@ def version_cell(g: pd.DataFrame, backend: str) -> str:
     backend is torch (its torch_version column), else not recorded."""
     if "precision_backend_version" in g and g["precision_backend_version"].notna().any():
         return str(g["precision_backend_version"].dropna().iloc[0])
-    if backend.split("-")[0] not in LIBRARY_BACKENDS:
+    if _record(backend).package is None:  # torch ran it: its version is the torch_version column
         return f"torch {g['torch_version'].iloc[0]}"
     return NOT_RECORDED_VERSION
 

@@ -2,9 +2,10 @@
 
     native, emulated           Fp8Linear's shared scaling state: per layer and role the amax and the scale
                                used, and the underflow/saturation fractions when counted (fp8_linear.py)
-    torchao, TE current,       backends.AmaxProbe's `last` buffers: amax and fmt_max / amax, taken on
+    torchao, TE current,       amax_probe.AmaxProbe's `last` buffers: amax and fmt_max / amax, taken on
     block formats              the recording steps (--stats-every)
-    te, te-fused (delayed)     TransformerEngine's own fp8_meta, per GEMM (te_adapter.delayed_state)
+    te, te-fused (delayed)     TransformerEngine's own fp8_meta, per GEMM (the record's library_state:
+                               te_adapter.delayed_state)
 
 Values stay on the device until `rows` turns them into CSV rows with one host transfer.
 """
@@ -16,8 +17,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-import backends
-import te_adapter
 from fp8_linear import Fp8Linear
 from precision import Prepared
 
@@ -47,8 +46,8 @@ def find(prep: Prepared, precision: str) -> list[Fp8Tensor]:
         frac = m.fractions if isinstance(m, Fp8Linear) else None
         for r, role in enumerate(ROLES):
             out.append(Fp8Tensor(name, role, fmts[r], last[r], kind, None if frac is None else frac[r]))
-    if prep.backend in backends.TE_BACKENDS and not out:
-        for t in te_adapter.delayed_state(prep.raw):
+    if prep.backend.library_state is not None and not out:
+        for t in prep.backend.library_state.read(prep.raw):
             fmt = "e5m2" if t.role == "grad_output" else "e4m3"
             out.append(Fp8Tensor(t.module, t.role, fmt, torch.stack([t.amax.float(), t.scale.float()]), "delayed",
                                  None))

@@ -39,16 +39,15 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 import backends
-import te_adapter
+from amax_probe import BLOCK_MAX, AmaxProbe
+from backend import Backend
 from common.model import GPT, GPTConfig
-from formats import E4M3, E5M2
-from fp8_linear import Fp8Linear, share_scaling_state
-from mx import BlockScaledLinear
+from formats import E4M3
 from scaling import DelayedScaling
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4")
 LOW = ("fp8", "mxfp8", "mxfp4", "nvfp4")
-BACKENDS = ("auto", "te", "te-fused", "torchao", "native", "emulated")
+BACKENDS = ("auto",) + tuple(backends.REGISTRY)  # what --fp8-backend and --runs precision:backend take
 DEFAULT_FP8_MODULES = ("layers.*.attn.wq", "layers.*.attn.wk", "layers.*.attn.wv", "layers.*.attn.wo",
                        "layers.*.mlp.w1", "layers.*.mlp.w2")
 
@@ -146,12 +145,12 @@ class PrecisionSettings:
 class Prepared:
     model: nn.Module  # what to call
     raw: nn.Module  # the same module (blocks compile in place): state_dict, hooks, names
-    backend: str  # the backend that runs ("torch" for fp32/bf16/fp16)
+    backend: Backend  # the backend that runs (backends.TORCH for fp32/bf16/fp16)
     reason: str
     context: Callable[[], ContextManager]  # enter around each forward
     scaler: torch.amp.GradScaler | None
     low_modules: list[str]
-    probe: backends.AmaxProbe | None = None
+    probe: AmaxProbe | None = None
     notes: list[str] = field(default_factory=list)
     compiled: bool = False  # its blocks run under torch.compile (recorded in every timed row)
 
@@ -222,32 +221,13 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     cpu = device.type == "cpu"
     hp = None if spec.precision == "fp32" else (torch.float16 if spec.precision == "fp16" else torch.bfloat16)
     names: list[str] = []
-    backend, reason, notes = "torch", "", []
+    backend, reason, notes = backends.TORCH, "", []
     fwd_ctx: Callable[[], ContextManager] = nullcontext
     if spec.precision in LOW:
         names = select_modules(model, s.fp8_modules, s.hp_modules)
         backend, reason = backends.resolve(spec.precision, spec.backend, device)
-        round_out = hp if cpu else None
-        if backend in ("native", "emulated") and spec.precision == "fp8":
-            for n in names:
-                parent, attr = backends.parent_of(model, n)
-                setattr(parent, attr, Fp8Linear(getattr(parent, attr), backend, s.recipe, s.scaling, round_out))
-            share_scaling_state(model)  # one amax history for every layer: one update per step
-        elif backend == "emulated":
-            for n in names:
-                parent, attr = backends.parent_of(model, n)
-                setattr(parent, attr, BlockScaledLinear(getattr(parent, attr), spec.precision, round_out,
-                                                        s.mx_scale_rule))
-    te_recipe = None
-    if backend in backends.TE_BACKENDS:
-        te_recipe = te_adapter.recipe(spec.precision, s.scaling, s.recipe.margin, s.recipe.history_len, s.recipe.algo)
-    if backend == "te":
-        fwd_ctx = te_adapter.convert_linear(model, names, te_recipe)
-    elif backend == "te-fused":
-        fwd_ctx, names = te_adapter.convert_fused(model, names, te_recipe)
-    elif backend == "torchao":
-        backends.torchao_convert(model, names, s.torchao_recipe)
-    will_compile = s.compile and backend not in backends.TE_BACKENDS  # TE modules run eagerly (below)
+        fwd_ctx, names = backend.convert(model, names, spec.precision, s, hp if cpu else None)
+    will_compile = s.compile and backend.compiles  # TE modules run eagerly (below)
     probe = _probe(spec, backend, s, model, names, will_compile)
     hp_ctx: Callable[[], ContextManager] = nullcontext
     if hp is not None:
@@ -265,8 +245,8 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
     compiled = False
     if s.compile:
-        if backend in backends.TE_BACKENDS:
-            notes.append("not compiled: TransformerEngine modules run eagerly (its fused kernels are its own)")
+        if not backend.compiles:
+            notes.append(backend.eager_note)
         else:
             # Keep explicit low-precision round trips (the CPU emulation's .to(bf16).to(fp32)) inside
             # fused kernels instead of letting Inductor drop them (torchtitan sets this for float8 too).
@@ -282,8 +262,8 @@ def prepare(spec: RunSpec, cfg: GPTConfig, s: PrecisionSettings, device: torch.d
     return Prepared(runnable, model, backend, reason, context, scaler, names, probe, notes, compiled=compiled)
 
 
-def _probe(spec: RunSpec, backend: str, s: PrecisionSettings, model: nn.Module, names: list[str],
-           compiled: bool) -> backends.AmaxProbe | None:
+def _probe(spec: RunSpec, backend: Backend, s: PrecisionSettings, model: nn.Module, names: list[str],
+           compiled: bool) -> AmaxProbe | None:
     """Amax probes for the low-precision runs whose backend keeps no scaling state we can read.
 
     Fp8Linear keeps its own per-step (amax, scale); TE's DelayedScaling keeps state read after
@@ -293,13 +273,10 @@ def _probe(spec: RunSpec, backend: str, s: PrecisionSettings, model: nn.Module, 
     """
     if spec.precision not in LOW:
         return None
-    keeps_state = spec.precision == "fp8" and (backend in ("native", "emulated") or
-                                               (backend in backends.TE_BACKENDS and s.scaling == "delayed"))
-    if keeps_state or backend == "te-fused" or not s.probes:
+    if backend.keeps_scale_state(spec.precision, s.scaling) or not backend.probes or not s.probes:
         return None
     mods = [(n, model.get_submodule(n)) for n in names]
-    if spec.precision == "fp8":  # torchao rowwise casts gradients to E4M3 too
-        gmax = E4M3.max if (backend == "torchao" and s.torchao_recipe.startswith("rowwise")) else E5M2.max
-        return backends.AmaxProbe(mods, E4M3.max, gmax, "current", compiled=compiled)
-    fmax = backends.BLOCK_MAX[spec.precision]
-    return backends.AmaxProbe(mods, fmax, fmax, "derived", compiled=compiled)
+    if spec.precision == "fp8":
+        return AmaxProbe(mods, E4M3.max, backend.probe_grad_max(s), "current", compiled=compiled)
+    fmax = BLOCK_MAX[spec.precision]
+    return AmaxProbe(mods, fmax, fmax, "derived", compiled=compiled)

@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 import pandas as pd
 
 import answer_plots
+import backends
 import bench_report
 import comparison
 import findings
@@ -109,8 +110,8 @@ def model_facts(ctx: Context, key: ModelKey, folders: list[Folder]) -> findings.
 def provenance(ctx: Context) -> list[str]:
     gpu = [f.name for f in ctx.folders.values() if is_gpu(f.steps)]
     ran = {b for f in ctx.folders.values() for b in f.steps["precision_backend"]}
-    not_ran = [name for key, name in (("te", "TransformerEngine"), ("torchao", "torchao"))
-               if not any(b.split("-")[0] == key for b in ran)]
+    ran_packages = {be.package for be in map(backends.lookup, ran) if be is not None}
+    not_ran = [name for package, name in backends.libraries() if package not in ran_packages]
     lines = [f"Models compared: {len(ctx.models)}; result folders: {', '.join(f'`{d.name}`' for d in ctx.dirs)}."]
     lines += ["GPU results: " + (", ".join(f"`{n}`" for n in gpu) + "." if gpu else
                                  "**none yet** -- no GPU number appears below; `make fp8-train GPU=h100` on an "

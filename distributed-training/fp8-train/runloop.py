@@ -55,7 +55,7 @@ class RunLoop:
         self.tr, self.w, self.alerts, self.dash_path = tr, writers, alerts, dash_path
         self.cfg = tr.cfg
         s = tr.spec
-        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend,
+        self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend.name,
                         precision_backend_version=backends.backend_version(tr.p.backend), seed=s.seed)
         self.shape = dict(compiled=tr.p.compiled, batch=self.cfg.batch, grad_accum=self.cfg.grad_accum,
                           seq_len=self.cfg.seq_len,

@@ -19,6 +19,7 @@ import math
 
 import pandas as pd
 
+import backends
 from comparison import Folder, Run, _md
 
 ROLES = ("input", "weight", "grad_output")
@@ -29,13 +30,15 @@ def why_missing(r: Run, role: str, quantity: str, kind: str) -> str:
     if quantity == "fractions":
         if r.precision != "fp8":
             return "not computed: block formats (one scale per block)"
-        if r.backend not in ("native", "emulated"):
+        be = backends.lookup(r.backend)
+        if be is None or not be.own_layer:
             return f"not recorded: {r.backend} casts inside its own kernels (counted in the lab's FP8 layer only)"
         return "not recorded: no --fractions-every step in this run"
-    if role == "grad_output" and r.backend == "torchao" and r.compiled:
-        return ("not recorded: torchao keeps no scale state (dynamic scaling) and the lab's backward hooks are off "
-                "under torch.compile")
-    if role == "grad_output" and r.backend.startswith("te") and kind == "current":
+    be = backends.lookup(r.backend)
+    if role == "grad_output" and be is not None and be.dynamic_only and r.compiled:
+        return (f"not recorded: {r.backend} keeps no scale state (dynamic scaling) and the lab's backward hooks are "
+                "off under torch.compile")
+    if role == "grad_output" and be is not None and be.library_state is not None and kind == "current":
         return ("not recorded: TE current scaling keeps no amax history and the lab's backward hook on te.Linear "
                 "did not fire in this run")
     if role == "grad_output" and r.compiled:

@@ -23,7 +23,7 @@ a LayerNormMLP two (fc1: GEMM1_* and GRAD_OUTPUT1, fc2: GEMM2_* and GRAD_OUTPUT2
 fp8.csv as `<path>.w1` and `<path>.w2`. TE updates scales after the step, so the scale a step cast
 with is snapshotted before it (te_snapshot_scales). Float8CurrentScaling keeps no state in TE 2.x
 (its quantizer computes amax and scale inside the cast kernel and stores neither): those runs are
-observed with forward/gradient probes on the --stats-every steps (backends.AmaxProbe); the tensors
+observed with forward/gradient probes on the --stats-every steps (amax_probe.AmaxProbe); the tensors
 inside a fused module (the GELU output, fc1's gradient) have no hook point and are reported as such.
 """
 
@@ -34,7 +34,7 @@ from typing import Callable, ContextManager, Iterator, NamedTuple
 import torch
 import torch.nn as nn
 
-from backends import parent_of
+from backend import parent_of
 from common.model import causal_attention
 
 FUSED_BLOCK = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w2")  # what te-fused takes per block

@@ -57,7 +57,7 @@ from common.hardware import device_kind, get_preset
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
-                         read_manifest, run_dir_for, shown)
+                         read_manifest, results_path, run_dir_for, shown)
 from faults import parse as parse_faults
 from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
                        select_modules)
@@ -85,8 +85,9 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
         if hp:
             raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
                              "(use --runs with FP8 runs only)")
-    if any(s.backend == "te-fused" for s in specs) and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
-        raise ValueError("--inject overflow@STEP scales an FP8 linear's input, which te-fused's LayerNorm "
+    fused = [s.backend for s in specs if s.backend in backends.REGISTRY and backends.REGISTRY[s.backend].fused_norm]
+    if fused and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
+        raise ValueError(f"--inject overflow@STEP scales an FP8 linear's input, which {fused[0]}'s LayerNorm "
                          "renormalises; inject it into another backend's run")
     keep, skipped = [], []
     for s in specs:
@@ -171,7 +172,7 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
             t = sorted(times[cfg.sweep_steps // 2:])[len(times[cfg.sweep_steps // 2:]) // 2]  # median, warm half
-            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend,
+            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend.name,
                        compiled=prep.compiled,
                        tokens_per_s=tr.tokens_per_step / t, step_time_s=t, tokens_per_step=tr.tokens_per_step,
                        peak_mem_MiB=torch.cuda.max_memory_allocated() / 2**20 if env.device.type == "cuda" else None)
@@ -233,7 +234,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
         print0(f"== {spec.name}: complete, nothing to resume")
         return None
     prep = build(cfg, spec, mcfg, env, ckpt_dir)
-    print0(f"== {spec.name}: backend {prep.backend}" + (f" ({prep.reason})" if prep.reason else "") +
+    print0(f"== {spec.name}: backend {prep.backend.name}" + (f" ({prep.reason})" if prep.reason else "") +
            "".join(f"; {n}" for n in prep.notes))
     # Checkpoints only where they are on: the GPU presets turn them off (one is ~19 GB), and a resumed
     # launch then writes none either.
@@ -242,7 +243,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
     start = 0
     if cfg.resume and ckpt is not None and ckpt.exists():
-        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend in backends.TE_BACKENDS)
+        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend.checkpoint_pickles)
         tr.restore(state)
         loop.load_health(state["health"])
         start = state["step"]
@@ -336,7 +337,7 @@ def out_dir(cfg: Config, preset) -> Path:
     """Where complete runs are published: results/<preset>_ws<N>[_n<nodes>] (h100_ws1, h100_ws8, h100_ws16_n2:
     one world size never replaces another); the run writes into runs/<that name>/ first."""
     world, _, nnodes = planned_world()
-    return Path(cfg.out) if cfg.out else LAB / "results" / preset.run_tag(world, nnodes)
+    return results_path(cfg.out, LAB, preset.run_tag(world, nnodes))
 
 
 def _check(cfg: Config, preset, on_gpu: bool, explicit: bool, out: Path):

@@ -38,10 +38,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-import backends
 import checkpoint
 import fp8_state
-import te_adapter
 from common.data import TokenData
 from common.dist import DistInfo
 from common.model import GPTConfig, flops_per_token, lm_loss
@@ -181,8 +179,8 @@ class Trainer:
             p.probe.arm(plan.probes)
             if plan.probes:
                 p.probe.weights()  # the weights this step multiplies: read before its update
-        if p.backend in backends.TE_BACKENDS:
-            te_adapter.snapshot_scales(p.raw)  # TE's scales after the step are the next step's
+        if p.backend.library_state is not None:
+            p.backend.library_state.snapshot(p.raw)  # TE's scales after the step are the next step's
         return plan
 
     def recording(self, plan: StepPlan) -> ExitStack:
@@ -308,8 +306,7 @@ class Trainer:
         if policy == "rollback":
             if self.ckpt_path is None:
                 raise RuntimeError("--on-nan rollback needs checkpoints (--ckpt-every > 0)")
-            te = self.p.backend in backends.TE_BACKENDS  # TE's extra state is pickled
-            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=te)
+            state = checkpoint.load(self.ckpt_path, self.fingerprint(), allow_pickle=self.p.backend.checkpoint_pickles)
             self.restore(state, full=False)
             return f"rolled back to the checkpoint taken after step {state['step'] - 1}; continuing with the next batch"
         self.stop_requested = True  # the loop logs this step, checkpoints and ends the run
@@ -317,8 +314,8 @@ class Trainer:
 
     def scrub_fp8(self) -> None:
         scrub_histories(self.fp8)
-        if self.p.backend in backends.TE_BACKENDS:
-            te_adapter.scrub(self.p.raw)
+        if self.p.backend.library_state is not None:
+            self.p.backend.library_state.scrub(self.p.raw)
 
     def lr(self, step: int) -> float:
         return lr_at(step, self.cfg.steps, self.cfg.lr, self.cfg.warmup)
@@ -343,7 +340,7 @@ class Trainer:
     # ---- FP8 state ---------------------------------------------------------------------------
     def fp8_state(self) -> list[fp8_state.Fp8Tensor]:
         """Every FP8 tensor's (amax, scale used) after the last step, as device tensors."""
-        if self.p.backend in backends.TE_BACKENDS:  # TE creates its state at the first forward
+        if self.p.backend.library_state is not None:  # TE creates its state at the first forward
             return fp8_state.find(self.p, self.spec.precision)
         if self._fp8_state is None:  # the modules and their state buffers are fixed: look them up once
             self._fp8_state = fp8_state.find(self.p, self.spec.precision)
@@ -355,7 +352,7 @@ class Trainer:
     # ---- checkpoints -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         c = self.cfg
-        return {"run": self.spec.name, "backend": self.p.backend, "model": [self.mcfg.vocab_size, self.mcfg.d_model,
+        return {"run": self.spec.name, "backend": self.p.backend.name, "model": [self.mcfg.vocab_size, self.mcfg.d_model,
                 self.mcfg.n_layers, self.mcfg.n_heads, self.mcfg.seq_len], "low_modules": list(self.p.low_modules),
                 "recipe": [c.fp8_scaling, c.amax_history, c.amax_algo, c.fp8_margin], "world_size": self.env.world_size,
                 "batch": [c.batch, c.grad_accum, c.seq_len], "steps": c.steps}

@@ -16,7 +16,7 @@ from pathlib import Path
 from common.dist import check_batch_split
 from common.hardware import CHOICES, get_preset
 from common.model import GPTConfig
-from common.runs import PROMOTE_CHOICES
+from common.runs import PROMOTE_CHOICES, results_path
 
 LAB = Path(__file__).resolve().parent
 
@@ -107,7 +107,7 @@ CONFIG_IGNORE = ("resume", "append", "preflight", "worlds", "promote", "results"
 
 
 def results_dir(cfg: Config) -> Path:
-    return Path(cfg.results) if cfg.results else LAB / "results"
+    return results_path(cfg.results, LAB)
 
 
 def saved_config(cfg: Config) -> dict:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, TypeVar
 from common.config import config_dict
 from common.dist import fail, from_rank0
 from common.results import SchemaMismatch, check_resume
-from common.runs import RunError, RunFolder, check_free, check_resumable
+from common.runs import RunError, RunFolder, check_free, check_resumable, results_path
 
 LAB = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -36,7 +36,7 @@ PROMOTE_HELP = ("when complete: auto (merge the rows into results/ for a run of 
 
 
 def results_dir(results: str) -> Path:
-    return Path(results) if results else LAB / "results"
+    return results_path(results, LAB)
 
 
 def saved_config(cfg: Any) -> dict:

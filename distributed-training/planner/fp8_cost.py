@@ -68,16 +68,18 @@ class Fp8Backend:
     caches_weights: bool = False  # casts its weights once per step and reuses them for every micro-batch
 
 
-BACKENDS = {
-    "te": Fp8Backend("te", fused_always=True, saves_fp8=True, fused_norm=False, fused_qkv=False,
-                     fp8_all_gather=False, caches_weights=True),
-    "te-fused": Fp8Backend("te-fused", fused_always=True, saves_fp8=True, fused_norm=True, fused_qkv=True,
-                           fp8_all_gather=False, caches_weights=True),
-    "torchao": Fp8Backend("torchao", fused_always=False, saves_fp8=False, fused_norm=False, fused_qkv=False,
-                          fp8_all_gather=True),
-    "native": Fp8Backend("native", fused_always=False, saves_fp8=True, fused_norm=False, fused_qkv=False,
-                         fp8_all_gather=False),
-}
+# One record per priced name of common/fp8_names.py (PRICED: the backends whose GEMMs run in FP8; the
+# emulator's fp32 GEMMs are not priced); fp8-train's run-time records (fp8-train/backends.py) use the same names.
+BACKENDS = {b.name: b for b in (
+    Fp8Backend("te", fused_always=True, saves_fp8=True, fused_norm=False, fused_qkv=False,
+               fp8_all_gather=False, caches_weights=True),
+    Fp8Backend("te-fused", fused_always=True, saves_fp8=True, fused_norm=True, fused_qkv=True,
+               fp8_all_gather=False, caches_weights=True),
+    Fp8Backend("torchao", fused_always=False, saves_fp8=False, fused_norm=False, fused_qkv=False,
+               fp8_all_gather=True),
+    Fp8Backend("native", fused_always=False, saves_fp8=True, fused_norm=False, fused_qkv=False,
+               fp8_all_gather=False),
+)}
 CURRENT = ("current", "tensorwise", "rowwise")  # recipes that reduce each tensor's amax before casting it
 
 

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from common.csvread import Schema, read_json, read_table
 from common.hardware import preset_for
+from common.runs import results_path
 
 from .shapes import Shape
 
@@ -404,7 +405,7 @@ READERS = {"fp8-train": (fp8_train_steps, fp8_train_bench, fp8_train_gemm, fp8_t
 
 def runs(lab: str, results: Path | None = None) -> list[Run]:
     """Every GPU row of `lab` under `results` (default: the lab's results/ folder)."""
-    folder = Path(results) if results else LABS / lab / "results"
+    folder = results_path(results, LABS / lab)
     return [run for reader in READERS[lab] for run in reader(folder)] if folder.is_dir() else []
 
 

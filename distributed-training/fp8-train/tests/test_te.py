@@ -106,7 +106,7 @@ def _gpt_pair(d=256, layers=2):
 
 def test_te_fused_runs_the_gpt_and_its_state_is_read_per_gemm():
     cfg, ref, fused = _gpt_pair()
-    assert fused.backend == "te-fused" and fused.low_modules[:3] == ["layers.0.attn.wqkv", "layers.0.attn.wo",
+    assert fused.backend.name == "te-fused" and fused.low_modules[:3] == ["layers.0.attn.wqkv", "layers.0.attn.wo",
                                                                       "layers.0.mlp"]
     idx = torch.randint(0, 256, (4, 128), device="cuda")
     seen = {}

@@ -139,3 +139,11 @@ def test_cached_fp8_weights_are_cast_once_per_step(monkeypatch):
     w = layer_times(sh, 1, 1, 1, te, rates_for(cl, te))["fp8_weights_per_step"]
     assert float(w) > 0
     assert float(2 * one["compute_s"] - two["compute_s"] - one["optimizer_s"]) == pytest.approx(sh.layers * float(w))
+
+
+def test_the_cost_records_are_the_priced_backends_of_the_shared_names():
+    """Every backend whose GEMMs run in FP8 has a cost record under its common name, and nothing else does
+    (the emulator's fp32 GEMMs are not priced); fp8-train's run-time registry keys on the same names."""
+    from common.fp8_names import NAMES, PRICED
+    assert tuple(BACKENDS) == PRICED and set(PRICED) < set(NAMES) and "emulated" not in BACKENDS
+    assert all(name == b.name for name, b in BACKENDS.items())
