@@ -35,7 +35,7 @@ def _stack() -> dict:
     """PyTorch's stack as this lab runs it (planner.stacks.PYTORCH), in step_costs' keywords."""
     w = search.Workload.of(stacks.PYTORCH, shapes.Shape(1, 8, 1, 1, 8, 8, 32), 1)
     return {"kernels": w.kernels, "tp_overlap": w.tp_overlap, "dp_overlap": w.dp_overlap,
-            "dp_schedule": stacks.PYTORCH.dp_schedule}
+            "tp_layout_copies": w.tp_layout_copies, "dp_schedule": stacks.PYTORCH.dp_schedule}
 
 
 class Degrees(NamedTuple):

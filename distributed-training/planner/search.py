@@ -95,7 +95,7 @@ class Workload:
         """A workload with `stack`'s software (its kernels, overlap, optimizer), `flags` overriding them."""
         own = dict(fused_kernels=stack.fused_kernels, attention_kernel=stack.attention_kernel,
                    tp_overlap=stack.tp_overlap, dp_overlap=stack.dp_overlap, qkv_fused=stack.qkv_fused,
-                   optimizer=stack.optimizer)
+                   optimizer=stack.optimizer, tp_layout_copies=stack.tp_layout_copies)
         return cls(shape, global_batch, precision, stack=stack, **{**own, **flags})
 
     @property

@@ -89,6 +89,8 @@ class Stack:
     dp_overlap: bool
     qkv_fused: bool
     optimizer: str  # compute.OPTIMIZER_KERNELS
+    tp_layout_copies: bool  # DTensor's batch-first SP: each collective copies its buffer, and the backward reuses
+    #                         the gathered inputs it saved (no re-gather); Megatron's sequence-first SP neither
 
     def check(self, zero: int | None, recompute: str | None) -> None:
         """ValueError (one line: what is wrong, what is allowed) for a pin this stack cannot run."""
@@ -105,11 +107,11 @@ PYTORCH = Stack(
                "FlashAttention-2, AdamW foreach)",
     torch_memory.memory_breakdown, fsdp2_schedule, zero_stages=(2, 3), recompute=("none", "op", "full"),
     cp_recompute=("none", "full"), runner="parallel-3d", fused_kernels=False, attention_kernel="fa2",
-    tp_overlap=False, dp_overlap=True, qkv_fused=False, optimizer="foreach")
+    tp_overlap=False, dp_overlap=True, qkv_fused=False, optimizer="foreach", tp_layout_copies=True)
 MEGATRON = Stack(
     "megatron", "Megatron-Core as the published runs ran it (fused kernels, the GPU's best FlashAttention, TP "
                 "overlapped with the weight-gradient GEMMs, distributed optimizer)",
     memory.memory_breakdown, zero_schedule, zero_stages=(0, 1, 2, 3), recompute=("none", "selective", "full", "op"),
     cp_recompute=("none", "selective", "full", "op"), runner=None, fused_kernels=True, attention_kernel="best",
-    tp_overlap=True, dp_overlap=True, qkv_fused=True, optimizer="megatron")
+    tp_overlap=True, dp_overlap=True, qkv_fused=True, optimizer="megatron", tp_layout_copies=False)
 STACKS = {s.name: s for s in (PYTORCH, MEGATRON)}

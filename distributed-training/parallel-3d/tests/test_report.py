@@ -25,7 +25,7 @@ def test_report_from_the_committed_csvs(tmp_path):
         assert heading in text
     assert "_No runs yet" not in text and "_Not measured yet" not in text
     assert (tmp_path / "plots" / "at_scale.png").exists() and list((tmp_path / "plots").glob("activations_*.png"))
-    assert (tmp_path / "plots" / "peak_memory.png").exists() and "| **does not fit** |" in text
+    assert (tmp_path / "plots" / "peak_memory.png").exists() and "| fits 80 GB |" in text
     assert text.count("*What to see:*") == 3  # every plot has its caption
     section = against_pytorch.render(results)
     assert section in text and "residual" in section
