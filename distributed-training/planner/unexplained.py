@@ -47,7 +47,8 @@ def outside(run: Run) -> str:
                 "itself is not)")
     if run.kind == "step" and fastest_gain(run) >= HOST_JITTER and not run.detail.get("gpu_busy_ms"):
         return (f"host-limited: its fastest step beat its median by {HOST_JITTER:.0%} or more (GPU-paced steps repeat "
-                "within a few percent, host-paced ones vary with the host); the model prices no host time")
+                "within a few percent, host-paced ones vary with the host); the model prices the host's steady "
+                "launch cost (host.py), not its jitter")
     if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:
         return ("FSDP2 at one rank: its hooks, copies and DTensor optimizer run with no collective to hide behind "
                 "(profiled GPU time above the model's FSDP2 pricing); the model is built for 2+ ranks")
