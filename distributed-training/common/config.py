@@ -91,7 +91,11 @@ def _optional(conv):
     return parse
 
 
-def build_parser(cls: type, description: str | None = None, prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(cls: type, description: str | None = None, prog: str | None = None,
+                 defaults: Any = None) -> argparse.ArgumentParser:
+    """The parser of `cls`'s fields. Its defaults are the fields' own, or `defaults`' values when given (an
+    instance of `cls`, e.g. a preset: --help then shows what that preset runs). A field with neither is a
+    required flag."""
     parser = OneLineParser(
         prog=prog,
         description=description,
@@ -104,8 +108,15 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
         tp = hints[f.name]
         base = _base_type(tp)
         optional = base is not tp
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        kw: dict[str, Any] = {"default": default, "help": f.metadata.get("help", " "), "dest": f.name}
+        kw: dict[str, Any] = {"help": f.metadata.get("help", " "), "dest": f.name}
+        if defaults is not None:
+            kw["default"] = getattr(defaults, f.name)
+        elif f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            kw["default"] = f.default_factory()  # type: ignore[misc]
+        else:
+            kw["required"] = True
         if "choices" in f.metadata:
             kw["choices"] = f.metadata["choices"]
         if base is bool:
@@ -117,7 +128,6 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
             elem = typing.get_args(base)[0]
             kw["type"] = _tuple_parser(elem)
             kw["metavar"] = "A,B,..."
-            kw["default"] = default
         elif base in (int, float, str):
             # "none" is a value, not "unset", when the choices list it (e.g. --recompute none)
             literal_none = "none" in f.metadata.get("choices", ())
@@ -130,8 +140,9 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
 
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: str | None = None,
-                 prog: str | None = None) -> T:
-    """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done.
+                 prog: str | None = None, defaults: T | None = None) -> T:
+    """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done. `defaults`
+    (an instance of `cls`) supplies the value of every flag not given, in place of the fields' defaults.
 
     Under torchrun every rank parses the same argv and exits the same way, but only global rank 0
     prints (the error line, or --help), so a mistake is reported once, not once per rank.
@@ -139,7 +150,7 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: s
     quiet = os.environ.get("RANK", "0") != "0"
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext(), \
             contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
-        parser = build_parser(cls, description, prog)
+        parser = build_parser(cls, description, prog, defaults)
         ns = parser.parse_args(argv)
         try:
             return cls(**vars(ns))

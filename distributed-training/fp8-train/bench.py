@@ -65,7 +65,7 @@ from common.timing import time_iterations
 from precision import LOW, parse_runs, prepare
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
 from runloop import RunLoop
-from settings import Config, with_preset
+from settings import Config, preset
 from train import free_memory, settings
 from trainer import Trainer
 
@@ -127,11 +127,11 @@ class BenchConfig:
 
 
 def _train_cfg(b: BenchConfig, d_model: int, steps: int, **kw) -> Config:
-    c = Config(gpu=b.gpu, batch=b.batch, seq_len=b.seq_len, d_model=d_model, n_layers=b.n_layers,
-               n_heads=max(1, d_model // 128 if d_model >= 1024 else d_model // 64), steps=steps, lr=1e-3, warmup=1,
-               val_every=0, log_every=10 ** 9, progress=False, compile=b.compile, ckpt_every=0,
-               fp8_scaling=b.fp8_scaling, **kw)
-    return with_preset(c, "cpu" if b.gpu == "cpu" else "h100", explicit_runs=True)
+    return dataclasses.replace(
+        preset("cpu" if b.gpu == "cpu" else "h100"), gpu=b.gpu, batch=b.batch, seq_len=b.seq_len, d_model=d_model,
+        n_layers=b.n_layers, n_heads=max(1, d_model // 128 if d_model >= 1024 else d_model // 64), steps=steps,
+        lr=1e-3, warmup=1, val_every=0, log_every=10 ** 9, progress=False, compile=b.compile, ckpt_every=0,
+        fp8_scaling=b.fp8_scaling, **kw)
 
 
 def _trainer(cfg: Config, spec, env, data) -> Trainer:

@@ -11,8 +11,9 @@ Around every run (runloop.py): per-layer health (layers.csv), alerts (events.csv
 policy, atomic checkpoints, --resume, SIGTERM handling and a live HTML dashboard.
 
 Runs (--runs, comma-separated `precision[:backend]`; precision fp32|bf16|fp16|fp8|mxfp8|mxfp4|nvfp4,
-backend auto|te|te-fused|torchao|native|emulated). Presets (GPU=, common/hardware.py) pick the runs and the model:
-    cpu        tiny GPT, fp32 / bf16 (emulated) x3 seeds / fp8 native + emulated / mxfp8, nvfp4 emulated
+backend auto|te|te-fused|torchao|native|emulated). Presets (GPU=; settings.py's cpu(), h100(), ..., each a
+complete config that the other flags override) pick the runs and the model:
+    cpu        tiny GPT, bf16 (emulated) x2 seeds / fp8 emulated + native (the wider set: make fp8-train-wide)
     h100 h200  hidden 4096, 8 layers, 8K tokens/step, blocks compiled; bf16 x3 seeds, fp8 torchao, native,
                te (te.Linear swap), te-fused (TE's fused modules); the FP8 bound after the first bf16 run
     a100       no FP8 hardware: fp32 vs bf16 vs fp16 + GradScaler
@@ -48,12 +49,12 @@ import backends
 import bound
 import checkpoint
 from alerts import AlertEngine
-from common.config import config_dict, parse_config, parse_size
+from common.config import config_dict, parse_size
 from common.data import load_data
 from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
                          planned_world, print0, select_device)
 from common.failures import PREEMPTED, entrypoint, report
-from common.hardware import device_kind, get_preset
+from common.hardware import device_kind
 from common.model import GPTConfig
 from common.results import ResultsWriter, SchemaMismatch, check_resume, provenance
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
@@ -62,7 +63,7 @@ from faults import parse as parse_faults
 from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
                        select_modules)
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
-from settings import Config, with_preset
+from settings import Config, parse, preset
 from trainer import StopRun, Trainer, Writers
 
 LAB = Path(__file__).resolve().parent
@@ -161,7 +162,7 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
                                           "compiled", "tokens_per_s", "step_time_s", "peak_mem_MiB",
                                           "tokens_per_step"],
                       key=["d_model", "run"], provenance=prov, enabled=env.is_main)
-    for d in cfg.sweep_hidden or ():
+    for d in cfg.sweep_hidden:
         mcfg = GPTConfig(vocab_size=data.vocab_size, seq_len=cfg.seq_len, d_model=d, n_layers=4,
                          n_heads=max(1, d // 128))
         for spec in [s for s in specs if s.precision in ("bf16",) + LOW and s.seed == cfg.seed]:
@@ -314,21 +315,24 @@ def prune_checkpoints(done: list[Path], keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def experiment(cfg: Config, hardware) -> list[str]:
+    """The measurement flags in which this run differs from its preset's run (what `make fp8-train GPU=` trains):
+    none, the run publishes to results/; any, it is an experiment and stays in runs/ (common.runs)."""
+    return experiment_flags(cfg, dataclasses.replace(preset(hardware.name), gpu=cfg.gpu), OPERATIONAL)
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__, prog="fp8-train")
-    explicit = bool(cfg.runs) or cfg.fp8_backend != "auto"
     try:
-        preset = get_preset(cfg.gpu)
-        on_gpu = device_kind(preset) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
+        cfg, hardware, explicit = parse(argv, description=__doc__, prog="fp8-train")
+        on_gpu = device_kind(hardware) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
     except ValueError as e:
         fail(str(e), 2)
-    changed = experiment_flags(cfg, Config(gpu=cfg.gpu), OPERATIONAL)
-    cfg = with_preset(cfg, preset.name, bool(cfg.runs))
+    changed = experiment(cfg, hardware)
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _run(cfg, preset, on_gpu, explicit, changed)
+        return _run(cfg, hardware, on_gpu, explicit, changed)
     finally:
         torch.set_num_threads(threads)
 
@@ -380,7 +384,7 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         return 0
     with distributed(device="cuda" if on_gpu else "cpu") as env:
         # The bound profiles one process's BF16 step (bound.py): one GPU, and only where asked.
-        wants_bound = bool(cfg.bound) and env.device.type == "cuda" and env.world_size == 1
+        wants_bound = cfg.bound and env.device.type == "cuda" and env.world_size == 1
         if cfg.bound and not wants_bound:
             print0("FP8 bound: measured on one GPU only (bound.py); not measured in this launch")
         ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name

@@ -33,6 +33,25 @@ def test_help_shows_defaults():
     assert "--iters ITERS" in text and "(default: 20)" in text and "(default: fp32)" in text
 
 
+def test_defaults_from_an_instance_and_required_fields():
+    """`defaults` (e.g. a preset) replaces the fields' defaults, in the result and in --help; a field with
+    no default and no instance to take it from is a required flag (one line, exit 2 without it)."""
+    base = Cfg(iters=7, dtype="bf16", collectives=("broadcast",))
+    assert parse_config(Cfg, ["--resume"], defaults=base) == Cfg(7, "bf16", ("broadcast",), True, None)
+    assert parse_config(Cfg, [], defaults=base) == base
+    assert "(default: 7)" in build_parser(Cfg, defaults=base).format_help()
+
+    @dataclass(frozen=True, kw_only=True)
+    class Needs:
+        steps: int = field(metadata={"help": "no default"})
+        lr: float = field(default=0.1, metadata={"help": "has one"})
+
+    assert parse_config(Needs, ["--steps", "3"]) == Needs(steps=3)
+    with pytest.raises(SystemExit) as e:
+        parse_config(Needs, [])
+    assert e.value.code == 2
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--iters", "0"], "--iters must be positive, got 0"),  # __post_init__
     (["--dtype", "fp64"], "invalid choice: 'fp64'"),  # argparse choices

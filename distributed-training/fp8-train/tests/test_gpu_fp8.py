@@ -5,6 +5,8 @@
       a fraction of a step that is all there.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -19,8 +21,8 @@ def test_bound_of_a_small_model():
     from common.dist import distributed
     from precision import RunSpec
     from trainer import Trainer
-    cfg = train.with_preset(train.Config(gpu="h100", steps=20, batch=4, seq_len=512, d_model=1024, n_layers=1,
-                                         n_heads=8, lr=1e-3, warmup=1, compile=False), "h100", True)
+    cfg = dataclasses.replace(train.preset("h100"), steps=20, batch=4, seq_len=512, d_model=1024, n_layers=1,
+                              n_heads=8, lr=1e-3, warmup=1, compile=False)
     from common.model import GPTConfig
     mcfg = GPTConfig(vocab_size=256, seq_len=512, d_model=1024, n_layers=1, n_heads=8)
     spec = RunSpec("bf16", "torch", 0)

@@ -1,6 +1,7 @@
 """NaN policies on injected faults, rollback of FP8 state, checkpoints that survive kill -9 and SIGTERM."""
 
 import copy
+import dataclasses
 import os
 import signal
 import subprocess
@@ -76,8 +77,8 @@ def test_stop_policy(tmp_path, tiny):
 
 
 def test_rollback_restores_fp8_scaling_state(tmp_path):
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=10, batch=4, seq_len=16, d_model=32, n_layers=1,
-                                         n_heads=2, lr=1e-2, warmup=1, on_nan="rollback", ckpt_every=4), "cpu", True)
+    cfg = dataclasses.replace(train.preset("cpu"), steps=10, batch=4, seq_len=16, d_model=32, n_layers=1,
+                              n_heads=2, lr=1e-2, warmup=1, on_nan="rollback", ckpt_every=4)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     spec = RunSpec("fp8", "emulated", 0)
     with distributed(device="cpu") as env:

@@ -10,6 +10,7 @@
 """
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -24,8 +25,8 @@ MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
 
 
 def _trainer(env, spec: RunSpec, **cfg_kw):
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=8, batch=4, seq_len=16, d_model=32, n_layers=1,
-                                         n_heads=2, lr=1e-2, warmup=1, **cfg_kw), "cpu", True)
+    cfg = dataclasses.replace(train.preset("cpu"), steps=8, batch=4, seq_len=16, d_model=32, n_layers=1,
+                              n_heads=2, lr=1e-2, warmup=1, **cfg_kw)
     prep = prepare(spec, MCFG, train.settings(cfg), env.device)
     return trainer_mod.Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), MCFG)
 

@@ -1,5 +1,6 @@
 """The runner: every precision mode trains, the precision map, unavailable backends, the report."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -120,8 +121,8 @@ def _importable(name: str) -> bool:
 def _fsdp_run(env, spec, ckpt):
     import checkpoint
     from trainer import Trainer
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
-                                         lr=1e-2, warmup=1, stats_every=0), "cpu", True)
+    cfg = dataclasses.replace(train.preset("cpu"), steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
+                              lr=1e-2, warmup=1, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     data = train._load_data(None, 256 << 10)
     tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
@@ -157,9 +158,9 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
 
     from precision import PrecisionSettings, prepare
     from trainer import Trainer
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
-                                         lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
-                                         val_batches=1), "cpu", True)
+    cfg = dataclasses.replace(train.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
+                              lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
+                              val_batches=1)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=3, n_heads=2)
     spec = RunSpec("fp8", "native", 0)
     counters.clear()
@@ -180,8 +181,8 @@ def test_activation_ranges_are_measured_under_compile():
     """
     from precision import PrecisionSettings, prepare
     from trainer import Trainer
-    cfg = train.with_preset(train.Config(gpu="cpu", steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
-                                         lr=1e-2, warmup=1, health_every=5, stats_every=0), "cpu", True)
+    cfg = dataclasses.replace(train.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
+                              lr=1e-2, warmup=1, health_every=5, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2)
     spec = RunSpec("fp8", "native", 0)
     with distributed(device="cpu") as env:
