@@ -43,7 +43,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """--help keeps the runbook's line breaks (its commands stay one per line) and shows defaults."""
+    """--help keeps the runbook's line breaks (its commands stay one per line) and shows defaults, a tuple as
+    the comma-separated list a user would type."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and isinstance(action.default, tuple) and "%(default)" in text:
+            text = text.replace("%(default)s", ",".join(map(str, action.default)) or "none")
+        return text
 
 
 def _flag(name: str) -> str:

@@ -31,6 +31,9 @@ def test_flags_are_generated_from_fields():
 def test_help_shows_defaults():
     text = build_parser(Cfg).format_help()
     assert "--iters ITERS" in text and "(default: 20)" in text and "(default: fp32)" in text
+    # a tuple as the user types it, not Python's repr
+    text = build_parser(Cfg, defaults=Cfg(collectives=("all_reduce", "broadcast"))).format_help()
+    assert "(default: all_reduce,broadcast)" in " ".join(text.split()) and "('" not in text
 
 
 def test_defaults_from_an_instance_and_required_fields():
