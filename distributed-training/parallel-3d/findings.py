@@ -21,10 +21,6 @@ def _f(row: dict, key: str) -> float:
     return float(row[key]) if row.get(key, "") not in ("", "nan", None) else float("nan")
 
 
-def label(r: dict) -> str:
-    return f"{r['study']}" + (f" ({r['role']} stage)" if r["role"] != "first" or int(r["pp"]) > 1 else "")
-
-
 def layout(r: dict) -> str:
     """TP·PP·DP, with ·CP where context parallelism ran (rows written before it had no cp column)."""
     cp = r.get("cp") or "1"
