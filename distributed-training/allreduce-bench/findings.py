@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences
+from common.findings import Finding, Sentences, gaps_sentence
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -83,8 +83,7 @@ def missing_sentence(df: pd.DataFrame, nccl_tests: pd.DataFrame) -> str:
         gaps.append(S("missing.multi_node"))
     if nccl_tests.empty:
         gaps.append(S("missing.nccl_tests"))
-    text = S("missing.lead", gaps="; ".join(gaps)) if gaps else S("missing.nothing")
-    return text[:1].upper() + text[1:]
+    return gaps_sentence(S, gaps)
 
 
 def opening(df: pd.DataFrame, summ: pd.DataFrame, nccl_tests: pd.DataFrame) -> list[Finding]:

@@ -92,15 +92,20 @@ def _finite(text: str) -> bool:
         return True  # not a number at all: the kind check says so where it matters
 
 
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes; BadResults naming it where it is missing or unreadable."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise BadResults(f"{shown(path)}: no such file") from None
+    except OSError as e:
+        raise BadResults(f"{shown(path)}: cannot be read ({e.strerror})") from None
+
+
 def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
     """Header, rows and text of a structurally sound CSV; BadResults otherwise."""
     where = shown(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadResults(f"{where}: no such file") from None
-    except OSError as e:
-        raise BadResults(f"{where}: cannot be read ({e.strerror})") from None
+    raw = _read_bytes(path)
     if not raw.strip():
         raise BadResults(f"{where} is empty (a run stopped before writing its header?); delete it or rerun the run "
                          "that writes it")
@@ -218,12 +223,7 @@ def read_text(path: str | Path, what: str) -> str:
     no byte-order mark; BadResults naming the file otherwise."""
     path = Path(path)
     where = shown(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadResults(f"{where}: no such file") from None
-    except OSError as e:
-        raise BadResults(f"{where}: cannot be read ({e.strerror})") from None
+    raw = _read_bytes(path)
     if not raw.strip():
         raise BadResults(f"{where} is empty; restore it (git checkout) or rerun the run that writes it")
     try:

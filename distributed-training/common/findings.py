@@ -87,6 +87,13 @@ def spread(values: list[float], fmt: str = "{:+.4f}", joiner: str = " to ") -> s
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else fmt.format(lo) + joiner + fmt.format(hi)
 
 
+def gaps_sentence(say: Sentences, gaps: list[str]) -> str:
+    """The 'not measured yet' finding: the gaps under the template's [missing.lead] ([missing.nothing] when
+    there are none), starting with a capital."""
+    text = say("missing.lead", gaps="; ".join(gaps)) if gaps else say("missing.nothing")
+    return text[:1].upper() + text[1:]
+
+
 def listing(items: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = [i for i in items if i]

@@ -172,6 +172,17 @@ def keep_tracked_files(lab):
     return _unchanged
 
 
+def report_opening(report_main: Callable[[list[str]], Any], tmp_path) -> dict[str, str]:
+    """A lab's report generated from tmp_path/results into tmp_path/REPORT.md: its opening findings by label,
+    after checking that they come first (within the first 15 lines, under "## What we found")."""
+    from .findings import read_block
+    out = tmp_path / "REPORT.md"
+    assert report_main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
+    return {f.label: f.text for f in read_block(out)}
+
+
 def expect_report_refuses(report_main: Callable[[list[str]], Any], lab, damage: Callable, needle: str, tmp_path,
                           capsys) -> str:
     """A copy of `lab`/results damaged by damage(folder): the report generator says so in one line, exit 2."""

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, listing, spread
+from common.findings import Finding, Sentences, gaps_sentence, listing, spread
 from comparison import Band, ModelKey, Run
 from formats import FORMATS
 
@@ -339,8 +339,7 @@ def missing_sentence(all_facts: list[Facts], bounds_missing: list[ModelKey], mul
         gaps.append(S("missing.te_fused"))
     if gpu and not multi_gpu:
         gaps.append(S("missing.multi_gpu"))
-    text = S("missing.lead", gaps="; ".join(gaps)) if gaps else S("missing.nothing")
-    return text[:1].upper() + text[1:]
+    return gaps_sentence(S, gaps)
 
 
 def opening(all_facts: list[Facts], bounds_missing: list[ModelKey], multi_gpu: bool) -> list[Finding]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, listing
+from common.findings import Finding, Sentences, gaps_sentence, listing
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -119,8 +119,7 @@ def missing_sentence(s: pd.DataFrame, ov: pd.DataFrame) -> str:
         gaps.append(S("missing.overlap"))
     if gpu.empty or "nnodes" not in gpu or gpu["nnodes"].max() < 2:
         gaps.append(S("missing.nodes"))
-    text = S("missing.lead", gaps="; ".join(gaps)) if gaps else S("missing.nothing")
-    return text[:1].upper() + text[1:]
+    return gaps_sentence(S, gaps)
 
 
 def opening(s: pd.DataFrame, a: pd.DataFrame, c: pd.DataFrame, p: pd.DataFrame, ov: pd.DataFrame) -> list[Finding]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.findings import Finding, Sentences, listing
+from common.findings import Finding, Sentences, gaps_sentence, listing
 from planner.against_pytorch import peak_rows, planned_peak
 
 LAB = Path(__file__).resolve().parent
@@ -81,8 +81,7 @@ def missing_sentence(runs: list[dict]) -> str:
         gaps.append(S("missing.eight"))
     if not any((r.get("cp") or "1") != "1" for r in runs):
         gaps.append(S("missing.cp"))
-    text = S("missing.lead", gaps="; ".join(gaps))
-    return text[:1].upper() + text[1:]
+    return gaps_sentence(S, gaps)
 
 
 def opening(runs: list[dict], at_scale: list[dict], device_gb: float, gpu: str) -> list[Finding]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, listing
+from common.findings import Finding, Sentences, gaps_sentence, listing
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -80,8 +80,7 @@ def missing_sentence(benches: dict[str, pd.DataFrame]) -> str:
     if gpu.empty or gpu["tp"].max() < 2:
         gaps.append(S("missing.multi_gpu"))
     gaps.append(S("missing.nodes"))
-    text = S("missing.lead", gaps="; ".join(gaps))
-    return text[:1].upper() + text[1:]
+    return gaps_sentence(S, gaps)
 
 
 def opening(corrs: dict[str, pd.DataFrame], benches: dict[str, pd.DataFrame]) -> list[Finding]:

@@ -4,7 +4,7 @@ and README.md's findings rewritten from the documents' blocks (a missing block i
 import pytest
 
 from common import readme_findings
-from common.findings import END, START, Finding, Sentences, block, listing, read_block, spread
+from common.findings import END, START, Finding, Sentences, block, gaps_sentence, listing, read_block, spread
 
 
 def test_sentences_are_named_joined_and_filled(tmp_path):
@@ -52,3 +52,11 @@ def test_the_committed_readme_is_current():
     """README.md's findings are what `make reports` writes from the committed documents."""
     readme = readme_findings.ROOT / "README.md"
     assert readme.read_text() == readme_findings.update(readme), "README.md is stale: run `make reports`"
+
+
+def test_the_gaps_sentence_joins_the_gaps_or_says_nothing_is_missing(tmp_path):
+    path = tmp_path / "t.md"
+    path.write_text("[missing.lead]\n{gaps}.\n\n[missing.nothing]\nnothing is missing.\n")
+    say = Sentences(path)
+    assert gaps_sentence(say, ["a GPU run: `make x`", "two nodes"]) == "A GPU run: `make x`; two nodes."
+    assert gaps_sentence(say, []) == "Nothing is missing."

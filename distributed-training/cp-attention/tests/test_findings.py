@@ -1,28 +1,19 @@
 """The report's opening lines come from the CSVs: change committed results (in a copy) and the sentences change."""
 
 import shutil
-from pathlib import Path
 
 import pandas as pd
 
 import report
-from common.findings import read_block
+from common.testing import report_opening
 
 RESULTS = report.LAB / "results"
-
-
-def _opening(tmp_path: Path) -> dict[str, str]:
-    out = tmp_path / "REPORT.md"
-    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
-    lines = out.read_text().splitlines()
-    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
-    return {f.label: f.text for f in read_block(out)}
 
 
 def test_the_answer_follows_the_csvs(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(RESULTS, res)
-    before = _opening(tmp_path)
+    before = report_opening(report.main, tmp_path)
     assert before["Answer"].startswith("Yes: 16 of 16 checks at N = 2 and 4")
     assert "allgather 0.82 and alltoall 0.60" in before["Against PyTorch"]
 
@@ -33,6 +24,6 @@ def test_the_answer_follows_the_csvs(tmp_path):
     bench = pd.read_csv(res / "bench_cpu_ws4.csv", dtype={"git_commit": str})
     bench.loc[bench["impl"] == "ours", "time_ms"] *= 2  # ours twice as slow
     bench.to_csv(res / "bench_cpu_ws4.csv", index=False)
-    after = _opening(tmp_path)
+    after = report_opening(report.main, tmp_path)
     assert after["Answer"].startswith("Not everywhere: 15 of 16 checks at N = 2 and 4 passed and 15 of 16")
     assert "allgather 1.65 and alltoall 1.20" in after["Against PyTorch"]

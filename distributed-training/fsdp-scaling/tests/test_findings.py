@@ -1,26 +1,17 @@
 """The report's opening lines come from the CSVs: change committed results (in a copy) and the sentences change."""
 
 import shutil
-from pathlib import Path
 
 import pandas as pd
 
 import report
-from common.findings import read_block
-
-
-def _opening(tmp_path: Path) -> dict[str, str]:
-    out = tmp_path / "REPORT.md"
-    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
-    lines = out.read_text().splitlines()
-    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
-    return {f.label: f.text for f in read_block(out)}
+from common.testing import report_opening
 
 
 def test_the_answer_follows_the_csvs(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(report.RES, res)
-    before = _opening(tmp_path)
+    before = report_opening(report.main, tmp_path)
     assert "ZeRO-3 0.104 MiB (128x less than DDP)" in before["Answer"]
     assert "zero3 weak +87%" in before["Time"] and "ddp does not" in before["At scale (a projection)"]
 
@@ -32,6 +23,6 @@ def test_the_answer_follows_the_csvs(tmp_path):
     slow = (s["strategy"] == "zero3") & (s["mode"] == "weak")
     s.loc[slow, ["step_time_ms", "step_time_min_ms", "step_time_max_ms"]] /= 1.5  # zero3 weak 1.5x faster
     s.to_csv(res / "scaling_h100_ws1.csv", index=False)
-    after = _opening(tmp_path)
+    after = report_opening(report.main, tmp_path)
     assert "ZeRO-3 4.1 MiB (3x less than DDP)" in after["Answer"]
     assert "zero3 weak +25%" in after["Time"] and "zero3 weak +87%" not in after["Time"]

@@ -6,23 +6,15 @@ from pathlib import Path
 import pandas as pd
 
 import report
-from common.findings import read_block
+from common.testing import report_opening
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
-
-
-def _opening(tmp_path: Path) -> dict[str, str]:
-    out = tmp_path / "REPORT.md"
-    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
-    lines = out.read_text().splitlines()
-    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
-    return {f.label: f.text for f in read_block(out)}
 
 
 def test_the_answer_follows_the_csvs(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(RESULTS, res)
-    before = _opening(tmp_path)
+    before = report_opening(report.main, tmp_path)
     hardware = pd.read_csv(res / "runs_cpu.csv")["hardware"].iloc[0]
     assert before["Answer"].startswith(f"Yes on {hardware}") and "Every study fits" in before["Memory"]
 
@@ -33,6 +25,6 @@ def test_the_answer_follows_the_csvs(tmp_path):
     busiest = max(r.param_bytes + r.opt_bytes + r.peak_bytes for r in rows[rows["study"] == "70B@512"].itertuples())
     rows.loc[rows["study"] == "70B@512", "peak_bytes"] += 81e9 - busiest  # 81 GB at its busiest rank: no fit
     rows.to_csv(res / "at_scale.csv", index=False)
-    after = _opening(tmp_path)
+    after = report_opening(report.main, tmp_path)
     assert after["Answer"].startswith(f"Not exactly on {hardware}")
     assert "70B@512 at 81.0 GB does not fit" in after["Memory"] and "Every study fits" not in after["Memory"]

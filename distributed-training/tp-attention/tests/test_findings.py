@@ -1,28 +1,19 @@
 """The report's opening lines come from the CSVs: change committed results (in a copy) and the sentences change."""
 
 import shutil
-from pathlib import Path
 
 import pandas as pd
 
 import report
-from common.findings import read_block
+from common.testing import report_opening
 
 RESULTS = report.LAB / "results"
-
-
-def _opening(tmp_path: Path) -> dict[str, str]:
-    out = tmp_path / "REPORT.md"
-    assert report.main(["--results", str(tmp_path / "results"), "--out", str(out)]) == 0
-    lines = out.read_text().splitlines()
-    assert lines.index("<!-- /findings -->") < 15 and "## What we found" in lines[:4]
-    return {f.label: f.text for f in read_block(out)}
 
 
 def test_the_answer_follows_the_csvs(tmp_path):
     res = tmp_path / "results"
     shutil.copytree(RESULTS, res)
-    before = _opening(tmp_path)
+    before = report_opening(report.main, tmp_path)
     assert before["Answer"].startswith("Yes: 52 checks, 0 failed") and "0.70 in the median row" in before[
         "Against DTensor"]
 
@@ -32,6 +23,6 @@ def test_the_answer_follows_the_csvs(tmp_path):
     bench = pd.read_csv(res / "bench_cpu_ws4.csv", dtype={"git_commit": str})
     bench["ours_over_dtensor"] *= 2  # ours now twice as slow as DTensor
     bench.to_csv(res / "bench_cpu_ws4.csv", index=False)
-    after = _opening(tmp_path)
+    after = report_opening(report.main, tmp_path)
     assert after["Answer"].startswith("Not everywhere: 1 of 52 checks failed")
     assert "1.40 in the median row" in after["Against DTensor"]
