@@ -139,17 +139,17 @@ KIT ?=
 KIT_PYTHON ?= 3.12
 KIT_TORCH ?= 2.11.0+cu130
 KIT_ARCHS ?= 90
-KIT_MAX_MB ?= 60
+BUNDLE_MIB ?= 64
 ARCHIVE_DIR ?= .
 .PHONY: gpu-quick offline-kit offline-install
 gpu-quick: $(SETUP) ## one short GPU slot: kit, doctor, fp8-train by priority, a bench size, archive (BUDGET_S=480)
 	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --archive-dir $(ARCHIVE_DIR) \
 	  --site $(abspath $(KIT_SITE)) $(if $(KIT),--kit $(KIT)) $(ARGS)
 
-offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), checked (~15 min)
+offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), tree + kit <= BUNDLE_MIB
 	@test -n "$(KIT)" || { echo "error: offline-kit needs KIT=dir (the folder to fill)" >&2; exit 2; }
-	@$(PYRUN) -m provision.offline_kit build --kit $(KIT) --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
-	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --max-mb $(KIT_MAX_MB)
+	@$(PYRUN) -m provision.offline_kit build --kit "$(KIT)" --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
+	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --bundle-mib $(BUNDLE_MIB)
 
 offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) with no network; every target sees it
 	@test -n "$(KIT)" || { echo "error: offline-install needs KIT=dir (made by make offline-kit)" >&2; exit 2; }
