@@ -10,7 +10,7 @@ read through common.csvread: a damaged CSV is one line (BadResults), never a tra
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -64,9 +64,8 @@ def read_set(path: Path) -> ResultsSet:
     for run, rs in by_run.items():
         rs.sort(key=lambda r: int(r["step"]))
         seconds = sum(float(r["step_time_s"]) for r in rs)
-        start = _time(rs[0]["timestamp_utc"]).timestamp() - float(rs[0]["step_time_s"])
-        runs[run] = RunRows(len(rs), seconds, datetime.fromtimestamp(start), _time(rs[-1]["timestamp_utc"]),
-                            rs[0]["git_commit"])
+        start = _time(rs[0]["timestamp_utc"]) - timedelta(seconds=float(rs[0]["step_time_s"]))
+        runs[run] = RunRows(len(rs), seconds, start, _time(rs[-1]["timestamp_utc"]), rs[0]["git_commit"])
     planned = None
     if (path / "steps.config.json").is_file():
         planned = read_json(path / "steps.config.json", "fp8-train's saved config", {"steps": int}).get("steps")

@@ -11,9 +11,9 @@
 #   3  the closing table, the results archive and the whole log in $OUT (gpu_slot.log, gpu_quick_<tag>.log,
 #      gpu_quick_<tag>.txt, results_*.tar.gz: four files, no folder); if gpu-quick left no archive, one is made
 #
-#   DT_GIT_COMMIT=<sha> bash distributed-training/provision/gpu_slot.sh            # on the lent machine (kit/ carried)
-#   make gpu-quick GPU=h200 BUDGET_S=550 ARGS=--dry-run                            # first, at home: what it will do
-#   REHEARSAL=1 OUT=/tmp/slot SLOT_S=120 bash distributed-training/provision/gpu_slot.sh   # the CPU rehearsal
+#   make gpu-quick GPU=h200 BUDGET_S=550 KIT=kit ARGS=--dry-run            # first, at home: what it will buy
+#   REHEARSAL=1 KIT= OUT=/tmp/slot SLOT_S=300 bash distributed-training/provision/gpu_slot.sh  # CPU rehearsal
+#   DT_GIT_COMMIT=<sha> bash distributed-training/provision/gpu_slot.sh    # the lent machine: kit/ carried, 595 s
 #
 # Environment: OUT (required: the folder that comes back), SLOT_S (570: the whole command, under the 600 s a
 # command may run), PYTHON (python3), KIT (kit/ where it holds a MANIFEST.json), GPU (auto), RUNS (empty),
@@ -58,14 +58,17 @@ EOF
     "$PYTHON" -c 'import json, sys; t = json.load(open(sys.argv[1]))["target"]; print("kit        ", t)' \
       "$KIT/MANIFEST.json" 2>&1 || echo "kit         $KIT holds no readable MANIFEST.json"
   fi
-  local left=$(( SLOT_S - ($(date +%s) - start) - 10 ))  # 10 s for this script's own end
+  # gpu-quick ends within its budget, its end included; if that end overran, SIGTERM 5 s after it (its end
+  # ignores it) and SIGKILL at SLOT_S - 5 s, and a fallback archive until the command's limit (SLOT_S + 25 s)
+  local left=$(( SLOT_S - ($(date +%s) - start) - 15 ))
   echo "== gpu-slot: make gpu-quick with ${left} s"
-  timeout -s TERM -k 15 $(( left + 20 )) make -s PYTHON="$PYTHON" gpu-quick GPU="$GPU" BUDGET_S="$left" \
+  timeout -s TERM -k 5 $(( left + 5 )) make -s PYTHON="$PYTHON" gpu-quick GPU="$GPU" BUDGET_S="$left" \
     ARCHIVE_DIR="$OUT" KIT="$KIT" RUNS="${RUNS:-}" REHEARSAL="$REHEARSAL" ARGS="${ARGS:-}"
   local rc=$?
   if ! compgen -G "$OUT/results_*.tar.gz" >/dev/null; then
     echo "== gpu-slot: gpu-quick left no archive (exit $rc): make results-archive"
-    timeout -k 5 60 make -s PYTHON="$PYTHON" results-archive ARCHIVE_DIR="$OUT" || rc=1
+    local spare=$(( SLOT_S + 20 - ($(date +%s) - start) ))
+    timeout -k 2 $(( spare > 5 ? spare : 5 )) make -s PYTHON="$PYTHON" results-archive ARCHIVE_DIR="$OUT" || rc=1
   fi
   echo "== gpu-slot: exit $rc after $(( $(date +%s) - start )) s of ${SLOT_S}; in $OUT:"
   ls -l "$OUT"

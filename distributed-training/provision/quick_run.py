@@ -22,23 +22,25 @@ if TYPE_CHECKING:
     from .gpu_quick import Prepared, QuickConfig
 
 
-def train_argv(cfg: QuickConfig) -> list[str]:
+def train_argv(cfg: QuickConfig, results: Path) -> list[str]:
+    """fp8-train with the results folder always named: a rehearsal's default one too (never results/)."""
     argv = [sys.executable, str(Path(cfg.fp8_lab) / "train.py"), "--gpu", cfg.gpu, "--no-progress",
             *cfg.train_args.split()]
-    return argv + (["--out", cfg.out] if cfg.out else [])
+    return argv + ["--out", str(results)]
 
 
-def bench_argv(cfg: QuickConfig, parts: str) -> list[str]:
+def bench_argv(cfg: QuickConfig, results: Path, parts: str) -> list[str]:
     argv = [sys.executable, str(Path(cfg.fp8_lab) / "bench.py"), "--gpu", cfg.gpu, "--parts", parts,
             "--promote", "merge", *(["--hidden", str(cfg.bench_hidden)] if parts == "step" else []),
             *cfg.bench_args.split()]
-    return argv + (["--out", cfg.out] if cfg.out else [])
+    return argv + ["--out", str(results)]
 
 
-def runnable(cfg: QuickConfig, items: list[Item], left_s: float) -> tuple[list[Item], list[Outcome]]:
+def runnable(cfg: QuickConfig, results: Path, items: list[Item], left_s: float) -> tuple[list[Item], list[Outcome]]:
     """fp8-train's plan here (--list-runs): the items it can run, and one dropped outcome per item it cannot,
     told in one line per reason (a TransformerEngine that does not import drops the TE runs, the rest goes on)."""
-    r = subprocess.run(train_argv(cfg) + ["--list-runs"], capture_output=True, text=True, timeout=max(left_s, 1))
+    r = subprocess.run(train_argv(cfg, results) + ["--list-runs"], capture_output=True, text=True,
+                       timeout=max(left_s, 1))
     if r.returncode:
         raise RuntimeError((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])
     lines = r.stdout.splitlines()
@@ -53,15 +55,16 @@ def runnable(cfg: QuickConfig, items: list[Item], left_s: float) -> tuple[list[I
     return keep, dropped
 
 
-def steps(cfg: QuickConfig, items: list[Item]) -> list[Step]:
+def steps(cfg: QuickConfig, results: Path, items: list[Item]) -> list[Step]:
     """One step per item, in the list's order, each needing its estimate."""
     out = []
     for item in items:
         if item.run:
-            out.append(Step(item.label, train_argv(cfg) + ["--only", item.run], item.seconds))
+            out.append(Step(item.label, train_argv(cfg, results) + ["--only", item.run], item.seconds))
         else:
             cap = cfg.gemm_limit_s if item.label == GEMM else cfg.bench_limit_s
-            out.append(Step(item.label, bench_argv(cfg, "gemm" if item.label == GEMM else "step"), item.seconds, cap))
+            parts = "gemm" if item.label == GEMM else "step"
+            out.append(Step(item.label, bench_argv(cfg, results, parts), item.seconds, cap))
     return out
 
 
@@ -83,7 +86,7 @@ def publish(cfg: QuickConfig, results: Path, timeout_s: float) -> list[str]:
     lines = []
     if (run_dir_for(results.parent, results.name) / MANIFEST).is_file():
         try:
-            r = subprocess.run(train_argv(cfg) + ["--publish-finished"], capture_output=True, text=True,
+            r = subprocess.run(train_argv(cfg, results) + ["--publish-finished"], capture_output=True, text=True,
                                timeout=timeout_s)
             lines += r.stdout.strip().splitlines() + r.stderr.strip().splitlines()[-1:]
         except subprocess.TimeoutExpired:
@@ -149,9 +152,9 @@ def run(cfg: QuickConfig, p: Prepared, started: float) -> int:
             print(f"== gpu-quick: offline-install {outcomes[-1].status}: {outcomes[-1].note}", flush=True)
         doctor = Step("doctor", [sys.executable, "-m", "provision.doctor", "--gpu", cfg.gpu], 5.0)
         timebox.run_all([doctor], deadline, outcomes, cfg.grace_s)
-        items, dropped = runnable(cfg, p.items, deadline - time.monotonic())
+        items, dropped = runnable(cfg, p.results, p.items, deadline - time.monotonic())
         outcomes += dropped
-        timebox.run_all(steps(cfg, items), deadline, outcomes, cfg.grace_s, resuming(p.results))
+        timebox.run_all(steps(cfg, p.results, items), deadline, outcomes, cfg.grace_s, resuming(p.results))
     except (timebox.Stopped, KeyboardInterrupt):
         outcomes.append(Outcome("gpu-quick", "stopped", time.monotonic() - started, "SIGTERM or Ctrl-C"))
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # fp8-train could not list its plan

@@ -242,8 +242,8 @@ def dry_run_lines(items: list[Item], results: Path, plan: PresetPlan, budget_s: 
     guessed = sum(i.guessed for i in items)
     lines += ["", f"estimated: {len(fits)} of {len(items)} steps fit, {sum(i.seconds for i in fits):.0f} s of steps "
                   f"({guessed} of the {len(items)} estimates are guesses: no committed row of their own)"]
-    te = [i.label for i in items if "-te" in f"-{i.run}"]
+    te = [i.label for i in items if i.run and precision_of(i.run) not in HIGH and i.run.split("-")[1] == "te"]
     if te:
-        lines.append(f"{', '.join(te)} need TransformerEngine on the node (KIT=...): where it does not import they are "
-                     "dropped there with one line and the rest goes on")
+        lines.append(f"{', '.join(te)} need{'s' if len(te) == 1 else ''} TransformerEngine on the node (KIT=...): "
+                     "where it does not import, fp8-train's plan skips them and gpu-quick drops them with one line")
     return lines

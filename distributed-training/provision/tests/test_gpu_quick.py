@@ -15,7 +15,7 @@ import pytest
 
 from common.testing import fake_nvidia_smi, no_gpu_mark, tree_state
 from provision.tests.kit_standin import standin_kit
-from provision import gpu_quick, timebox
+from provision import gpu_quick, quick_run, timebox
 from provision.timebox import Outcome, Step
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -125,6 +125,16 @@ def test_a_results_folder_that_cannot_be_written_is_one_line(where, tmp_path, ca
     line = _refused(["--gpu", "cpu", "--rehearsal", "--out", str(out), "--archive-dir", str(tmp_path / "a")], capsys,
                     "the results folder cannot be written: ")
     assert "is not writable" in line and not (tmp_path / "a").exists()
+
+
+def test_a_rehearsal_without_out_names_its_own_folder_to_every_fp8_train_command(tmp_path):
+    """Its default folder is runs/rehearsal/cpu_ws1: every training, bench and publish command names it, so that
+    fp8-train never falls back to its own default, the committed results/cpu_ws1."""
+    cfg = gpu_quick.QuickConfig(gpu="cpu", rehearsal=True, archive_dir=str(tmp_path), runs=("bf16-s0", "gemm"))
+    p = gpu_quick.prepare(cfg)
+    assert p.results == LABS / "fp8-train" / "runs" / "rehearsal" / "cpu_ws1"
+    commands = [s.argv for s in quick_run.steps(cfg, p.results, p.items)] + [quick_run.train_argv(cfg, p.results)]
+    assert [argv[argv.index("--out") + 1] for argv in commands] == [str(p.results)] * 3
 
 
 def test_the_archive_needs_a_folder_outside_the_checkout(tmp_path, capsys, monkeypatch):
