@@ -76,9 +76,9 @@ def test_the_slot_command_fits_a_lent_machines_limit():
 
 def test_a_gpu_quick_that_refuses_still_leaves_an_archive_and_its_reason(tmp_path):
     out = tmp_path / "out"
-    r = slot(tmp_path, OUT=str(out), SLOT_S="120", REHEARSAL="1", KIT="", RUNS="nosuch",
-             ARGS=f"--out {tmp_path / 'r' / 'cpu_ws1'} --fp8-lab {STANDIN}", DT_GIT_COMMIT="rehearsal")
+    r = slot(tmp_path, OUT=str(out), SLOT_S="120", REHEARSAL="1", KIT="", ARGS="--reserve-s 1000",
+             DT_GIT_COMMIT="rehearsal")
     log = (out / "gpu_slot.log").read_text()
-    assert r.returncode == 2 and "gpu-quick: error: --runs: nosuch is not a step of the cpu preset" in log
+    assert r.returncode == 2 and "gpu-quick: error: --budget-s (" in log and "must exceed --reserve-s (1000)" in log
     assert "gpu-quick left no archive (exit 2): make results-archive" in log
     assert [p.name.split("_")[0] for p in sorted(out.iterdir())] == ["gpu", "results"]
