@@ -188,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}" if str(e).startswith("gpu-quick") else f"gpu-quick: error: {e}", file=sys.stderr)
         return 2
     if cfg.dry_run:
-        pre = ([Item("offline-install", "", -1, "the kit's wheels into KIT_SITE", cfg.guess_install_s, "guess")]
+        untimed = "guess: no committed timing of this step"
+        pre = ([Item("offline-install", "", -1, "the kit's wheels into KIT_SITE", cfg.guess_install_s, untimed)]
                if cfg.kit else [])
         pre.append(Item("doctor", "", -1, "what the node has, in the log; fp8-train's plan", cfg.guess_doctor_s,
-                        "guess"))
+                        untimed))
         print("\n".join(slot_plan.dry_run_lines(pre + p.items, p.results, p.plan, cfg.budget_s, cfg.reserve_s)))
         return 0
     p.archive.mkdir(parents=True, exist_ok=True)

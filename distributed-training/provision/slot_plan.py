@@ -244,6 +244,8 @@ def dry_run_lines(items: list[Item], results: Path, plan: PresetPlan, budget_s: 
                   f"({guessed} of the {len(items)} estimates are guesses: no committed row of their own)"]
     te = [i.label for i in items if i.run and precision_of(i.run) not in HIGH and i.run.split("-")[1] == "te"]
     if te:
-        lines.append(f"{', '.join(te)} need{'s' if len(te) == 1 else ''} TransformerEngine on the node (KIT=...): "
-                     "where it does not import, fp8-train's plan skips them and gpu-quick drops them with one line")
+        one = len(te) == 1
+        lines.append(f"{', '.join(te)} need{'s' if one else ''} TransformerEngine on the node (KIT=...): where it does "
+                     f"not import, fp8-train's plan skips {'it' if one else 'them'} and gpu-quick drops "
+                     f"{'it' if one else 'them'} with one line")
     return lines
