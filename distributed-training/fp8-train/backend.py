@@ -19,16 +19,14 @@ from __future__ import annotations
 import importlib
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ContextManager, NamedTuple
+from typing import Callable, ContextManager, NamedTuple
 
 import torch
 import torch.nn as nn
 
 from common.fp8_names import fp8_name
 from formats import E5M2
-
-if TYPE_CHECKING:
-    from precision import PrecisionSettings
+from modes import PrecisionSettings
 
 
 class BackendUnavailable(RuntimeError):
@@ -48,7 +46,7 @@ class LibraryState(NamedTuple):
 
 
 Status = Callable[[str, torch.device], "tuple[bool, str]"]  # (precision, device) -> (can run here, why / why not)
-Convert = Callable[[nn.Module, "list[str]", str, "PrecisionSettings", "torch.dtype | None"], Converted]
+Convert = Callable[[nn.Module, "list[str]", str, PrecisionSettings, "torch.dtype | None"], Converted]
 
 
 def _no_state(precision: str, scaling: str) -> bool:

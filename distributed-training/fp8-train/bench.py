@@ -62,7 +62,8 @@ from common.hardware import CHOICES, device_kind, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.timing import time_iterations
-from precision import LOW, parse_runs, prepare
+from modes import LOW, parse_runs
+from precision import prepare
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
 from runloop import RunLoop
 from settings import Config, preset

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import pandas as pd
 
 import backends
-from precision import LOW
+from modes import LOW
 
 # Issue 23's targets, at the GPU preset (hidden 4096): FP8 / BF16 tokens/s per backend (TE as its users
 # run it, torchao), the lab's own layer against torchao, every FP8 run against its model's measured bound

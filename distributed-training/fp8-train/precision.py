@@ -19,7 +19,8 @@ hurt convergence and attention scores overflow FP8's range. Only nn.Linear can b
 for anything else is an error, not a silent no-op.
 
 Every run starts from the same fp32 weights: the GPT is built on the CPU under the run's seed
-before any conversion, so modes differ only in arithmetic.
+before any conversion, so modes differ only in arithmetic. The records a run is named by (the
+precisions, RunSpec, PrecisionSettings) are modes.py's.
 """
 
 from __future__ import annotations
@@ -43,49 +44,7 @@ from amax_probe import BLOCK_MAX, AmaxProbe
 from backend import Backend
 from common.model import GPT, GPTConfig
 from formats import E4M3
-from scaling import DelayedScaling
-
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4")
-LOW = ("fp8", "mxfp8", "mxfp4", "nvfp4")
-BACKENDS = ("auto",) + tuple(backends.REGISTRY)  # what --fp8-backend and --runs precision:backend take
-DEFAULT_FP8_MODULES = ("layers.*.attn.wq", "layers.*.attn.wk", "layers.*.attn.wv", "layers.*.attn.wo",
-                       "layers.*.mlp.w1", "layers.*.mlp.w2")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    precision: str
-    backend: str  # as requested: auto/te/torchao/native/emulated; "torch" for fp32/bf16/fp16
-    seed: int
-
-    @property
-    def name(self) -> str:
-        parts = [self.precision] + ([self.backend] if self.precision in LOW else []) + [f"s{self.seed}"]
-        return "-".join(parts)
-
-
-def parse_runs(items: tuple[str, ...], default_backend: str, seed: int, noise_seeds: int) -> list[RunSpec]:
-    """'fp32,bf16,fp8:native,nvfp4:emulated' -> RunSpecs; bf16 repeated over `noise_seeds` seeds."""
-    specs: list[RunSpec] = []
-    for item in items:
-        prec, _, backend = item.partition(":")
-        if prec not in PRECISIONS:
-            raise ValueError(f"--runs: unknown precision {prec!r} in {item!r}; valid: {', '.join(PRECISIONS)}")
-        if prec not in LOW:
-            if backend:
-                raise ValueError(f"--runs: {prec} takes no backend ({item!r}); backends are for {', '.join(LOW)}")
-            backend = "torch"
-        backend = backend or default_backend
-        if backend not in BACKENDS + ("torch",):
-            raise ValueError(f"--runs: unknown backend {backend!r} in {item!r}; valid: {', '.join(BACKENDS)}")
-        seeds = range(seed, seed + noise_seeds) if prec == "bf16" else (seed,)
-        specs += [RunSpec(prec, backend, s) for s in seeds]
-    names = [s.name for s in specs]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise ValueError(f"--runs lists the same run twice: {', '.join(dup)}")
-    return specs
-
+from modes import LOW, PrecisionSettings, RunSpec
 
 def select_modules(model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> list[str]:
     """Names of the modules the precision map puts in low precision (ValueError if it asks the impossible)."""
@@ -126,19 +85,6 @@ class RoundedOps(TorchFunctionMode):
             kwargs = {k: _round(v, self.dtype) for k, v in kwargs.items()}
             return _round(func(*args, **kwargs), self.dtype)
         return func(*args, **kwargs)
-
-
-@dataclass(frozen=True)
-class PrecisionSettings:
-    fp8_modules: tuple[str, ...] = DEFAULT_FP8_MODULES
-    hp_modules: tuple[str, ...] = ()
-    recipe: DelayedScaling = field(default_factory=DelayedScaling)
-    scaling: str = "delayed"  # delayed | current (per-tensor backends)
-    torchao_recipe: str = "tensorwise"
-    compile: bool = False
-    compile_backend: str = "inductor"  # tests use "aot_eager": the same tracing, no code generation
-    probes: bool = True  # amax probes where the backend keeps no scaling state (off: nothing recorded)
-    mx_scale_rule: str = "te"  # emulated MX formats' E8M0 block-scale rule (mx.py)
 
 
 @dataclass

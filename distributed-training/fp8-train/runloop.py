@@ -28,7 +28,7 @@ import backends
 from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
-from precision import LOW
+from modes import LOW
 from tblog import TensorBoardLog
 from trainer import StopRun, Trainer, Writers
 

@@ -20,7 +20,7 @@ from common.hardware import CHOICES, GPUPreset, get_preset
 from common.runs import PROMOTE_CHOICES
 from faults import parse as parse_faults
 from mx import MX_SCALE_RULES
-from precision import BACKENDS, DEFAULT_FP8_MODULES, LOW
+from modes import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from scaling import DelayedScaling
 
 

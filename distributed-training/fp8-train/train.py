@@ -60,8 +60,8 @@ from common.results import ResultsWriter, SchemaMismatch, check_resume, provenan
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
                          read_manifest, results_path, run_dir_for, shown)
 from faults import parse as parse_faults
-from precision import (LOW, PrecisionSettings, RunSpec, forget_initial_weights, parse_runs, prepare,
-                       select_modules)
+from modes import LOW, PrecisionSettings, RunSpec, parse_runs
+from precision import forget_initial_weights, prepare, select_modules
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
 from settings import Config, parse, preset
 from trainer import StopRun, Trainer, Writers

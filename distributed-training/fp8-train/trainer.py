@@ -48,7 +48,9 @@ from common.timing import StepTimer
 from faults import Injector
 from fp8_linear import fp8_modules, scrub_histories, update_scales
 from health import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
-from precision import Prepared, RunSpec
+from modes import RunSpec
+from precision import Prepared
+from settings import Config
 
 VAL_SEED = 1234  # validation batches are the same for every run and seed
 
@@ -86,7 +88,7 @@ class StepPlan:
 
 
 class Trainer:
-    def __init__(self, cfg: Any, spec: RunSpec, prep: Prepared, env: DistInfo, data: TokenData,
+    def __init__(self, cfg: Config, spec: RunSpec, prep: Prepared, env: DistInfo, data: TokenData,
                  model_cfg: GPTConfig, peak_tflops: float | None = None, ckpt_path: Path | None = None,
                  faults: list | None = None):
         self.cfg, self.spec, self.p, self.env, self.data, self.mcfg = cfg, spec, prep, env, data, model_cfg
@@ -98,7 +100,7 @@ class Trainer:
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
-        self.monitor = getattr(cfg, "monitor", True)
+        self.monitor = cfg.monitor
         self.norms = NormTracker(raw)
         # Clipping folded into the fused AdamW kernel, as DeepSpeed folds its clip factor into the
         # optimizer's unscale: the kernel divides each gradient by grad_scale while it reads it anyway.
@@ -109,8 +111,7 @@ class Trainer:
         self.snr = GradSNR(self.norms.params, cfg.grad_accum, self.norms.sharded) if cfg.grad_accum > 1 else None
         self.fp8 = [m for _, m in fp8_modules(raw)]
         self.saved = SavedActivations(raw)
-        self.injector = Injector(raw, faults, prep.low_modules, getattr(cfg, "spike_scale", 1e3),
-                                 getattr(cfg, "overflow_scale", 2.0 ** 12)) if faults else None
+        self.injector = Injector(raw, faults, prep.low_modules, cfg.spike_scale, cfg.overflow_scale) if faults else None
         self.ckpt_path = ckpt_path
         self.tokens_per_step = cfg.batch * cfg.seq_len
         self.flops_per_token = flops_per_token(model_cfg, cfg.seq_len)
@@ -271,7 +272,7 @@ class Trainer:
         return row
 
     def fractions_due(self, step: int) -> bool:
-        every = getattr(self.cfg, "fractions_every", self.cfg.stats_every)
+        every = self.cfg.fractions_every
         return every > 0 and step % every == 0
 
     def stats_due(self, step: int) -> bool:

@@ -96,7 +96,8 @@ def test_nan_step_under_skip_keeps_te_histories_finite(tmp_path):
 def _gpt_pair(d=256, layers=2):
     """The same GPT twice on the GPU: BF16 autocast, and rebuilt from TE's fused modules (delayed scaling)."""
     from common.model import GPTConfig
-    from precision import PrecisionSettings, RunSpec, prepare
+    from modes import PrecisionSettings, RunSpec
+    from precision import prepare
     cfg = GPTConfig(vocab_size=256, seq_len=128, d_model=d, n_layers=layers, n_heads=d // 64)
     dev = torch.device("cuda")
     ref = prepare(RunSpec("bf16", "torch", 0), cfg, PrecisionSettings(), dev)

@@ -18,7 +18,8 @@ import torch
 import fake_te
 import te_adapter
 from common.model import GPT, GPTConfig
-from precision import DEFAULT_FP8_MODULES, select_modules
+from modes import DEFAULT_FP8_MODULES
+from precision import select_modules
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ import report
 import train
 from common.dist import distributed
 from common.model import GPT, GPTConfig
-from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
+from modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
+from precision import select_modules
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -156,7 +157,8 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
     block apart; past its 8 recompiles the run went eager (the native layer at 0.79x BF16 on one H200)."""
     from torch._dynamo.utils import counters
 
-    from precision import PrecisionSettings, prepare
+    from modes import PrecisionSettings
+    from precision import prepare
     from trainer import Trainer
     cfg = dataclasses.replace(train.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
                               lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
@@ -179,7 +181,8 @@ def test_activation_ranges_are_measured_under_compile():
 
     aot_eager traces exactly what Inductor would compile (Dynamo + AOTAutograd) without generating code.
     """
-    from precision import PrecisionSettings, prepare
+    from modes import PrecisionSettings
+    from precision import prepare
     from trainer import Trainer
     cfg = dataclasses.replace(train.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
                               lr=1e-2, warmup=1, health_every=5, stats_every=0)
