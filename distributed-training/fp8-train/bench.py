@@ -48,12 +48,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-import backends
 import bound
 import kernels
 import train
 from alerts import AlertEngine
-from backend import Backend
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
@@ -61,10 +59,12 @@ from common.failures import PREEMPTED, entrypoint, report
 from common.hardware import CHOICES, device_kind, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
-from common.timing import time_iterations
-from modes import LOW, parse_runs
-from precision import prepare
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
+from common.timing import time_iterations
+from precision import backends
+from precision.backend import Backend
+from precision.modes import LOW, parse_runs
+from precision.prepare import prepare
 from runloop import RunLoop
 from settings import Config, preset
 from train import free_memory, settings

@@ -154,7 +154,7 @@ def measure(step: Callable[[], object], step_ms: float, tokens: int, linears: It
 def mapped_linears(cfg, fp8_modules: tuple[str, ...], hp_modules: tuple[str, ...]) -> set[tuple[int, int]]:
     """(in, out) of every linear the precision map puts in FP8, for a GPTConfig."""
     from common.model import GPT
-    from precision import select_modules
+    from precision.prepare import select_modules
     with torch.device("meta"):
         model = GPT(cfg)
     return {(m.in_features, m.out_features) for m in (model.get_submodule(n) for n in

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-import backends
-from modes import LOW
+from precision import backends
+from precision.modes import LOW
 
 # Issue 23's targets, at the GPU preset (hidden 4096): FP8 / BF16 tokens/s per backend (TE as its users
 # run it, torchao), the lab's own layer against torchao, every FP8 run against its model's measured bound

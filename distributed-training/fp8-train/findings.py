@@ -21,7 +21,7 @@ import pandas as pd
 
 from common.findings import Finding, Sentences, gaps_sentence, listing, spread
 from comparison import Band, ModelKey, Run
-from formats import FORMATS
+from precision.formats import FORMATS
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")

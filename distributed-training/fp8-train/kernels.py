@@ -23,23 +23,36 @@ import torch
 from common.dist import print0
 from common.model import Block, GPTConfig
 from common.results import REPO_ROOT, ResultsWriter
-from scaling import DelayedScaling
+from precision.scaling import DelayedScaling
 
 LAB = Path(__file__).resolve().parent
 
 
 def load_fp8_linear(commit: str):
-    """fp8_linear.py as it was at `commit` (and its helper modules as they are now), as a module."""
-    rel = (LAB / "fp8_linear.py").relative_to(REPO_ROOT)
-    src = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if src.returncode:
+    """fp8_linear.py as it was at `commit` (and its helper modules as they are now), as a module.
+
+    Before the lab had rooms the file sat at the lab's top (LAB/fp8_linear.py) and imported formats and
+    scaling by those bare names: an older file is looked up there, and those two are lent to it under them."""
+    from precision import formats, fp8_linear, scaling
+    for path in (Path(fp8_linear.__file__).resolve(), LAB / "fp8_linear.py"):
+        rel = path.relative_to(REPO_ROOT)
+        src = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=REPO_ROOT, capture_output=True, text=True)
+        if not src.returncode:
+            break
+    else:
         raise ValueError(f"--kernels-baseline {commit}: git cannot show {rel} there ({src.stderr.strip()[:120]})")
     path = Path(tempfile.mkdtemp()) / f"fp8_linear_{commit}.py"
     path.write_text(src.stdout)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = mod  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(mod)
+    lent = {name: m for name, m in (("formats", formats), ("scaling", scaling)) if name not in sys.modules}
+    sys.modules.update(lent)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        for name in lent:
+            del sys.modules[name]
     return mod
 
 
@@ -75,7 +88,7 @@ def count_kernels(fp8mod, d: int = 128, tokens: int = 256) -> tuple[int, int]:
 
 
 def kernel_counts(baseline, baseline_label: str, writer: ResultsWriter) -> None:
-    import fp8_linear
+    from precision import fp8_linear
     versions = [("this tree", fp8_linear)]
     if baseline is not None:
         versions.insert(0, (baseline_label, baseline))

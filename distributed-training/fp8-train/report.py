@@ -20,7 +20,6 @@ from typing import Callable, NamedTuple
 import pandas as pd
 
 import answer_plots
-import backends
 import bench_report
 import comparison
 import findings
@@ -33,6 +32,7 @@ from common.findings import block
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
 from planner import vs_measured
+from precision import backends
 from report_plots import plot_loss, plot_scales
 from tables import SCHEMAS, read as _read
 

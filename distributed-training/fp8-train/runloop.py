@@ -24,11 +24,11 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-import backends
 from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
-from modes import LOW
+from precision import backends
+from precision.modes import LOW
 from tblog import TensorBoardLog
 from trainer import StopRun, Trainer, Writers
 

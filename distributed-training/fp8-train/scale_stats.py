@@ -19,8 +19,8 @@ import math
 
 import pandas as pd
 
-import backends
 from comparison import Folder, Run, _md
+from precision import backends
 
 ROLES = ("input", "weight", "grad_output")
 

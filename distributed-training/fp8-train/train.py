@@ -45,7 +45,6 @@ from typing import NamedTuple
 
 import torch
 
-import backends
 import bound
 import checkpoint
 from alerts import AlertEngine
@@ -60,8 +59,9 @@ from common.results import ResultsWriter, SchemaMismatch, check_resume, provenan
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
                          read_manifest, results_path, run_dir_for, shown)
 from faults import parse as parse_faults
-from modes import LOW, PrecisionSettings, RunSpec, parse_runs
-from precision import forget_initial_weights, prepare, select_modules
+from precision import backends
+from precision.modes import LOW, PrecisionSettings, RunSpec, parse_runs
+from precision.prepare import forget_initial_weights, prepare, select_modules
 from runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
 from settings import Config, parse, preset
 from trainer import StopRun, Trainer, Writers
@@ -102,7 +102,7 @@ def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> 
                 continue
         keep.append(s)
     selected(keep, cfg.only, skipped)  # an --only item that names no planned run fails here
-    # The base seed's runs first: they share one set of initial weights (precision.initial_gpt caches it).
+    # The base seed's runs first: they share one set of initial weights (prepare.initial_gpt caches it).
     keep.sort(key=lambda s: s.seed != cfg.seed)
     return keep, skipped
 

@@ -73,8 +73,9 @@ def _called(call: ast.Call) -> str:
 
 
 def modules_of(folder: Path) -> set[str]:
-    """The names a lab's scripts import each other by: its .py files and those of its tests/ folder."""
+    """The names a lab's scripts import each other by: its .py files, its packages, and its tests/ folder's files."""
     names = {p.stem for p in folder.glob("*.py")} | {p.stem for p in (folder / "tests").glob("*.py")}
+    names |= {p.parent.name for p in folder.glob("*/__init__.py") if not p.parent.is_symlink()}  # a lab's rooms
     return names - set(sys.stdlib_module_names)
 
 

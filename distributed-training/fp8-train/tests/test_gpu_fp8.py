@@ -19,7 +19,7 @@ def test_bound_of_a_small_model():
     import bound
     import train
     from common.dist import distributed
-    from modes import RunSpec
+    from precision.modes import RunSpec
     from trainer import Trainer
     cfg = dataclasses.replace(train.preset("h100"), steps=20, batch=4, seq_len=512, d_model=1024, n_layers=1,
                               n_heads=8, lr=1e-3, warmup=1, compile=False)

@@ -21,7 +21,7 @@ from common.dist import distributed
 from common.failures import PREEMPTED
 from common.model import GPTConfig
 from faults import Fault
-from modes import RunSpec
+from precision.modes import RunSpec
 from trainer import Trainer, lr_at
 
 LAB = Path(train.__file__).resolve().parent

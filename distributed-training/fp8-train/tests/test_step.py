@@ -19,8 +19,8 @@ import train
 import trainer as trainer_mod
 from common.dist import distributed
 from common.model import GPTConfig
-from modes import RunSpec
-from precision import prepare
+from precision.modes import RunSpec
+from precision.prepare import prepare
 
 MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
 

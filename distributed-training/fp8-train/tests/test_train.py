@@ -14,8 +14,8 @@ import report
 import train
 from common.dist import distributed
 from common.model import GPT, GPTConfig
-from modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
-from precision import select_modules
+from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
+from precision.prepare import select_modules
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -157,8 +157,8 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
     block apart; past its 8 recompiles the run went eager (the native layer at 0.79x BF16 on one H200)."""
     from torch._dynamo.utils import counters
 
-    from modes import PrecisionSettings
-    from precision import prepare
+    from precision.modes import PrecisionSettings
+    from precision.prepare import prepare
     from trainer import Trainer
     cfg = dataclasses.replace(train.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
                               lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
@@ -181,8 +181,8 @@ def test_activation_ranges_are_measured_under_compile():
 
     aot_eager traces exactly what Inductor would compile (Dynamo + AOTAutograd) without generating code.
     """
-    from modes import PrecisionSettings
-    from precision import prepare
+    from precision.modes import PrecisionSettings
+    from precision.prepare import prepare
     from trainer import Trainer
     cfg = dataclasses.replace(train.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
                               lr=1e-2, warmup=1, health_every=5, stats_every=0)
@@ -275,17 +275,17 @@ def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path,
 
 
 def test_initial_weights_are_drawn_once_per_plan_and_kept_for_its_next_launch(tmp_path, monkeypatch):
-    import precision
-    monkeypatch.setattr(precision, "DISK_MIN_PARAMS", 0)  # the disk copy is for big models; any model here
+    import precision.prepare
+    monkeypatch.setattr(precision.prepare, "DISK_MIN_PARAMS", 0)  # the disk copy is for big models; any model here
     cfg = GPTConfig(vocab_size=64, seq_len=8, d_model=16, n_layers=1, n_heads=2)
-    precision.forget_initial_weights(tmp_path)
-    first = precision.initial_gpt(cfg, 3, torch.device("cpu"), tmp_path).state_dict()
+    precision.prepare.forget_initial_weights(tmp_path)
+    first = precision.prepare.initial_gpt(cfg, 3, torch.device("cpu"), tmp_path).state_dict()
     assert len(list(tmp_path.glob("initial-s3-*.pt"))) == 1
-    precision._initial_state.cache_clear()  # the next launch: a new process
-    monkeypatch.setattr(precision, "GPT", lambda c: pytest.fail("drew the weights again"))
-    again = precision._initial_state(cfg, 3, tmp_path)
+    precision.prepare._initial_state.cache_clear()  # the next launch: a new process
+    monkeypatch.setattr(precision.prepare, "GPT", lambda c: pytest.fail("drew the weights again"))
+    again = precision.prepare._initial_state(cfg, 3, tmp_path)
     assert all(torch.equal(first[k], again[k]) for k in first)
-    precision.forget_initial_weights(tmp_path)  # a fresh plan
+    precision.prepare.forget_initial_weights(tmp_path)  # a fresh plan
     assert not list(tmp_path.glob("initial-*"))
 
 
@@ -316,7 +316,7 @@ def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, 
 
 def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, tiny, capsys, monkeypatch):
     """A short job on a node without one backend still runs the rest; a run it cannot do is named with why."""
-    import backends
+    from precision import backends
     real = backends.resolve
 
     def no_native(precision, backend, device):

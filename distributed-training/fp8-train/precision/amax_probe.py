@@ -1,7 +1,7 @@
 """Amax probes for the backends whose scales are not kept as state the lab can read.
 
 torchao, TransformerEngine's current scaling and the block formats scale dynamically: hooks on the mapped
-modules record each tensor's amax and the scale it implies (precision._probe attaches them; fp8_state.py
+modules record each tensor's amax and the scale it implies (prepare._probe attaches them; fp8_state.py
 reads their `last` buffers like Fp8Linear's).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from formats import E4M3, amax
+from precision.formats import E4M3, amax
 
 
 class AmaxProbe:

@@ -34,8 +34,8 @@ from typing import Callable, ContextManager, Iterator, NamedTuple
 import torch
 import torch.nn as nn
 
-from backend import parent_of
 from common.model import causal_attention
+from precision.backend import parent_of
 
 FUSED_BLOCK = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w1", "mlp.w2")  # what te-fused takes per block
 

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fp8_linear import Fp8Linear
-from precision import Prepared
+from precision.fp8_linear import Fp8Linear
+from precision.prepare import Prepared
 
 ROLES = ("input", "weight", "grad_output")
 

@@ -39,12 +39,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-import backends
-from amax_probe import BLOCK_MAX, AmaxProbe
-from backend import Backend
 from common.model import GPT, GPTConfig
-from formats import E4M3
-from modes import LOW, PrecisionSettings, RunSpec
+from precision import backends
+from precision.amax_probe import BLOCK_MAX, AmaxProbe
+from precision.backend import Backend
+from precision.formats import E4M3
+from precision.modes import LOW, PrecisionSettings, RunSpec
 
 def select_modules(model: nn.Module, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> list[str]:
     """Names of the modules the precision map puts in low precision (ValueError if it asks the impossible)."""

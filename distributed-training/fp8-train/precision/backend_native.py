@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from backend import Converted, fp8_gpu, fp8_only, named, swap, unchanged
-from fp8_linear import Fp8Linear, share_scaling_state
+from precision.backend import Converted, fp8_gpu, fp8_only, named, swap, unchanged
+from precision.fp8_linear import Fp8Linear, share_scaling_state
 
 
 def _status(precision: str, device: torch.device) -> tuple[bool, str]:
@@ -21,7 +21,7 @@ def _status(precision: str, device: torch.device) -> tuple[bool, str]:
         if not ok:
             return False, f"torch._scaled_mm needs FP8 tensor cores: {why}; use --fp8-backend emulated"
     try:  # the CPU kernel exists in recent torch; probe rather than trust the version
-        from fp8_linear import scaled_mm
+        from precision.fp8_linear import scaled_mm
         a = torch.ones(16, 16, device=device).to(torch.float8_e4m3fn)
         one = torch.ones((), device=device)
         scaled_mm(a, a.t(), one, one, torch.float32)

@@ -21,8 +21,8 @@ import importlib
 import torch
 import torch.nn as nn
 
-import te_adapter
-from backend import Converted, LibraryState, importable, named
+from precision import te_adapter
+from precision.backend import Converted, LibraryState, importable, named
 
 TE_HOW = ("install TransformerEngine with `make setup-fp8` (its core wheel for this torch's CUDA and its torch "
           "extension compiled against this torch; offline: WHEELHOUSE=dir, see the README)")

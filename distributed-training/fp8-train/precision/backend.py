@@ -25,8 +25,8 @@ import torch
 import torch.nn as nn
 
 from common.fp8_names import fp8_name
-from formats import E5M2
-from modes import PrecisionSettings
+from precision.formats import E5M2
+from precision.modes import PrecisionSettings
 
 
 class BackendUnavailable(RuntimeError):

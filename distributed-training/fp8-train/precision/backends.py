@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from backend import Backend, BackendUnavailable, backend_version, named, unchanged  # noqa: F401 (re-exported)
-from backend_emulated import EMULATED
-from backend_native import NATIVE
-from backend_te import TE, TE_FUSED
-from backend_torchao import TORCHAO
 from common.fp8_names import NAMES
+from precision.backend import Backend, BackendUnavailable, backend_version, named, unchanged  # noqa: F401 (re-exported)
+from precision.backend_emulated import EMULATED
+from precision.backend_native import NATIVE
+from precision.backend_te import TE, TE_FUSED
+from precision.backend_torchao import TORCHAO
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (TE, TE_FUSED, TORCHAO, NATIVE, EMULATED)}
 assert tuple(REGISTRY) == NAMES, "fp8-train's backends and common/fp8_names.py list the same names, in order"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from backend import Converted, named, swap, unchanged
-from backend_native import fp8_layers, own_state
-from mx import BlockScaledLinear
+from precision.backend import Converted, named, swap, unchanged
+from precision.backend_native import fp8_layers, own_state
+from precision.mx import BlockScaledLinear
 
 
 def _status(precision: str, device: torch.device) -> tuple[bool, str]:

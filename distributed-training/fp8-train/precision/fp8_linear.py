@@ -55,8 +55,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-import scaling
-from formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
+from precision import scaling
+from precision.formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
 
 ROLES = ("input", "weight", "grad_output")  # the three columns of each layer's slot in the state
 

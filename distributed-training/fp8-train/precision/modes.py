@@ -1,13 +1,13 @@
 """What a run may ask for, as records: the precisions, the backends, a run's identity and its precision settings.
 
-    PRECISIONS   fp32 bf16 fp16 fp8 mxfp8 mxfp4 nvfp4 (what each does: precision.py)
+    PRECISIONS   fp32 bf16 fp16 fp8 mxfp8 mxfp4 nvfp4 (what each does: prepare.py)
     LOW          the low-precision ones, each run through a backend (backends.py)
     BACKENDS     what --fp8-backend and --runs precision:backend take: auto and common/fp8_names.py's names
     RunSpec      one run of a plan: precision, backend as asked, seed; its name (`fp8-native-s0`) keys every CSV
     PrecisionSettings   the precision map and the scaling recipe every backend's convert reads
 
 Records only, no model: the backend records (backend.py) and the report (comparison.py) read them without the
-code that converts a model (precision.py), so nothing here imports a backend.
+code that converts a model (prepare.py), so nothing here imports a backend.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.fp8_names import NAMES
-from scaling import DelayedScaling
+from precision.scaling import DelayedScaling
 
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4")
 LOW = ("fp8", "mxfp8", "mxfp4", "nvfp4")

@@ -40,7 +40,7 @@ import math
 import torch
 import torch.nn as nn
 
-from formats import E4M3, widen
+from precision.formats import E4M3, widen
 
 E2M1_MAX = 6.0
 BLOCK_FORMATS = {"mxfp8": 32, "mxfp4": 32, "nvfp4": 16}  # block size along the contraction dim

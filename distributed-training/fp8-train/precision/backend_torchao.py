@@ -12,8 +12,8 @@ import importlib
 import torch
 import torch.nn as nn
 
-from backend import Converted, fp8_gpu, fp8_only, importable, named, unchanged
-from formats import E4M3, E5M2
+from precision.backend import Converted, fp8_gpu, fp8_only, importable, named, unchanged
+from precision.formats import E4M3, E5M2
 
 TORCHAO_HOW = "install torchao with `make setup-fp8` (pip install torchao==0.18.0)"
 
