@@ -12,7 +12,7 @@ from pathlib import Path
 
 from common.plotting import new_figure, save
 from findings import Facts, run_label
-from panels import ROLE_COLORS
+from health.panels import ROLE_COLORS
 
 
 def plot_answer(f: Facts, path: Path, footer: str) -> Path | None:

@@ -51,7 +51,6 @@ import torch.nn.functional as F
 import bound
 import kernels
 import train
-from alerts import AlertEngine
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
@@ -61,6 +60,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import ResultsWriter, provenance
 from common.runs import PROMOTE_CHOICES, RunError, RunFolder, experiment_flags, results_path, run_dir_for, shown
 from common.timing import time_iterations
+from health.alerts import AlertEngine
 from precision import backends
 from precision.backend import Backend
 from precision.modes import LOW, parse_runs

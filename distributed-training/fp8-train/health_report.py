@@ -14,7 +14,7 @@ import pandas as pd
 
 import story
 from common.plotting import describe_runs, new_figure, save
-from panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
+from health.panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
 from tables import read
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from common.plotting import new_figure, save
 from comparison import Band, Run
-from panels import ROLE_COLORS
+from health.panels import ROLE_COLORS
 
 
 def _label(r: Run) -> str:

@@ -24,12 +24,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from alerts import Alert, AlertEngine
 from checkpoint import GracefulStop
 from common.dist import print0
+from health.alerts import Alert, AlertEngine
+from health.tblog import TensorBoardLog
 from precision import backends
 from precision.modes import LOW
-from tblog import TensorBoardLog
 from trainer import StopRun, Trainer, Writers
 
 # `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
@@ -65,7 +65,7 @@ class RunLoop:
         self.bar: tqdm | None = None
         self.dash_time, self.dash_cost = time.monotonic(), 0.0
         if dash_path is not None:  # pandas: imported at start-up, not inside the first step that draws
-            import dashboard  # noqa: F401
+            from health import dashboard  # noqa: F401
 
     def _write(self, writer, *rows: dict[str, Any]) -> None:
         """Append rows not already in the file (a resumed run replays steps), with one fsync."""
@@ -94,7 +94,7 @@ class RunLoop:
 
     def dashboard(self, live: bool) -> None:
         if self.dash_path is not None and self.tr.env.is_main and self.w is not None:
-            import dashboard
+            from health import dashboard  # noqa: F401
             t0 = time.monotonic()
             dashboard.write_run_dashboard(self.w.steps.path.parent, [self.ids["run"]], self.dash_path,
                                           refresh_s=self.cfg.dashboard_refresh if live else None)

@@ -47,7 +47,6 @@ import torch
 
 import bound
 import checkpoint
-from alerts import AlertEngine
 from common.config import config_dict, parse_size
 from common.data import load_data
 from common.dist import (DistInfo, check_batch_split, distributed, fail, from_rank0, launched_by_torchrun,
@@ -59,6 +58,7 @@ from common.results import ResultsWriter, SchemaMismatch, check_resume, provenan
 from common.runs import (RunError, RunFolder, check_free, check_resumable, experiment_flags, promote_run,
                          read_manifest, results_path, run_dir_for, shown)
 from faults import parse as parse_faults
+from health.alerts import AlertEngine
 from precision import backends
 from precision.modes import LOW, PrecisionSettings, RunSpec, parse_runs
 from precision.prepare import forget_initial_weights, prepare, select_modules
@@ -479,7 +479,7 @@ def _train_all(cfg: Config, specs, now, mcfg: GPTConfig, env: DistInfo, data, wr
             free_memory(env.device)
     have = [s for s in specs if rows_state(writers, s.name, cfg.steps) != "none"]
     if env.is_main and len(have) > 1:
-        import dashboard
+        from health import dashboard
         dashboard.write([(run_path, s.name, None) for s in have], run_path / "dashboard.html",
                         f"fp8-train {run_path.name}: all runs")
     if cfg.sweep_hidden:

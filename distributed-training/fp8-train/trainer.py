@@ -45,7 +45,7 @@ from common.model import GPTConfig, flops_per_token, lm_loss
 from common.results import ResultsWriter
 from common.timing import StepTimer
 from faults import Injector
-from health import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
+from health.metrics import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
 from precision import fp8_state
 from precision.fp8_linear import fp8_modules, scrub_histories, update_scales
 from precision.modes import RunSpec

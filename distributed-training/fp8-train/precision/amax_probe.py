@@ -26,7 +26,7 @@ class AmaxProbe:
       reads their amax before the step, outside the timed region;
     - inputs and output gradients need hooks. On an eager model they are attached only for the steps
       that record (`arm(True)` on the --stats-every steps) and removed after. A compiled model cannot
-      gain or lose hooks between steps (see health.ActivationProbe): there the input hook is traced
+      gain or lose hooks between steps (see health.metrics.ActivationProbe): there the input hook is traced
       into the graph once and runs every step (a fused reduction per input; its cost is part of the
       monitoring overhead bench.py measures), and gradients have no hook point (torch.compile does not
       trace backward hooks), which the report shows as "not recorded".

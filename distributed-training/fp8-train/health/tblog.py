@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from panels import ALERT_TAG, FP8_SERIES, LAYER_SERIES, STEP_SERIES, tag
+from health.panels import ALERT_TAG, FP8_SERIES, LAYER_SERIES, STEP_SERIES, tag
 
 
 def _after_existing_files(log_dir: Path) -> None:
