@@ -48,9 +48,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-import bound
 import kernels
-import train
 from common.config import config_dict, parse_config
 from common.data import load_data
 from common.dist import distributed, fail, print0
@@ -65,10 +63,11 @@ from precision import backends
 from precision.backend import Backend
 from precision.modes import LOW, parse_runs
 from precision.prepare import prepare
-from runloop import RunLoop
-from settings import Config, preset
-from train import free_memory, settings
-from trainer import Trainer
+from training import bound
+from training.runloop import RunLoop
+from training.runner import free_memory, settings, writers_for
+from training.settings import Config, preset
+from training.trainer import Trainer
 
 LAB = Path(__file__).resolve().parent
 TARGET_EMULATED_VS_FP32 = 1.5  # issue 6
@@ -288,7 +287,7 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
         on_cfg = _train_cfg(cfg, cfg.monitor_hidden, n + 1)  # the runner's defaults for every health setting
         off_cfg = dataclasses.replace(on_cfg, monitor=False, stats_every=0, fractions_every=0, health_every=0,
                                       dashboard_every=0)
-        writers = train.writers_for(Path(tmp), env, provenance(env, "1"), {})
+        writers = writers_for(Path(tmp), env, provenance(env, "1"), {})
         loops = {"on": RunLoop(_trainer(on_cfg, spec, env, data), writers, AlertEngine(on_cfg.thresholds),
                                Path(tmp) / "dash.html"),
                  "off": RunLoop(_trainer(off_cfg, spec, env, data), None, AlertEngine(off_cfg.thresholds), None)}

@@ -16,6 +16,7 @@ from common.dist import distributed
 from common.model import GPT, GPTConfig
 from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
 from precision.prepare import select_modules
+from training import runner
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -120,19 +121,19 @@ def _importable(name: str) -> bool:
 
 
 def _fsdp_run(env, spec, ckpt):
-    import checkpoint
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
+    from training import checkpoint
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
                               lr=1e-2, warmup=1, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
-    data = train._load_data(None, 256 << 10)
-    tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    data = runner._load_data(None, 256 << 10)
+    tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     losses = [tr.train_step(0)["loss"]]
     first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
     losses += [tr.train_step(s)["loss"] for s in (1, 2)]
     tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
     losses.append(tr.train_step(3)["loss"])
-    again = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     again.restore(checkpoint.load(ckpt, again.fingerprint()))
     return losses, first_scales, again.train_step(3)["loss"]
 
@@ -141,7 +142,7 @@ def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
     import torch.distributed.checkpoint.state_dict  # noqa: F401 - imported before forking, so that the
     import common.fsdp  # noqa: F401 - ranks do not each import FSDP and DCP (seconds on 2 cores)
     from common.testing import run_ranks
-    train._load_data(None, 256 << 10)  # likewise the corpus
+    runner._load_data(None, 256 << 10)  # likewise the corpus
     spec = RunSpec("fp8", "native", 0)
     (one_loss, one_scales, _), = run_ranks(_fsdp_run, 1, spec, tmp_path / "one.pt")
     (l0, s0, r0), (l1, s1, r1) = run_ranks(_fsdp_run, 2, spec, tmp_path / "two.pt")
@@ -159,8 +160,8 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
 
     from precision.modes import PrecisionSettings
     from precision.prepare import prepare
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
                               lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
                               val_batches=1)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=3, n_heads=2)
@@ -168,7 +169,7 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
     counters.clear()
     with distributed(device="cpu") as env:
         prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
-        tr = Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), mcfg)
+        tr = Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), mcfg)
         for s in range(4):  # steps 0 and 2 count fractions; an evaluation runs without grad
             tr.train_step(s)
         tr.evaluate()
@@ -183,15 +184,15 @@ def test_activation_ranges_are_measured_under_compile():
     """
     from precision.modes import PrecisionSettings
     from precision.prepare import prepare
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
                               lr=1e-2, warmup=1, health_every=5, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2)
     spec = RunSpec("fp8", "native", 0)
     with distributed(device="cpu") as env:
         prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
         assert prep.compiled
-        tr = Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), mcfg)
+        tr = Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), mcfg)
         seen = {}
         for s in range(11):
             tr.train_step(s)
@@ -206,9 +207,9 @@ def test_completed_runs_keep_only_the_newest_checkpoints(tmp_path):
     paths = [tmp_path / f"run{i}.pt" for i in range(3)]
     for p in paths:
         p.write_bytes(b"x")
-    train.prune_checkpoints(paths, keep=1)
+    runner.prune_checkpoints(paths, keep=1)
     assert [p.exists() for p in paths] == [False, False, True]
-    train.prune_checkpoints(paths, keep=0)
+    runner.prune_checkpoints(paths, keep=0)
     assert not any(p.exists() for p in paths)
 
 
@@ -239,8 +240,8 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(ckpt)]
     assert train.main(args + ["--only", "bf16"]) == 0
     built = []
-    real = train.build
-    monkeypatch.setattr(train, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
+    real = runner.build
+    monkeypatch.setattr(runner, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
     assert train.main(args + ["--resume"]) == 0
     assert built == ["fp8-emulated-s0"]  # bf16-s0 was complete: no model built for it
     assert not list(ckpt.glob("*.pt"))  # checkpoints off: none at the end of a resumed launch either
@@ -248,7 +249,7 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
 
 def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path, tiny, capsys, monkeypatch):
     """The end of a short GPU job: bf16-s0 finished, fp8 was cut off at step 2; only bf16-s0 reaches results/."""
-    import runloop
+    from training import runloop
     out = tmp_path / "results" / "slot"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "4", "--val-every", "0",
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
@@ -291,7 +292,7 @@ def test_initial_weights_are_drawn_once_per_plan_and_kept_for_its_next_launch(tm
 
 def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, capsys, monkeypatch):
     """--ckpt-every 0 (the GPU presets): a run killed mid-way starts again; its partial rows are replaced."""
-    import runloop
+    from training import runloop
     out = tmp_path / "results" / "killed"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "1", "--steps", "4", "--val-every", "0",
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
@@ -333,8 +334,8 @@ def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, 
 
 
 def test_only_takes_run_names_and_keeps_the_plans_order(tiny):
-    specs = train.parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
-    pick = lambda *items: [s.name for s in train.selected(specs, items)]  # noqa: E731
+    specs = runner.parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
+    pick = lambda *items: [s.name for s in runner.selected(specs, items)]  # noqa: E731
     assert pick("fp8:torchao", "bf16-s0") == ["bf16-s0", "fp8-torchao-s0"]  # the plan's order, not the items'
     assert pick("fp8:te") == ["fp8-te-s0"]  # a backend is matched whole: te is not te-fused
     assert pick("fp8") == ["fp8-te-s0", "fp8-te-fused-s0", "fp8-torchao-s0"]

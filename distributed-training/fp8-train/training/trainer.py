@@ -38,19 +38,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-import checkpoint
 from common.data import TokenData
 from common.dist import DistInfo
 from common.model import GPTConfig, flops_per_token, lm_loss
 from common.results import ResultsWriter
 from common.timing import StepTimer
-from faults import Injector
 from health.metrics import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
 from precision import fp8_state
 from precision.fp8_linear import fp8_modules, scrub_histories, update_scales
 from precision.modes import RunSpec
 from precision.prepare import Prepared
-from settings import Config
+from training import checkpoint
+from training.faults import Injector
+from training.settings import Config
 
 VAL_SEED = 1234  # validation batches are the same for every run and seed
 

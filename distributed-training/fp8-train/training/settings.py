@@ -17,11 +17,11 @@ from typing import Callable, NamedTuple, Sequence
 from common.config import parse_config, parse_size
 from common.hardware import CHOICES, GPUPreset, get_preset
 from common.runs import PROMOTE_CHOICES
-from faults import parse as parse_faults
 from health.alerts import Thresholds
 from precision.modes import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from precision.mx import MX_SCALE_RULES
 from precision.scaling import DelayedScaling
+from training.faults import parse as parse_faults
 
 
 # The fields without a default are the ones a preset sets (model, runs, schedule, compile, bound, sweep,

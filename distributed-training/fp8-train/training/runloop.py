@@ -24,13 +24,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from checkpoint import GracefulStop
 from common.dist import print0
 from health.alerts import Alert, AlertEngine
 from health.tblog import TensorBoardLog
 from precision import backends
 from precision.modes import LOW
-from trainer import StopRun, Trainer, Writers
+from training.checkpoint import GracefulStop
+from training.trainer import StopRun, Trainer, Writers
 
 # `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
 # `precision_backend_version` its package and version (backends.backend_version); the provenance
