@@ -8,7 +8,7 @@ planner.x); common imports neither a lab nor the planner nor provision. provisio
 kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
 lines, and no lab imports it. Nothing goes around the import system: no
 sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
-load stays, as a measurement: fp8-train/kernels.py loads an older fp8_linear.py from git to count its
+load stays, as a measurement: fp8-train/benchmarks/kernels.py loads an older fp8_linear.py from git to count its
 kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
 one of its scripts would.
 
@@ -32,7 +32,7 @@ PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLo
                 "addsitedir"}
 LOADER_MODULES = {"importlib", "runpy", "imp", "site"}  # where those names live
 ALLOWED = {  # file (relative to the repository) -> the one kind of path use it keeps, and why
-    "distributed-training/fp8-train/kernels.py": "spec_from_file_location",  # an older fp8_linear.py from git
+    "distributed-training/fp8-train/benchmarks/kernels.py": "spec_from_file_location",  # an older fp8_linear.py (git)
     "conftest.py": "sys.path",  # the harness: a lab's folder on sys.path while its tests run
 }
 

@@ -25,7 +25,7 @@ from common.model import Block, GPTConfig
 from common.results import REPO_ROOT, ResultsWriter
 from precision.scaling import DelayedScaling
 
-LAB = Path(__file__).resolve().parent
+LAB = Path(__file__).resolve().parents[1]
 
 
 def load_fp8_linear(commit: str):
