@@ -1,7 +1,7 @@
 """fp8-train benchmarks (CSVs, not timed tests): what a step costs in each precision, and why.
 
     step cost   one full training step (forward, backward, AdamW) per mode and hidden size; median of
-                the timed steps; on a GPU also the FP8 bound at each size (bound.py, bench_bound.csv:
+                the timed steps; on a GPU also the FP8 bound at each size (training/bound.py, bench_bound.csv:
                 the BF16 step with its FP8-able GEMMs at measured FP8 speed). On a GPU: hidden 1024-8192, 8K
                 tokens per step, every mode's blocks compiled alike (TransformerEngine runs eager
                 and says so in the `compiled` column), modes one after another (each owns the
