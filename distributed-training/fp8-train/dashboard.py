@@ -1,11 +1,11 @@
 """The training-health dashboard: one self-contained HTML file per run, or several runs overlaid.
 
 No server, no network, no CDN: the page embeds its data (JSON read from the run's CSVs) and the
-drawing code (dashboard.js, inline SVG), so it opens from disk on a laptop or an air-gapped
+drawing code (health/dashboard.js, inline SVG), so it opens from disk on a laptop or an air-gapped
 cluster. While a run goes on the runner rewrites it every --dashboard-every steps with a
 <meta refresh>, so an open browser tab follows the run; the final write drops the refresh.
 
-Panels (defined once in panels.py, which the report's PNG copy and the TensorBoard events read too):
+Panels (defined once in health/panels.py, which the report's PNG copy and the TensorBoard events read too):
 loss (train, val), gradient norm with alert markers, parameter norm, update/parameter ratio (total
 and per layer), FP8 scale and amax of every tensor, activation ranges per block, throughput, memory,
 learning rate / loss scale, and a timeline plus table of alerts and recovery actions.
@@ -22,7 +22,7 @@ from pathlib import Path
 from common.config import OneLineParser
 from common.csvread import BadResults
 from health.dashboard import write
-from tables import read
+from reporting.tables import read
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,7 +118,7 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: 
 
 
 def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWriter) -> None:
-    """The FP8 bound at this hidden size, from the BF16 mode's own trainer (bound.py)."""
+    """The FP8 bound at this hidden size, from the BF16 mode's own trainer (training/bound.py)."""
     b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, tcfg.fp8_modules, tcfg.hp_modules), first_step)
     writer.write(dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads,
                       seq_len=tcfg.seq_len, batch=tcfg.batch, tokens_per_step=tr.tokens_per_step,

@@ -2,7 +2,7 @@
 
 Three readers, one table: the HTML dashboard (dashboard.py embeds PANELS and STYLE as JSON, and
 dashboard.js takes each panel's title, axis label and scale from it), the PNG copy in REPORT.md
-(health_report.py draws the panels marked `png`), and the TensorBoard events (tblog.py: a panel
+(reporting/health_report.py draws the panels marked `png`), and the TensorBoard events (tblog.py: a panel
 is a tag group, "p-grad" -> "grad/...", so TensorBoard shows the same panels with the same series).
 
 SERIES says which CSV column feeds which panel under which name: steps.csv columns per step,

@@ -6,7 +6,7 @@
     RunSpec      one run of a plan: precision, backend as asked, seed; its name (`fp8-native-s0`) keys every CSV
     PrecisionSettings   the precision map and the scaling recipe every backend's convert reads
 
-Records only, no model: the backend records (backend.py) and the report (comparison.py) read them without the
+Records only, no model: the backend records (backend.py) and the report (reporting/comparison.py) read them without the
 code that converts a model (prepare.py), so nothing here imports a backend.
 """
 

@@ -1,12 +1,12 @@
 """The loop around the step: CSV rows, alerts and events, checkpoints, dashboard, progress bar.
 
-Per step: one row to steps.csv; alerts (alerts.py) to events.csv and the terminal. Every
+Per step: one row to steps.csv; alerts (health/alerts.py) to events.csv and the terminal. Every
 --stats-every steps the FP8 tensors' amax and scale to fp8.csv (underflow/saturation fractions
 every --fractions-every); every --health-every steps the per-layer norms, update ratios and
 activation ranges to layers.csv; every --ckpt-every steps (healthy steps only: the last
 checkpoint is always a good one) an atomic checkpoint; every --dashboard-every steps, but not
 more often than the page reloads (--dashboard-refresh seconds), the run's HTML dashboard. The
-same scalars and alerts go to TensorBoard events as they are written (tblog.py; `tensorboard
+same scalars and alerts go to TensorBoard events as they are written (health/tblog.py; `tensorboard
 --logdir fp8-train/runs`). SIGTERM is honoured after the step in flight: checkpoint, dashboard,
 clean exit. Rows already in the CSVs (a resumed run replays the steps after its last checkpoint)
 are not written twice; TensorBoard drops its own events from the resumed step on (purge_step).

@@ -69,7 +69,7 @@ class Config:
                                                                 "choices": ["tensorwise", "rowwise"]})
     mx_scale_rule: str = field(default=MX_SCALE_RULES[0], metadata={
         "help": "emulated MXFP8/MXFP4 E8M0 block scale: te = TransformerEngine's (exponent rounded up, nothing "
-                "saturates), ocp = the OCP MX v1.0 spec's floor(log2 amax) - emax (mx.py)",
+                "saturates), ocp = the OCP MX v1.0 spec's floor(log2 amax) - emax (precision/mx.py)",
         "choices": MX_SCALE_RULES})
     compile: bool = field(metadata={"help": "torch.compile each block"})
     bound: bool = field(metadata={"help": "measure the FP8 bound after the first BF16 run (bound.csv)"})

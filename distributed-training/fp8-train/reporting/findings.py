@@ -20,11 +20,11 @@ from typing import NamedTuple
 import pandas as pd
 
 from common.findings import Finding, Sentences, gaps_sentence, listing, spread
-from comparison import Band, ModelKey, Run
 from precision.formats import FORMATS
+from reporting.comparison import Band, ModelKey, Run
 
-LAB = Path(__file__).resolve().parent
-S = Sentences(LAB / "findings_template.md")
+HERE = Path(__file__).resolve().parent
+S = Sentences(HERE / "findings_template.md")
 DELAYED = "delayed"
 
 

@@ -19,8 +19,8 @@ import math
 
 import pandas as pd
 
-from comparison import Folder, Run, _md
 from precision import backends
+from reporting.comparison import Folder, Run, _md
 
 ROLES = ("input", "weight", "grad_output")
 

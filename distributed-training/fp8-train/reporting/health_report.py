@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-import story
 from common.plotting import describe_runs, new_figure, save
 from health.panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
-from tables import read
+from reporting import story
+from reporting.tables import read
 
 
 
@@ -47,7 +47,7 @@ def alert_counts(steps: pd.DataFrame, events: pd.DataFrame) -> list[str]:
 
 def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp8: pd.DataFrame,
                 layers: pd.DataFrame, clean: pd.DataFrame | None, bf16: pd.DataFrame | None = None) -> Path:
-    """A PNG copy of the dashboard's `png` panels (panels.py) for one run; the HTML has them all.
+    """A PNG copy of the dashboard's `png` panels (health/panels.py) for one run; the HTML has them all.
 
     clean: the same run without faults; bf16: BF16 runs of the same model (one per seed), drawn as the
     seed band under the loss."""

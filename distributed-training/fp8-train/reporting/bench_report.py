@@ -11,12 +11,11 @@ from typing import Callable
 
 import pandas as pd
 
-import comparison
-import health_report
 from common.markdown import table as md_table
 from common.plotting import describe_runs
-from report_plots import plot_crossover, speedups
-from tables import read
+from reporting import comparison, health_report
+from reporting.report_plots import plot_crossover, speedups
+from reporting.tables import read
 
 
 def section(d: Path, rel: Callable[[Path], str], written: list[Path]) -> list[str]:

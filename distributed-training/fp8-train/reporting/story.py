@@ -15,10 +15,10 @@ import pandas as pd
 
 from common.findings import Sentences, listing, spread
 from common.markdown import table
-from findings import Facts, lag_sentence, run_label, short_gpu
+from reporting.findings import Facts, lag_sentence, run_label, short_gpu
 
-LAB = Path(__file__).resolve().parent
-S = Sentences(LAB / "story_template.md")
+HERE = Path(__file__).resolve().parent
+S = Sentences(HERE / "story_template.md")
 ROLLBACK = re.compile(r"rolled back to the checkpoint taken after step (\d+)")
 
 

@@ -1,6 +1,6 @@
 """What fp8-train's result CSVs hold, for the readers that check them (common.csvread).
 
-The writers' column lists live with the writers (runloop.py, bench.py); these schemas name the
+The writers' column lists live with the writers (training/runloop.py, benchmarks/); these schemas name the
 columns the report, the health section and the dashboard command rely on, and their kinds. A
 results folder that lacks one, has text in a number column, or a file cut short is refused with
 one line naming the file (exit 2), never drawn as if it were complete.

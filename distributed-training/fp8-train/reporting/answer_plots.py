@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.plotting import new_figure, save
-from findings import Facts, run_label
 from health.panels import ROLE_COLORS
+from reporting.findings import Facts, run_label
 
 
 def plot_answer(f: Facts, path: Path, footer: str) -> Path | None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from common.plotting import new_figure, save
-from comparison import Band, Run
 from health.panels import ROLE_COLORS
+from reporting.comparison import Band, Run
 
 
 def _label(r: Run) -> str:
