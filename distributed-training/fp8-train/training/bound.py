@@ -28,6 +28,10 @@ from typing import Callable, Iterable, NamedTuple
 
 import torch
 
+from common.model import GPT, GPTConfig
+from precision.prepare import select_modules
+from training.trainer import Trainer
+
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 ROTATE = 4  # input sets per shape: more than the 50 MB L2 of an H100 holds at these sizes
 COLUMNS = ["d_model", "n_layers", "n_heads", "seq_len", "batch", "tokens_per_step", "compiled", "bf16_step_ms",
@@ -151,17 +155,15 @@ def measure(step: Callable[[], object], step_ms: float, tokens: int, linears: It
                  gemm_flop=sum(p.gemm.flop for p in fp8able))
 
 
-def mapped_linears(cfg, fp8_modules: tuple[str, ...], hp_modules: tuple[str, ...]) -> set[tuple[int, int]]:
-    """(in, out) of every linear the precision map puts in FP8, for a GPTConfig."""
-    from common.model import GPT
-    from precision.prepare import select_modules
+def mapped_linears(mcfg: GPTConfig, fp8_modules: tuple[str, ...], hp_modules: tuple[str, ...]) -> set[tuple[int, int]]:
+    """(in, out) of every linear the precision map puts in FP8, for a model's GPTConfig."""
     with torch.device("meta"):
-        model = GPT(cfg)
+        model = GPT(mcfg)
     return {(m.in_features, m.out_features) for m in (model.get_submodule(n) for n in
                                                       select_modules(model, fp8_modules, hp_modules))}
 
 
-def measure_trainer(tr, linears: Iterable[tuple[int, int]], first_step: int, timed: int = 10) -> Bound:
+def measure_trainer(tr: Trainer, linears: Iterable[tuple[int, int]], first_step: int, timed: int = 10) -> Bound:
     """The bound for a one-process Trainer's BF16 model: `timed` more steps for its step time, one profiled.
 
     The steps continue the run (a step index past its end keeps the final learning rate); call it
