@@ -16,7 +16,7 @@ from common.dist import distributed
 from common.model import GPT, GPTConfig
 from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
 from precision.prepare import select_modules
-from training import runner
+from training import plan, runner
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -334,8 +334,8 @@ def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, 
 
 
 def test_only_takes_run_names_and_keeps_the_plans_order(tiny):
-    specs = runner.parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
-    pick = lambda *items: [s.name for s in runner.selected(specs, items)]  # noqa: E731
+    specs = parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
+    pick = lambda *items: [s.name for s in plan.selected(specs, items)]  # noqa: E731
     assert pick("fp8:torchao", "bf16-s0") == ["bf16-s0", "fp8-torchao-s0"]  # the plan's order, not the items'
     assert pick("fp8:te") == ["fp8-te-s0"]  # a backend is matched whole: te is not te-fused
     assert pick("fp8") == ["fp8-te-s0", "fp8-te-fused-s0", "fp8-torchao-s0"]

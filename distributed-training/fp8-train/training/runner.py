@@ -1,7 +1,6 @@
 """The runner behind train.py: a plan of runs, checked before anything is written, then trained one by one.
 
-    plan, selected       the runs of the preset or --runs, each backend resolved before anything is written (a
-                         preset run that cannot run here is skipped with its reason, one you named is exit 2);
+    plan.py              the runs of the preset or --runs, each backend resolved before anything is written;
                          --only picks some of them, --list-runs prints them
     build, run_one       one run: its GPT in its precision (precision.prepare), a Trainer, the RunLoop around it;
                          --resume from its checkpoint, or again from its first step where there is none
@@ -19,7 +18,6 @@ import dataclasses
 import functools
 import json
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
@@ -35,9 +33,10 @@ from common.runs import (RunError, RunFolder, check_free, check_resumable, exper
                          read_manifest, results_path, run_dir_for, shown)
 from health.alerts import AlertEngine
 from precision import backends
-from precision.modes import LOW, PrecisionSettings, RunSpec, parse_runs
-from precision.prepare import forget_initial_weights, prepare, select_modules
+from precision.modes import LOW, PrecisionSettings, RunSpec
+from precision.prepare import forget_initial_weights, prepare
 from training import bound, checkpoint
+from training.plan import plan, selected
 from training.faults import parse as parse_faults
 from training.runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
 from training.settings import Config, parse, preset
@@ -46,75 +45,6 @@ from training.trainer import StopRun, Trainer, Writers
 LAB = Path(__file__).resolve().parents[1]  # the lab: results/, checkpoints/
 BENCH_VERSION = "1"
 INCOMPLETE = -1  # _train_all: every run it was asked for ended well, but --only left some of the plan
-
-
-def plan(cfg: Config, device: torch.device, explicit: bool, mcfg: GPTConfig) -> tuple[list, list[str]]:
-    """Resolve every run's backend before anything is written: (runnable specs, skipped notes)."""
-    specs = parse_runs(cfg.runs, cfg.fp8_backend, cfg.seed, cfg.noise_seeds)
-    from common.model import GPT
-    with torch.device("meta"):
-        select_modules(GPT(mcfg), cfg.fp8_modules, cfg.hp_modules)  # a bad precision map fails here
-    late = [f for f in parse_faults(cfg.inject) if f.step >= cfg.steps]
-    if late:
-        raise ValueError(f"--inject {late[0].kind}@{late[0].step}: the run has steps 0..{cfg.steps - 1} (--steps "
-                         f"{cfg.steps}); pick a step inside it")
-    if any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
-        hp = [s.name for s in specs if s.precision not in LOW]
-        if hp:
-            raise ValueError(f"--inject overflow@STEP pushes an FP8 tensor out of range; {', '.join(hp)} has none "
-                             "(use --runs with FP8 runs only)")
-    fused = [s.backend for s in specs if s.backend in backends.REGISTRY and backends.REGISTRY[s.backend].fused_norm]
-    if fused and any(f.kind == "overflow" for f in parse_faults(cfg.inject)):
-        raise ValueError(f"--inject overflow@STEP scales an FP8 linear's input, which {fused[0]}'s LayerNorm "
-                         "renormalises; inject it into another backend's run")
-    keep, skipped = [], []
-    for s in specs:
-        if s.precision in LOW:
-            try:
-                backends.resolve(s.precision, s.backend, device)
-            except backends.BackendUnavailable as e:
-                if explicit:
-                    raise
-                skipped.append(Skipped(s, str(e)))
-                continue
-        keep.append(s)
-    selected(keep, cfg.only, skipped)  # an --only item that names no planned run fails here
-    # The base seed's runs first: they share one set of initial weights (prepare.initial_gpt caches it).
-    keep.sort(key=lambda s: s.seed != cfg.seed)
-    return keep, skipped
-
-
-class Skipped(NamedTuple):
-    """A preset run that cannot run here, and why (its backend's own reason)."""
-    spec: RunSpec
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.spec.name}: {self.reason}"
-
-
-def names(item: str, spec: RunSpec) -> bool:
-    """Whether an --only item names this run: its name (`bf16-s0`, `fp8-te-fused-s0`) or `precision[:backend]`
-    (`bf16`: every bf16 seed; `fp8`: every FP8 backend)."""
-    if item == spec.name:
-        return True
-    prec, _, backend = item.partition(":")
-    return spec.precision == prec and backend in ("", spec.backend)
-
-
-def selected(specs: list[RunSpec], only: tuple[str, ...], skipped: list[Skipped] = ()) -> list[RunSpec]:
-    """The planned runs that --only names, in the plan's order (all of them without --only).
-
-    An item that names only preset runs that cannot run here selects nothing: plan() has said why, and the
-    rest of a short job still runs. An item that names no run of the plan is an error.
-    """
-    if not only:
-        return specs
-    for item in only:
-        if not any(names(item, s) for s in list(specs) + [k.spec for k in skipped]):
-            raise ValueError(f"--only {item}: not one of this plan's runs ({', '.join(s.name for s in specs)}); "
-                             "name a run (bf16-s0) or precision[:backend] (bf16, fp8:torchao)")
-    return [s for s in specs if any(names(item, s) for item in only)]
 
 
 def settings(cfg: Config) -> PrecisionSettings:
