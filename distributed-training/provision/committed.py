@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.csvread import Schema, read_json, read_rows
-from common.fp8_record import damage as fp8_damage
+from common.fp8_record import damage as fp8_damage, layer_version
 from common.hardware import parse_run_tag
 
 HIGH = ("fp32", "bf16", "fp16")  # fp8-train's precisions without a backend; every other one names its backend
@@ -39,6 +39,7 @@ class RunRows(NamedTuple):
     start: datetime  # its first row's time less that step's time
     end: datetime  # its last row's time
     commit: str
+    layer: int  # the oldest version of the lab's own FP8 layer its rows name (common/fp8_record.py; 1: none named)
 
 
 class ResultsSet(NamedTuple):
@@ -66,7 +67,8 @@ def read_set(path: Path) -> ResultsSet:
         rs.sort(key=lambda r: int(r["step"]))
         seconds = sum(float(r["step_time_s"]) for r in rs)
         start = _time(rs[0]["timestamp_utc"]) - timedelta(seconds=float(rs[0]["step_time_s"]))
-        runs[run] = RunRows(len(rs), seconds, start, _time(rs[-1]["timestamp_utc"]), rs[0]["git_commit"])
+        layer = min(layer_version(r.get("precision_backend_version", "")) for r in rs)
+        runs[run] = RunRows(len(rs), seconds, start, _time(rs[-1]["timestamp_utc"]), rs[0]["git_commit"], layer)
     planned = None
     if (path / "steps.config.json").is_file():
         planned = read_json(path / "steps.config.json", "fp8-train's saved config", {"steps": int}).get("steps")

@@ -36,7 +36,7 @@ from precision import backends
 from precision.modes import LOW, PrecisionSettings, RunSpec
 from precision.prepare import forget_initial_weights, prepare
 from training import bound, checkpoint
-from training.plan import plan, selected
+from training.plan import listing, plan, selected
 from training.faults import parse as parse_faults
 from training.runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
 from training.settings import Config, parse, preset
@@ -231,8 +231,10 @@ def experiment(cfg: Config, hardware) -> list[str]:
 def main(argv: list[str] | None = None, description: str | None = None) -> int:
     try:
         cfg, hardware, explicit = parse(argv, description=description, prog="fp8-train")
+        if cfg.list_runs:  # answers without a GPU: what a GPU slot would train, in order
+            return list_runs(cfg, hardware, explicit)
         on_gpu = device_kind(hardware) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
-    except ValueError as e:
+    except (ValueError, backends.BackendUnavailable) as e:
         fail(str(e), 2)
     changed = experiment(cfg, hardware)
     threads = torch.get_num_threads()
@@ -242,6 +244,19 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         return _run(cfg, hardware, on_gpu, explicit, changed)
     finally:
         torch.set_num_threads(threads)
+
+
+def list_runs(cfg: Config, preset, explicit: bool) -> int:
+    """--list-runs: the plan's lines (plan.listing), nothing written. A GPU preset on a machine without a usable
+    CUDA device is listed as planned, its backends unprobed (said so): what gpu-quick's dry run plans with."""
+    mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
+    world, _, nnodes = planned_world()
+    check_batch_split(cfg.batch, cfg.grad_accum, world, nnodes)
+    probe = preset.name == "cpu" or torch.cuda.is_available()
+    device = select_device("cpu" if preset.name == "cpu" else "cuda") if probe else None
+    specs, skipped = plan(cfg, device, explicit, mcfg)
+    print("\n".join(listing(cfg, specs, skipped, probed=probe)), flush=True)
+    return 0
 
 
 def out_dir(cfg: Config, preset) -> Path:
@@ -276,12 +291,6 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         specs, skipped, data, mcfg, cfg_json = _check(cfg, preset, on_gpu, explicit, out)
     except (ValueError, backends.BackendUnavailable, RunError) as e:
         fail(str(e), 2)
-    if cfg.list_runs:  # one line per run: `run NAME` or `skipped NAME: reason`, in the plan's order
-        for s in specs:
-            print(f"run {s.name}")
-        for k in skipped:
-            print(f"skipped {k}")
-        return 0
     if cfg.publish_finished:
         return publish_finished(cfg, specs, out)
     if not selected(specs, cfg.only, skipped):  # --only named preset runs that cannot run here
