@@ -148,3 +148,19 @@ def test_a_damaged_committed_csv_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpu-quick: error: ") and "steps.csv" in err[0]
     assert read_set(tmp_path / "absent").runs == {}
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ("bf16-s0,bf16,0,1.5\nbf16-s0,bf16,0,9.5\n", "line 3 repeats the key (run=bf16-s0, step=0) of line 2 with another "
+                                                 "step_time_s"),
+    ("bf16-s0,bf16,0,-1.5\n", "line 2, column step_time_s: -1.5 is negative"),
+], ids=["conflicting-key", "negative-time"])
+def test_a_committed_csv_that_would_skew_the_estimates_is_one_line(tmp_path, capsys, rows, needle):
+    """A second step-0 row of another time, or a negative one, would shift a step's estimate: refused."""
+    s = tmp_path / "h200_ws1"
+    s.mkdir()
+    (s / "steps.csv").write_text("run,precision,step,step_time_s,timestamp_utc,hardware,git_commit\n" + "".join(
+        line + ",2026-01-01T00:00:01Z,1x GPU,abc\n" for line in rows.splitlines()))
+    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--out", str(s)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
