@@ -190,11 +190,12 @@ def _check_values(path: Path, schema: Schema, header: list[str], rows: list[list
             if (j in floats and cell and not _finite(cell)) or cell.lower() in _NONFINITE:
                 raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {cell[:40]!r} is not a finite "
                                  "number (a failed measurement written as a value?); rerun the run that writes it")
-        for j in positive:
-            if _number(row[j]) < 0:
-                raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {row[j].strip()[:40]} is "
-                                 "negative, which it cannot be (an edited file or a failed measurement?); rerun the "
-                                 "run that writes it")
+    for j in positive:  # column by column: a text test first, a number parsed only where it starts with '-'
+        i = next((i for i, row in enumerate(rows) if row[j].lstrip()[:1] == "-" and _number(row[j]) < 0), None)
+        if i is not None:
+            raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {rows[i][j].strip()[:40]} is "
+                             "negative, which it cannot be (an edited file or a failed measurement?); rerun the run "
+                             "that writes it")
     seen: dict[tuple[str, ...], int] = {}
     key = [c for c in schema.key if c in header]
     idx = [header.index(c) for c in key]
