@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from common.runs import shown
+from common.failures import shown
 
 BAD_INPUT = 2
 ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema

@@ -14,7 +14,7 @@ import nccl_tests
 import overhead
 import report
 from common.runs import RunFolder
-from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(bench.__file__).resolve().parent
 NO_GPU = no_gpu_mark()

@@ -17,7 +17,7 @@ from common.collective_cost import COLLECTIVES, busbw_factor
 from common.dist import DistInfo, distributed
 from common.hardware import PRESETS
 from common.results import PROVENANCE_COLUMNS
-from common.testing import RankFailed, run_ranks
+from testkit import RankFailed, run_ranks
 
 FAST = dict(iters=2, min_iters=1, warmup=1, target_ms=1.0, topology=False, promote="replace")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import bench
 import nccl_tests
 import overhead
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(bench.__file__).resolve().parent
 

@@ -147,7 +147,7 @@ def test_a_fresh_run_keeps_an_unpublished_one_aside(tmp_path):
     (["publish", "x"], "invalid choice: 'publish'"),
 ], ids=["no-run-folder", "no-argument", "no-command"])
 def test_the_command_line_refuses_bad_input(argv, needle, capsys, tmp_path):
-    from common.testing import expect_bad_input
+    from testkit import expect_bad_input
     expect_bad_input(lambda: main(argv), needle, capsys, watch=[tmp_path])
 
 

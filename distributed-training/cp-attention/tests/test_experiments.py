@@ -9,7 +9,7 @@ import pytest
 
 import bench
 from common.runs import read_manifest
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(bench.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--seq-lens", "16", "--n-heads", "2", "--n-kv-heads", "2", "--head-dim", "8", "--batch", "1",

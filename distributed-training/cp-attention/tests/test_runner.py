@@ -10,7 +10,7 @@ import pandas as pd
 
 import bench
 import report
-from common.testing import run_ranks
+from testkit import run_ranks
 
 LAB = Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ import report
 import train
 from common import runs as common_runs
 from common.runs import Lock
-from common.testing import expect_bad_input
+from testkit import expect_bad_input
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--tp", "1", "--pp", "1", "--dp", "1", "--interleave", "1", "--model", "tiny",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.testing import fake_nvidia_smi
+from testkit import fake_nvidia_smi
 from provision import gpu_quick
 from provision.gpu_quick import Outcome, QuickConfig, Step
 from provision.wheel_edit import record_hash

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import bench
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(bench.__file__).resolve().parent
 

@@ -11,7 +11,7 @@ import pytest
 
 import bench
 import report
-from common.testing import run_ranks
+from testkit import run_ranks
 
 LAB = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,22 @@
+"""Test support for every lab's tests (and common's): imported by tests only, never by a runner, a report or a
+shared package at run time (common/tests/test_layering.py holds that).
+
+    ranks      run a function on N forked gloo ranks: run_ranks, RankFailed, free_port
+    bad_input  one line, exit 2, nothing written: expect_bad_input, tree_state, keep_tracked_files, git_status;
+               the runner's check pass over world sizes: check_pass, WORLDS
+    reports    a report under test: report_opening, expect_report_refuses; every input damaged every way:
+               damaged_inputs_problems, damaged, DAMAGES, opened_during
+    gpu        GPU stand-ins on a machine without one: as_gpu_rows, fake_nvidia_smi, no_gpu_mark
+
+The names are handed on here, so a test imports what it uses from `testkit` itself.
+"""
+
+from .bad_input import WORLDS, check_pass, expect_bad_input, git_status, keep_tracked_files, tree_state
+from .gpu import DRIVERS, H100_PROVENANCE, as_gpu_rows, fake_nvidia_smi, no_gpu_mark
+from .ranks import RankFailed, free_port, run_ranks
+from .reports import DAMAGES, damaged, damaged_inputs_problems, expect_report_refuses, opened_during, report_opening
+
+__all__ = ["DAMAGES", "DRIVERS", "H100_PROVENANCE", "WORLDS", "RankFailed", "as_gpu_rows", "check_pass", "damaged",
+           "damaged_inputs_problems", "expect_bad_input", "expect_report_refuses", "fake_nvidia_smi", "free_port",
+           "git_status", "keep_tracked_files", "no_gpu_mark", "opened_during", "report_opening", "run_ranks",
+           "tree_state"]
