@@ -186,7 +186,7 @@ def collective_calibration(world: int, cfg: Config) -> list[dict]:
     """allreduce-bench's all_reduce sweep at `world` gloo ranks, and its alpha-beta fit (common.collective_fit)."""
     out = SCRATCH / "sweeps" / "results" / f"sweep_cpu_ws{world}.csv"
     torchrun(world, LABS / "allreduce-bench" / "bench.py",
-             ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", cfg.max_bytes, "--out", str(out),
+             ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", cfg.max_bytes, "--results", str(out.parent),
               "--promote", "no", "--no-topology"], cfg.timeout_s)
     with open(SCRATCH / "sweeps" / "runs" / out.stem / out.name) as f:
         rows = [r for r in csv.DictReader(f) if r["collective"] == "all_reduce"]
