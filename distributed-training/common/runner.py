@@ -68,8 +68,7 @@ def _run_flag(default: Any, text: str, **kw) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class RunFlags:
     """The flags every runner takes, declared here once: a lab's Config derives from this (`class Config(RunFlags)`).
-    None of them changes what a row measures (RUN_FLAGS: never an experiment); `results` is a machine path and
-    stays out of the saved config (saved_config)."""
+    `results` is a machine path and stays out of the saved config (saved_config)."""
 
     gpu: str = _run_flag("auto", "hardware preset (common/hardware.py): auto = this machine's, cpu = CPU + gloo, "
                                  "h100, h200, ...")
@@ -85,7 +84,10 @@ class RunFlags:
         return results_path(self.results, lab, *default)
 
 
-RUN_FLAGS = ("gpu", "results", "resume", "promote")
+# Never a measurement: a run differing from its preset only in these is the preset's run. --gpu is not among them:
+# a runner compares a run with the preset --gpu picks, so it differs only where a runner's preset names the GPU it
+# plans for (parallel-3d's at-scale study), and there another GPU is an experiment.
+RUN_FLAGS = ("results", "resume", "promote")
 RESUME_MAY_CHANGE = ("resume", "promote", "results")  # what a --resume may give otherwise than the run it continues
 
 
