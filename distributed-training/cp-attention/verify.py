@@ -28,9 +28,6 @@ bounds their difference by that). Exit 0 when errors and bytes pass, 1 when not,
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -38,14 +35,14 @@ from typing import Literal, NamedTuple
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
 import torch_cp
 from common.attention_block import default_scale
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, planned_world, print0, reduce_across_ranks
+from common.attention_sweep import ranks_started, verify_main
+from common.config import config_dict
+from common.dist import reduce_across_ranks
 from common.failures import entrypoint
-from common.hardware import device_kind, get_preset
 from common.ring_attention import RingBytes, balanced_positions, check_cp_shape, ring_attention, ring_bytes
 from traffic import Traffic
 
@@ -53,13 +50,9 @@ IMPLS = ("ours", "torch-allgather", "torch-alltoall")
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 @dataclass(frozen=True)
 class VerifyConfig:
-    cp: int = field(default_factory=_world_size,
+    cp: int = field(default_factory=ranks_started,
                     metadata={"help": "CP degree; default: the ranks torchrun started (more ranks: replicas)"})
     n_heads: int = field(default=8, metadata={"help": "query heads"})
     n_kv_heads: int = field(default=2, metadata={"help": "key/value heads (< n_heads: grouped-query attention)"})
@@ -220,24 +213,13 @@ def correctness_grid(cp: int, device_type: str) -> list[tuple[str, VerifyConfig]
     return grid
 
 
+def refuse(cfg: VerifyConfig, kind: str) -> None:
+    if kind == "cuda" and cfg.impl != "ours" and cfg.dtype == "float64":
+        raise ValueError("PyTorch's context_parallel on CUDA runs SDPA's fused kernels: --dtype float32 or bfloat16")
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
-    world = planned_world()[0]  # checked before any rank starts (common.launch's check pass)
-    try:
-        kind = device_kind(get_preset(cfg.gpu))
-        if world % cfg.cp:
-            raise ValueError(f"--cp {cfg.cp} must divide the number of ranks ({world}); the rest are replicas")
-        if kind == "cuda" and cfg.impl != "ours" and cfg.dtype == "float64":
-            raise ValueError("PyTorch's context_parallel on CUDA runs SDPA's fused kernels: --dtype float32 or "
-                             "bfloat16")
-    except ValueError as e:
-        fail(str(e), 2)
-    torch.set_float32_matmul_precision("highest")  # no TF32 on GPU: fp32 must mean fp32 here
-    with distributed(device=kind) as env:
-        mesh = init_device_mesh(kind, (env.world_size // cfg.cp, cfg.cp), mesh_dim_names=("replica", "cp"))
-        result = check(dataclasses.replace(cfg), mesh["cp"], env.device)
-        print0(json.dumps(result.as_json()))
-    return 0 if result.passed else 1
+    return verify_main(VerifyConfig, "cp", check, argv, __doc__, refuse)
 
 
 if __name__ == "__main__":
