@@ -14,7 +14,7 @@ shape rules, tables and measurements (Sweep), and gets the runner, the verify co
                   shared machine hits all alike; each sample the max over ranks (common.timing)
 
     @dataclass(frozen=True, kw_only=True)
-    class BenchConfig(SweepFlags):
+    class BenchConfig(SweepFlags):              # common/attention_flags.py
         DEGREE = "tp"
         tp: tuple[int, ...] = field(metadata={"help": "TP degrees"})
         d_models: tuple[int, ...] = field(metadata={"help": "hidden sizes"})
@@ -27,64 +27,23 @@ shape rules, tables and measurements (Sweep), and gets the runner, the verify co
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from tqdm import tqdm
 
-from .config import parse_config, parse_preset
+from .attention_flags import SweepFlags
+from .config import parse_preset
 from .dist import DistInfo, distributed, fail, from_rank0, get_rank, planned_world, print0
 from .hardware import device_kind, get_preset
 from .results import NoWriter, provenance
-from .runner import RunFlags, RunPlan, Table, check_before_launch, experiment, open_run, saved_config
+from .runner import RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from .timing import time_iterations
 
 BENCH_VERSION = "1"
-
-
-def ranks_started() -> int:
-    """The ranks torchrun started: a verify command's default degree (more ranks run replicas)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def divisor_degrees(world: int) -> tuple[int, ...]:
-    """1, 2, 4, ... up to 64: every power-of-two degree that divides the world (a preset's sweep)."""
-    return tuple(d for d in (1, 2, 4, 8, 16, 32, 64) if world % d == 0)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SweepFlags(RunFlags):
-    """The flags every attention sweep shares; a lab's BenchConfig derives from it, names its degree flag (DEGREE) and
-    adds it and its shapes."""
-
-    DEGREE: ClassVar[str]
-    seq_lens: tuple[int, ...] = field(metadata={"help": "sequence lengths s swept"})
-    head_dim: int = field(metadata={"help": "head size"})
-    batch: int = field(metadata={"help": "batch size b"})
-    dtype: Literal["float32", "bfloat16"] = field(metadata={"help": "parameter and compute dtype"})
-    warmup: int = field(metadata={"help": "untimed iterations per implementation"})
-    iters: int = field(metadata={"help": "timed iterations per implementation"})
-    correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
-    require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (the lab's -gpu target)"})
-
-    def __post_init__(self):
-        for name in ("head_dim", "batch", "iters"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
-        if not self.seq_lens or min(self.seq_lens) < 1:
-            raise ValueError(f"--seq-lens must be positive, got {self.seq_lens}")
-        if not self.degrees or min(self.degrees) < 1:
-            raise ValueError(f"--{self.DEGREE} degrees must be positive, got {self.degrees}")
-
-    @property
-    def degrees(self) -> tuple[int, ...]:
-        return getattr(self, self.DEGREE)
 
 
 def for_hardware(gpu: str, cpu: Callable[[int], SweepFlags], cuda: Callable[[int], SweepFlags]) -> SweepFlags:
@@ -166,12 +125,13 @@ def time_interleaved(steps: dict[str, Callable[[], None]], warmup: int, iters: i
     return samples
 
 
-def verify_main(config: type, degree: str, check: Callable[[Any, Any, torch.device], Any], argv: list[str] | None,
-                description: str | None, refuse: Callable[[Any, str], None] | None = None) -> int:
-    """The verify command: one configuration of `config` checked by check(cfg, mesh, device) on a mesh of its degree
-    (the other ranks run replicas), its result as one JSON line; exit 0 when it passed, 1 when not, 2 on bad input
-    (checked before any rank starts; `refuse(cfg, device kind)` adds the lab's own refusals)."""
-    cfg = parse_config(config, argv, description=description, prog="verify.py")
+def verify_main(config: type, preset: Callable[[], Any], degree: str, check: Callable[[Any, Any, torch.device], Any],
+                argv: list[str] | None, description: str | None,
+                refuse: Callable[[Any, str], None] | None = None) -> int:
+    """The verify command: one configuration of `config` (flags over preset()) checked by check(cfg, mesh, device) on
+    a mesh of its degree (the other ranks run replicas), its result as one JSON line; exit 0 when it passed, 1 when
+    not, 2 on bad input (checked before any rank starts; `refuse(cfg, device kind)` adds the lab's own refusals)."""
+    cfg = parse_preset(config, argv, preset, keys=(), description=description, prog="verify.py")
     world, n = planned_world()[0], getattr(cfg, degree)  # checked before any rank starts (the launcher's check pass)
     try:
         kind = device_kind(get_preset(cfg.gpu))

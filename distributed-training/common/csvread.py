@@ -279,6 +279,28 @@ def results_folder(folder: str | Path, hint: str = "") -> Path:
     return folder
 
 
+def report_path(out: str | Path) -> Path:
+    """Where a report is written (--out): its folder must exist (one line, exit 2, nothing written, otherwise)."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    return out
+
+
+def tables_by_tag(folder: Path, kind: str, schema: Schema) -> dict[str, pd.DataFrame]:
+    """Every <kind>_<tag>.csv in `folder`, checked, by its result set's tag (cpu_ws4, h100_ws1), in name order."""
+    return {p.stem.removeprefix(f"{kind}_"): read_table(p, schema) for p in sorted(Path(folder).glob(f"{kind}_*.csv"))}
+
+
+def sweep_results(folder: Path, correctness: Schema, bench: Schema, hint: str) -> tuple[dict, dict]:
+    """An attention sweep's result sets (common.attention_sweep): every correctness_<tag>.csv, then every
+    bench_<tag>.csv, checked, by tag; a folder with neither is refused (what would the report show?)."""
+    corrs, benches = tables_by_tag(folder, "correctness", correctness), tables_by_tag(folder, "bench", bench)
+    if not benches and not corrs:
+        raise BadResults(f"no correctness_*.csv or bench_*.csv in {folder}; {hint}")
+    return corrs, benches
+
+
 def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool = True,
                 hint: str = "", source: str = "") -> pd.DataFrame:
     """Every `pattern` match in `folder`, checked and concatenated (files in name order).

@@ -54,7 +54,8 @@ from torch.distributed.device_mesh import DeviceMesh
 import torch_cp
 import verify
 from common.attention_block import default_scale
-from common.attention_sweep import Sweep, SweepFlags, divisor_degrees, fill, for_hardware, run_sweep, time_interleaved
+from common.attention_flags import SweepFlags, divisor_degrees
+from common.attention_sweep import Sweep, fill, for_hardware, run_sweep, time_interleaved
 from common.dist import DistInfo, from_rank0
 from common.failures import entrypoint
 from common.ring_attention import balanced_positions, check_cp_shape, ring_attention

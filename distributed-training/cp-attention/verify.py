@@ -39,7 +39,8 @@ from torch.distributed.device_mesh import DeviceMesh
 
 import torch_cp
 from common.attention_block import default_scale
-from common.attention_sweep import ranks_started, verify_main
+from common.attention_flags import VerifyFlags, ranks_started
+from common.attention_sweep import verify_main
 from common.config import config_dict
 from common.dist import reduce_across_ranks
 from common.failures import entrypoint
@@ -51,27 +52,26 @@ TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 
 @dataclass(frozen=True)
-class VerifyConfig:
+class VerifyConfig(VerifyFlags):
     cp: int = field(default_factory=ranks_started,
                     metadata={"help": "CP degree; default: the ranks torchrun started (more ranks: replicas)"})
-    n_heads: int = field(default=8, metadata={"help": "query heads"})
-    n_kv_heads: int = field(default=2, metadata={"help": "key/value heads (< n_heads: grouped-query attention)"})
     head_dim: int = field(default=16, metadata={"help": "head size D"})
-    seq_len: int = field(default=64, metadata={"help": "whole sequence s (a multiple of 2 x CP)"})
-    batch: int = field(default=2, metadata={"help": "batch size b"})
     dtype: Literal["float32", "float64", "bfloat16"] = field(default="float32", metadata={"help": "dtype"})
     kernel: Literal["math", "fused"] = field(default="fused", metadata={"help": "ours: block kernel "
                                                                              "(common/attention_block.py)"})
     impl: Literal["ours", "torch-allgather", "torch-alltoall"] = field(default="ours",
                                                                         metadata={"help": "implementation"})
-    seed: int = field(default=0, metadata={"help": "seed for Q, K, V and dO (same on every rank)"})
-    gpu: str = field(default="auto", metadata={"help": "preset (common/hardware.py); cpu = CPU + gloo"})
 
     def __post_init__(self):
-        for name in ("batch", "head_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        super().__post_init__()
+        if self.head_dim < 1:
+            raise ValueError(f"--head-dim must be positive, got {self.head_dim}")
         check_cp_shape(self.seq_len, self.cp, self.n_heads, self.n_kv_heads)
+
+
+def verify_preset() -> VerifyConfig:
+    """The verify command's defaults: 8 query heads over 2 K/V heads (grouped-query attention), N = the ranks."""
+    return VerifyConfig(n_heads=8, n_kv_heads=2)
 
 
 def torch_bytes(batch: int, seq_len: int, n_heads: int, head_dim: int, cp: int, elem_bytes: int) -> RingBytes:
@@ -219,7 +219,7 @@ def refuse(cfg: VerifyConfig, kind: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return verify_main(VerifyConfig, "cp", check, argv, __doc__, refuse)
+    return verify_main(VerifyConfig, verify_preset, "cp", check, argv, __doc__, refuse)
 
 
 if __name__ == "__main__":

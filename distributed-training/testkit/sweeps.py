@@ -15,6 +15,7 @@ import pytest
 
 from .bad_input import expect_bad_input
 from .gpu import no_gpu_mark
+from .reports import expect_report_refuses
 
 # (world, argv, what the one line says): refused the same way by every sweep (common.attention_sweep, common.runner).
 SHARED_REFUSALS = [
@@ -28,10 +29,42 @@ GPU_REFUSALS = [(4, ["--gpu", "h100"], "needs a CUDA GPU and torch sees none"),
                 (4, ["--require-gpu"], "this target measures a GPU")]
 
 
-def refusals(lab_cases: list) -> list:
-    """A lab's own cases, then the shared ones, then those only a machine without a GPU gives (marked to skip on one
-    with a GPU): the parameters of its test_sweep."""
-    return [*lab_cases, *SHARED_REFUSALS, *(pytest.param(*case, marks=no_gpu_mark()) for case in GPU_REFUSALS)]
+def sweep_refusals(degree: str, lab_cases: list) -> list:
+    """The sweep's refusals: of its degree flag, the lab's own (its shapes), the shared ones, and those only a machine
+    without a GPU gives (marked to skip on one with a GPU)."""
+    own = [(4, [f"--{degree}", "3"], f"--{degree} 3 must divide the number of ranks (4"),
+           (4, [f"--{degree}", "0"], f"--{degree} degrees must be positive"),
+           (4, ["--seq-lens", "0"], "--seq-lens must be positive")]
+    return [*own, *lab_cases, *SHARED_REFUSALS, *(pytest.param(*case, marks=no_gpu_mark()) for case in GPU_REFUSALS)]
+
+
+def _ids(v) -> str | None:
+    return " ".join(v) if isinstance(v, list) else str(v)
+
+
+def refusal_test(main: Callable[[list[str]], Any], lab: Path, cases: list) -> Callable:
+    """A test (bound to a test_ name in a lab's module) of `main`, bench.py's or verify.py's, refusing each case
+    (world, argv, what the one line says) before `world` ranks start: one line, exit 2, nothing under `lab` written."""
+    @pytest.mark.parametrize("world, argv, needle", cases, ids=_ids)
+    def test(world, argv, needle, capsys, monkeypatch):
+        expect_refused_at(main, world, argv, needle, capsys, monkeypatch, watch=[lab])
+    return test
+
+
+def nothing_to_resume_test(main: Callable[[list[str]], Any]) -> Callable:
+    """A test: the sweep's --resume with no earlier run folder is refused in one line."""
+    def test(tmp_path, capsys, monkeypatch):
+        expect_nothing_to_resume(main, tmp_path, capsys, monkeypatch)
+    return test
+
+
+def report_refusal_test(report_main: Callable[[list[str]], Any], lab: Path,
+                        lab_cases: list[tuple[str, Callable[[Path], Any], str]]) -> Callable:
+    """A test: the report refuses a copy of `lab`/results damaged each way of report_damages(lab_cases)."""
+    @pytest.mark.parametrize("damage, needle", report_damages(lab_cases))
+    def test(damage, needle, tmp_path, capsys):
+        expect_report_refuses(report_main, lab, damage, needle, tmp_path, capsys)
+    return test
 
 
 def expect_refused_at(main: Callable[[list[str]], Any], world: int, argv: list[str], needle: str, capsys,

@@ -48,7 +48,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from common.attention_sweep import Sweep, SweepFlags, divisor_degrees, fill, for_hardware, run_sweep, time_interleaved
+from common.attention_flags import SweepFlags, divisor_degrees
+from common.attention_sweep import Sweep, fill, for_hardware, run_sweep, time_interleaved
 from common.collective_calls import describe
 from common.dist import DistInfo
 from common.failures import entrypoint

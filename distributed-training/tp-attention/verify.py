@@ -52,7 +52,7 @@ from dtensor_tp import dtensor_parallel
 from layers import sync_sequence_parallel_grads
 from mappings import TPGroup
 from tp_block import tensor_parallel
-from tp_config import VerifyConfig
+from tp_config import VerifyConfig, verify_preset
 
 FP32_TOLERANCE = 1e-5
 
@@ -260,7 +260,7 @@ def correctness_grid(tp: int) -> list[tuple[str, VerifyConfig]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return verify_main(VerifyConfig, "tp", check, argv, __doc__)
+    return verify_main(VerifyConfig, verify_preset, "tp", check, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ def test_kernels_parity_and_a_benchmark_row_on_one_gpu():
     with distributed(device="cuda") as env:
         mesh = init_device_mesh("cuda", (1,), mesh_dim_names=("cp",))
         for impl in verify.IMPLS:
-            res = verify.check(verify.VerifyConfig(cp=1, impl=impl, dtype="bfloat16", seq_len=256, head_dim=64), mesh,
-                               env.device)
+            vcfg = verify.VerifyConfig(cp=1, impl=impl, dtype="bfloat16", n_heads=8, n_kv_heads=2, seq_len=256,
+                                       head_dim=64)
+            res = verify.check(vcfg, mesh, env.device)
             assert res.passed, res
         cfg = replace(bench.cuda(1), seq_lens=(512,), n_heads=8, n_kv_heads=2, head_dim=64, iters=2, warmup=1)
         rows = bench.bench_rows(cfg, mesh, env.device, 512)

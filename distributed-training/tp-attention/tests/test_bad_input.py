@@ -1,7 +1,8 @@
 """Bad input to every tp-attention command: one line, exit code 2, no file written, before any rank.
 
 The sweep and the verify command are checked against the world they will get (DT_PLANNED_WORLD, what
-common.launch tells their check pass); the report against damaged CSVs. In process, main(argv)."""
+common.launch tells their check pass); the report against damaged CSVs. In process, main(argv). The tests every
+attention lab shares are testkit.sweeps'; this module gives them tp-attention's cases."""
 
 from pathlib import Path
 
@@ -10,34 +11,21 @@ import pytest
 import bench
 import report
 import verify
-from testkit import (expect_bad_input, expect_nothing_to_resume, expect_refused_at, expect_report_refuses,
-                     keep_tracked_files, no_gpu_mark, refusals, report_damages)
+from testkit import (expect_bad_input, keep_tracked_files, no_gpu_mark, nothing_to_resume_test, refusal_test,
+                     report_refusal_test, sweep_refusals)
 
 LAB = Path(bench.__file__).resolve().parent
-NO_GPU = no_gpu_mark()
-
-
 tracked_files_unchanged = keep_tracked_files(LAB)
 
-
-@pytest.mark.parametrize("world, argv, needle", refusals([
-    (4, ["--tp", "3"], "--tp 3 must divide the number of ranks (4"),
+test_sweep = refusal_test(bench.main, LAB, sweep_refusals("tp", [
     (3, ["--tp", "2"], "--tp 2 must divide the number of ranks (3"),
-    (4, ["--tp", "0"], "--tp degrees must be positive"),
-    (4, ["--seq-lens", "0"], "--seq-lens must be positive"),
     (4, ["--d-models", "100"], "multiple of --head-dim 32 (n_heads = d_model / head_dim, MHA), got 100"),
     (4, ["--head-dim", "48", "--d-models", "128"], "multiple of --head-dim 48"),
-    (4, ["--seq-lens", "6"], "seq_len (6) must be divisible by tp (4)"),
-]), ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_sweep(world, argv, needle, capsys, monkeypatch):
-    expect_refused_at(bench.main, world, argv, needle, capsys, monkeypatch, watch=[LAB])
+    (4, ["--seq-lens", "6"], "seq_len (6) must be divisible by tp (4)")]))
+test_sweep_resume_with_nothing_to_resume = nothing_to_resume_test(bench.main)
 
-
-def test_sweep_resume_with_nothing_to_resume(tmp_path, capsys, monkeypatch):
-    expect_nothing_to_resume(bench.main, tmp_path, capsys, monkeypatch)
-
-
-@pytest.mark.parametrize("world, argv, needle", [
+# The verify command, at the world its check pass is told.
+test_verify = refusal_test(verify.main, LAB, [
     (4, ["--tp", "4", "--n-heads", "6", "--n-kv-heads", "6", "--d-model", "96"], "n_heads (6) must be divisible by tp"),
     (4, ["--tp", "4", "--n-heads", "8", "--n-kv-heads", "2"], "n_kv_heads (2) must be divisible by tp (4)"),
     (2, ["--tp", "2", "--sp", "--seq-len", "7"], "seq_len (7) must be divisible by tp (2) with sequence parallelism"),
@@ -46,22 +34,16 @@ def test_sweep_resume_with_nothing_to_resume(tmp_path, capsys, monkeypatch):
     (4, ["--tp", "3", "--n-heads", "6", "--n-kv-heads", "3", "--d-model", "96"], "--tp 3 must divide the number of "
                                                                                   "ranks (4)"),
     (2, ["--tp", "2", "--module", "mlp", "--fused-qkv"], "--fused-qkv applies to attention"),
-    pytest.param(2, ["--tp", "2", "--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
+    pytest.param(2, ["--tp", "2", "--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=no_gpu_mark()),
     (2, ["--tp", "2", "--gpu", "h900"], "unknown GPU preset 'h900'"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_verify(world, argv, needle, capsys, monkeypatch):
-    expect_refused_at(verify.main, world, argv, needle, capsys, monkeypatch, watch=[LAB])
+])
 
-
-@pytest.mark.parametrize("damage, needle", report_damages([
+test_report_refuses_damaged_results = report_refusal_test(report.main, LAB, [
     ("quote", lambda r: (r / "bench_cpu_ws4.csv").write_text('tp,"sp\n'), "bench_cpu_ws4.csv is not a readable CSV"),
     ("text-in-number", lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text().replace(
         "\n1,false,", "\nfour,false,", 1)), "column tp: 'four' is not an int"),
     ("foreign", lambda r: (r / "bench_cpu_ws8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"),
-     "lacks the column(s)"),
-]))
-def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
-    expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
+     "lacks the column(s)")])
 
 
 def test_report_arguments(capsys):
