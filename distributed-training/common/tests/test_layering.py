@@ -253,3 +253,11 @@ def test_no_sys_path_edit_and_no_file_path_import():
     assert path_import_violations(files, REPO, ALLOWED) == []
     for rel, what in ALLOWED.items():  # each exception is still needed, or it goes from the list
         assert what in {w for _, w in path_uses(REPO / rel)}, rel
+
+
+def test_the_common_package_indexes_every_module_in_one_line():
+    """common/__init__.py is the package's map: every module named once, on one line of its own."""
+    text = (LABS / "common" / "__init__.py").read_text()
+    listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ") and len(line.split()) > 1
+              and line[4] != " " and line.split()[0].isidentifier()]
+    assert sorted(listed) == sorted(p.stem for p in (LABS / "common").glob("*.py") if p.stem != "__init__")
