@@ -69,7 +69,8 @@ class Sweep(NamedTuple):
 
 def _plan(sweep: Sweep, cfg: Any, tag: str) -> tuple[RunPlan, list[Table | None]]:
     tables = list(sweep.tables(cfg, tag))
-    return RunPlan.beside(cfg.results_dir(sweep.folder), tag, [t for t in tables if t], config=saved_config(cfg)), tables
+    plan = RunPlan.beside(cfg.results_dir(sweep.folder), tag, [t for t in tables if t], config=saved_config(cfg))
+    return plan, tables
 
 
 def run_sweep(sweep: Sweep, argv: list[str] | None, description: str | None) -> int:

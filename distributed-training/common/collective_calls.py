@@ -25,7 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 KINDS = {
     "allreduce_": "all_reduce", "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_out": "all_gather",
+    "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
     "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
     "all_to_all_single": "all_to_all", "alltoall_base_": "all_to_all",
     "send": "send", "recv_": "recv", "recv_any_source_": "recv",

@@ -34,9 +34,9 @@ What open_run does (common/runs.py says what each word means):
                runs/ and says how to publish it. run.complete = False records it incomplete (results/ unchanged;
                --resume continues); None leaves the folder for a later launch of the same sweep (its lock released,
                nothing recorded: fsdp-scaling's launches at 1, 2, 4 ... ranks fill one folder).
-    interrupt  an exception in the block (Ctrl-C, a SIGTERM turned exception, a lost peer, an exit 2 from inside) records
-               the run incomplete, leaves results/ unchanged and goes on to common.failures.entrypoint, which tells it
-               in one line with its exit code (130, 75, 4, ...).
+    interrupt  an exception in the block (Ctrl-C, a SIGTERM turned exception, a lost peer, an exit 2 from inside)
+               records the run incomplete, leaves results/ unchanged and goes on to common.failures.entrypoint, which
+               tells it in one line with its exit code (130, 75, 4, ...).
 
 A runner of one process passes env=None. fp8-train's runners can stand on the same calls: RunPlan names its target
 folder (results/<preset>_ws<N>) and run folder directly, and run.writers are the writers of its Writers record.

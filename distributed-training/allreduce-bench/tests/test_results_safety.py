@@ -53,7 +53,8 @@ def _stop_after_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
 def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path, capsys):
     out = tmp_path / "results" / "sweep_cpu_ws1.csv"
     first = _start(out.parent)
-    _stop_after_rows(tmp_path / "runs" / "sweep_cpu_ws1" / "sweep_cpu_ws1.csv", 10, first)  # the first sweep is under way
+    # the first sweep is under way
+    _stop_after_rows(tmp_path / "runs" / "sweep_cpu_ws1" / "sweep_cpu_ws1.csv", 10, first)
     try:
         with pytest.raises(SystemExit) as e:  # the second, in this process: refused at once, nothing written
             bench.main(SWEEP + ["--results", str(out.parent)])
