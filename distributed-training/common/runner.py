@@ -38,12 +38,15 @@ What open_run does (common/runs.py says what each word means):
                records the run incomplete, leaves results/ unchanged and goes on to common.failures.entrypoint, which
                tells it in one line with its exit code (130, 75, 4, ...).
 
-A runner of one process passes env=None. fp8-train's runners can stand on the same calls: RunPlan names its target
+A runner of one process passes env=None. A run that spans several launches (fsdp-scaling's sweep: one torchrun
+launch per world size) is prepared once by hold_open, which holds its folder's lock across the launches; each launch
+then opens the folder with open_run(mode="append"). fp8-train's runners can stand on the same calls: RunPlan names its target
 folder (results/<preset>_ws<N>) and run folder directly, and run.writers are the writers of its Writers record.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
 
 from .config import config_dict
-from .runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags, \
+from .runs import PROMOTE_CHOICES, Lock, RunError, RunFolder, check_free, check_resumable, experiment_flags, hold, \
     results_path, run_dir_for
 
 if TYPE_CHECKING:
@@ -202,3 +205,32 @@ def open_run(plan: RunPlan, flags: RunFlags, env: DistInfo | None = None, proven
     promote = preset_publishes if flags.promote == "auto" and not changed else flags.promote
     for line in folder.finish(complete=run.complete, changed=list(changed), promote=promote):
         print(line, flush=True)
+
+
+def hold_open(plan: RunPlan, flags: RunFlags, then: Sequence[str], nnodes: int = 1) -> int:
+    """A run that spans several launches, prepared once: check it (check_before_launch), prepare its folder (fresh
+    unless --resume) and run `then`, the launches, holding the folder's lock until they end (common.runs.hold). Each
+    launch opens the folder with open_run(mode="append") under that lock, the last one publishes it, and a second
+    run is refused whichever launch the first is in; results/ is not touched here. In a Slurm job's ranks phase
+    (DT_LAUNCH_PHASE=ranks, common/launch.py) the job's check phase has checked and prepared it: this only holds
+    the lock (on one node; across nodes each launch's rank 0 takes it). Returns the launches' exit code (with no
+    `then`, 0: the folder prepared and its lock released)."""
+    if os.environ.get("DT_LAUNCH_PHASE") == "ranks":
+        if nnodes > 1:
+            return hold(None, then) if then else 0
+        lock = Lock(plan.folder)
+        lock.acquire()
+    elif flags.resume:
+        check_before_launch(plan, flags)
+        lock = Lock(plan.folder)
+        lock.acquire()
+    else:
+        check_before_launch(plan, flags)
+        folder = RunFolder.open(plan.folder, plan.target, "fresh")
+        for note in folder.notes:
+            print(note, file=sys.stderr)
+        lock = folder.lock
+    if then:
+        return hold(lock, then)
+    lock.release()
+    return 0

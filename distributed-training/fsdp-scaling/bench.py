@@ -45,8 +45,8 @@ from common.failures import entrypoint
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
 from common.results import NoWriter, provenance
-from common.runner import Run as OpenRun, RunPlan, Table, check_before_launch, experiment, open_run, saved_config
-from common.runs import Lock, RunFolder, hold
+from common.runner import (Run as OpenRun, RunPlan, Table, check_before_launch, experiment, hold_open, open_run,
+                           saved_config)
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
 from memory_model import comm_plan, precision_for
@@ -89,39 +89,19 @@ def run_plan(cfg: Config, hw: GPUPreset, world: int, nnodes: int) -> RunPlan:
 
 
 def preflight(cfg: Config, hw: GPUPreset, then: list[str]) -> int:
-    """Check the plan for every world size make will launch, and the run folder; then prepare it (fresh
-    unless --resume) and run `then`, the sweep's launches, holding the folder's lock until they end: one
-    sweep is one run folder, and a second sweep is refused whichever launch the first is in (common.runs.hold).
-    results/ is not touched: a complete sweep is published by its last launch."""
+    """Check the plan for every world size make will launch, then hand the sweep's run folder and its launches
+    (`then`) to common.runner.hold_open: one sweep is one run folder, prepared once and locked until its last launch
+    has ended, and a second sweep is refused whichever launch the first is in. A complete sweep is published by its
+    last launch."""
     # make passes NNODES: each launch spreads its world over the nodes (HSDP's automatic shard group is the
     # ranks of one node); on one node the sweep's launches have 1, 2, 4, ... ranks.
     nnodes = int(os.environ.get("NNODES", 1))
-    plan = run_plan(cfg, hw, 1, nnodes)
-    if os.environ.get("DT_LAUNCH_PHASE") == "ranks":  # a Slurm job checked and prepared it once, in its check phase
-        if nnodes > 1:  # every node runs this: the launch's rank 0 takes the lock
-            return hold(None, then) if then else 0
-        lock = Lock(plan.folder)
-        lock.acquire()
-        return hold(lock, then) if then else _release(lock)
-    for world in cfg.worlds:
-        if world % nnodes:
-            raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
-        check_world(cfg, world, world // nnodes, nnodes)
-    check_before_launch(plan, cfg)
-    if cfg.resume:
-        lock = Lock(plan.folder)
-        lock.acquire()
-    else:
-        run = RunFolder.open(plan.folder, plan.target, "fresh")
-        for note in run.notes:
-            print(note, file=sys.stderr)
-        lock = run.lock
-    return hold(lock, then) if then else _release(lock)
-
-
-def _release(lock: Lock) -> int:
-    lock.release()
-    return 0
+    if os.environ.get("DT_LAUNCH_PHASE") != "ranks":  # under Slurm, the job's check phase checked the plan once
+        for world in cfg.worlds:
+            if world % nnodes:
+                raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
+            check_world(cfg, world, world // nnodes, nnodes)
+    return hold_open(run_plan(cfg, hw, 1, nnodes), cfg, then, nnodes)
 
 
 def changed(cfg: Config) -> list[str]:

@@ -3,12 +3,14 @@ defaults the command line overrides, the check before launch, and open_run's out
 experiment kept, an interrupted run recorded and results/ untouched, a launch left for the next, a bad resume refused
 on every rank in one line."""
 
+import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
 from common.config import build_parser, parse_preset
-from common.runner import RunFlags, RunPlan, Table, check_before_launch, experiment, open_run, saved_config
+from common.runner import RunFlags, RunPlan, Table, check_before_launch, experiment, hold_open, open_run, saved_config
 from common.runs import RunError, read_manifest
 from testkit import run_ranks
 
@@ -118,3 +120,18 @@ def test_bad_resumes_are_refused_before_launch_and_on_every_rank(tmp_path, capsy
             return e.code
     assert run_ranks(opened, 2, other) == [2, 2]
     assert run_ranks(opened, 2, plan) == ["opened", "opened"]
+
+
+def test_a_run_of_several_launches_is_prepared_once_and_held_until_they_end(tmp_path, monkeypatch):
+    """hold_open: the folder prepared (fresh unless --resume) and locked while `then` runs: a launch inside finds the
+    lock its own (DT_RUN_LOCKS), any other run is refused; released when the launches end."""
+    plan = _plan(tmp_path)
+    with pytest.raises(RunError, match="nothing to resume"):
+        hold_open(plan, replace(cpu(), resume=True), [])
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # the launches import common
+    launch = ("import sys; from pathlib import Path; from common.runs import check_free; "
+              "check_free(Path(sys.argv[1]))")  # refused unless the lock is this invocation's
+    assert hold_open(plan, cpu(), [sys.executable, "-c", launch, str(plan.folder)]) == 0
+    assert read_manifest(plan.folder)["state"] == "running"  # prepared, not published: the last launch publishes
+    assert hold_open(plan, replace(cpu(), resume=True), ["sh", "-c", "exit 3"]) == 3
+    check_before_launch(plan, cpu())  # released
