@@ -22,7 +22,7 @@ from common import measured_on
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
-from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, read_text, results_folder
+from common.csvread import Schema, check_configs, guard_report, read_tables, read_text, report_path, results_folder
 from common.findings import block
 from common.hardware import PRESETS
 from common.markdown import number, table
@@ -244,9 +244,7 @@ def fit_row(r) -> list:
 
 
 def report(cfg: Config) -> str:
-    results, out = results_folder(cfg.results), Path(cfg.out)
-    if not out.parent.is_dir():
-        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    results, out = results_folder(cfg.results), report_path(cfg.out)
     df = load(results, required=True)
     nccl_tests, overhead = load(results, "nccl_tests_*.csv", NCCL_TESTS), load(results, "overhead_*.csv", OVERHEAD)
     topologies = [read_text(p, "a topology section (topology.py)") for p in sorted(results.glob("topology_*.md"))]

@@ -19,13 +19,14 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
+from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results, tables_by_tag
 from common.findings import block
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
 
 LAB = Path(__file__).resolve().parent
+RUN_IT = "run `make cp-attention-run`"  # what a missing result says
 MIB = 2**20
 TORCH = ("torch-allgather", "torch-alltoall")
 _PROVENANCE = {"hardware": str, "world_size": int, "backend": str, "torch_version": str, "cuda_version": str,
@@ -139,16 +140,10 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
 @guard_report
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
-    results, out = results_folder(cfg.results, "run `make cp-attention-run`"), Path(cfg.out)
-    if not out.parent.is_dir():
-        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
-    files = {k: sorted(results.glob(f"{k}_*.csv")) for k in ("correctness", "bench", "public_api")}
-    if not files["bench"] and not files["correctness"]:
-        raise BadResults(f"no correctness_*.csv or bench_*.csv in {cfg.results}; run `make cp-attention-run`")
-    corrs = {p.stem.removeprefix("correctness_"): read_table(p, CORRECTNESS) for p in files["correctness"]}
-    benches = {p.stem.removeprefix("bench_"): read_table(p, BENCH) for p in files["bench"]}
-    publics = [read_table(p, PUBLIC) for p in files["public_api"]]
-    public = pd.concat(publics) if publics else None
+    results, out = results_folder(cfg.results, RUN_IT), report_path(cfg.out)
+    corrs, benches = sweep_results(results, CORRECTNESS, BENCH, RUN_IT)
+    publics = tables_by_tag(results, "public_api", PUBLIC)
+    public = pd.concat(publics.values()) if publics else None
     plots = out.parent / "plots"
     public_line = "-" if public is None else "; ".join(
         f"{r['api']} on {r['device']}: " + ("runs" if r["runs"] else f"refuses, `{r['error']}`")
@@ -169,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "appendix": appendix}
     text = (LAB / "report_template.md").read_text()
     out.write_text(re.sub(r"\{\{(\w+)\}\}", lambda m: "\n".join(sections[m.group(1)]).rstrip(), text))
-    print(f"wrote {out.name} from {sum(map(len, files.values()))} CSVs")
+    print(f"wrote {out.name} from {len(corrs) + len(benches) + len(publics)} CSVs")
     return 0
 
 

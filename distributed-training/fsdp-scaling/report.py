@@ -15,7 +15,7 @@ import pandas as pd
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, results_folder
+from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, report_path, results_folder
 from common.findings import block
 from common.markdown import frame, number
 import findings
@@ -285,9 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(cfg: ReportConfig) -> int:
-    out = Path(cfg.out)
-    if not out.parent.is_dir():
-        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    out = report_path(cfg.out)
     s, a, c = read("scaling_*.csv"), read("at_scale.csv"), read("comms_*.csv")
     proj, worked, ov = read("projection.csv"), read("zero_worked_example.csv"), read("overlap_*.csv")
     if s.empty and a.empty and proj.empty:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, check_configs, guard_report
+from common.csvread import BadResults, check_configs, guard_report, report_path
 from common.findings import block
 from common.hardware import get_preset
 from common.plotting import new_figure, save
@@ -339,8 +339,7 @@ def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> st
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
     results = Path(cfg.results)
-    if not Path(cfg.out).parent.is_dir():
-        raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
+    report_path(cfg.out)
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
         ap.read(path)
     check_configs(results)

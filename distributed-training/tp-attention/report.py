@@ -18,7 +18,7 @@ import pandas as pd
 from comm_count import tp_bytes_per_layer
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
+from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results
 from common.findings import block
 from common.hardware import PRESETS
 from common.markdown import frame
@@ -27,6 +27,7 @@ import findings
 from planner import vs_measured
 
 LAB = Path(__file__).resolve().parent
+RUN_IT = "run `make tp-attention-run`"  # what a missing result says
 
 
 _PROVENANCE = {"hardware": str, "world_size": int, "backend": str, "torch_version": str, "cuda_version": str,
@@ -276,14 +277,8 @@ CPU_CAVEAT = ("**CPU / gloo.** Every rank is a process sharing a few cores and g
 @guard_report
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
-    results, out = results_folder(cfg.results, "run `make tp-attention-run`"), Path(cfg.out)
-    if not out.parent.is_dir():
-        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
-    corr_files, bench_files = sorted(results.glob("correctness_*.csv")), sorted(results.glob("bench_*.csv"))
-    if not bench_files and not corr_files:
-        raise BadResults(f"no correctness_*.csv or bench_*.csv in {cfg.results}; run `make tp-attention-run`")
-    corrs = {p.stem.removeprefix("correctness_"): read_table(p, CORRECTNESS) for p in corr_files}  # checked first
-    benches = {p.stem.removeprefix("bench_"): read_table(p, BENCH) for p in bench_files}
+    results, out = results_folder(cfg.results, RUN_IT), report_path(cfg.out)
+    corrs, benches = sweep_results(results, CORRECTNESS, BENCH, RUN_IT)
     plots = out.parent / "plots"
     lines = ["# tp-attention: hand-rolled Megatron tensor parallelism, verified and measured", ""]
     lines += block(findings.opening(corrs, benches))
@@ -306,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"### Correctness `{tag}`", "", f"Measured on {_provenance(corr)}.", "", *correctness_section(corr)]
     lines += [vs_measured.section("tp-attention", results, "###"), ""]  # the planner's prediction beside every GPU row
     out.write_text("\n".join(lines).rstrip() + "\n")
-    print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")
+    print(f"wrote {out.name} from {len(corrs) + len(benches)} CSVs")
     return 0
 
 

@@ -1,12 +1,15 @@
 """The repository's layering, read from its imports (ast over every .py under distributed-training/, tests too).
 
     labs  ->  planner  ->  common   <-  provision
+    tests ->  testkit  ->  common
 
 A lab (a folder of scripts run with PYTHONPATH=distributed-training) imports its own modules by plain name,
 and `planner` and `common` by name; the planner imports only `common` (and itself, relatively or as
 planner.x); common imports neither a lab nor the planner nor provision. provision (installing, the offline
 kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
-lines, and no lab imports it. Nothing goes around the import system: no
+lines, and no lab imports it. testkit is test support (forked gloo ranks, the bad-input and damaged-report
+checks, GPU stand-ins): it imports only common, and only tests import it (a file under a tests/ folder, or
+conftest.py), never a runner, a report or a shared package at run time. Nothing goes around the import system: no
 sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
 load stays, as a measurement: fp8-train/benchmarks/kernels.py loads an older fp8_linear.py from git to count its
 kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
@@ -25,8 +28,10 @@ from typing import NamedTuple
 
 LABS = Path(__file__).resolve().parents[2]
 REPO = LABS.parent
-SHARED = ("common", "planner", "provision")
-MAY_IMPORT = {"common": set(), "planner": {"common"}, "provision": {"common"}}  # of the other shared packages
+SHARED = ("common", "planner", "provision", "testkit")
+# of the other shared packages (and every file under a tests/ folder may import testkit)
+MAY_IMPORT = {"common": set(), "planner": {"common"}, "provision": {"common"}, "testkit": {"common"}}
+TEST_SUPPORT = "testkit"
 # Names that import a file by its path, or put a folder on the import path.
 PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLoader", "run_path", "load_source",
                 "addsitedir"}
@@ -92,8 +97,14 @@ def layering_violations(root: Path) -> list[str]:
     for path in python_files(root):
         rel = path.relative_to(root)
         part = rel.parts[0]
+        in_tests = "tests" in rel.parts[:-1] or rel.name == "conftest.py"
         for imp in imports(path):
             if imp.relative or not imp.name:
+                continue
+            if imp.name == TEST_SUPPORT and part != TEST_SUPPORT:
+                if not in_tests:
+                    out.append(f"{rel}:{imp.line}: {part} imports {TEST_SUPPORT} outside its tests (test support: "
+                               "only tests import it)")
                 continue
             if part in SHARED:
                 if imp.name in SHARED and imp.name != part and imp.name not in MAY_IMPORT[part]:
@@ -179,7 +190,10 @@ CLEAN = {
     "planner/__init__.py": "", "planner/costs.py": "import numpy\nfrom common.dist import x\nfrom . import shapes\n",
     "planner/shapes.py": "from planner.costs import y\n",
     "lab-a/report.py": "import bench\nfrom common import dist\nfrom planner import costs\n",
-    "lab-a/bench.py": "import torch\n", "lab-a/tests/test_report.py": "import report\nimport fake\n",
+    "lab-a/bench.py": "import torch\n",
+    "lab-a/tests/test_report.py": "import report\nimport fake\nfrom testkit import run_ranks\n",
+    "testkit/__init__.py": "from .ranks import run_ranks\n", "testkit/ranks.py": "from common.dist import x\n",
+    "common/tests/test_dist.py": "from testkit import run_ranks\n",
     "lab-a/tests/fake.py": "", "lab-b/train.py": "import report\n", "lab-b/report.py": "",
 }
 
@@ -194,16 +208,22 @@ def test_the_layering_checker_passes_a_clean_tree_and_names_each_break(tmp_path)
                  "planner/shapes.py": "import costs\n",
                  "lab-b/train.py": "import bench\nimport shapes\n",
                  "lab-b/report.py": "from provision import archive\n",
+                 "lab-a/bench.py": "from testkit import run_ranks\n",
+                 "common/results.py": "from testkit.ranks import free_port\n",
+                 "testkit/ranks.py": "from planner import costs\n",
                  "provision/kit.py": "from planner import costs\nfrom common import dist\n"})
     assert layering_violations(root) == [
         "common/dist.py:1: common imports planner",
         "common/hardware.py:2: common imports report, a module of lab-a, lab-b",
+        "common/results.py:1: common imports testkit outside its tests (test support: only tests import it)",
+        "lab-a/bench.py:1: lab-a imports testkit outside its tests (test support: only tests import it)",
         "lab-b/report.py:1: lab-b imports provision (a tool that runs labs, never a dependency of one)",
         "lab-b/train.py:1: lab-b imports bench, a module of lab-a",
         "lab-b/train.py:2: lab-b imports the planner's shapes by a bare name; import it as planner.shapes",
         "planner/costs.py:2: planner imports bench, a module of lab-a",
         "planner/shapes.py:1: planner imports its own costs by a bare name; import it as planner.costs",
-        "provision/kit.py:1: provision imports planner"]
+        "provision/kit.py:1: provision imports planner",
+        "testkit/ranks.py:1: testkit imports planner"]
 
 
 def test_the_path_checker_reads_code_not_comments(tmp_path):
@@ -333,3 +353,11 @@ def test_the_room_checker_passes_a_clean_lab_and_names_each_break(tmp_path):
 
 def test_inside_a_lab_each_room_imports_only_the_rooms_its_rule_names():
     assert room_violations(LABS, ROOMS, ONLY) == []
+
+
+def test_the_common_package_indexes_every_module_in_one_line():
+    """common/__init__.py is the package's map: every module named once, on one line of its own."""
+    text = (LABS / "common" / "__init__.py").read_text()
+    listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ") and len(line.split()) > 1
+              and line[4] != " " and line.split()[0].isidentifier()]
+    assert sorted(listed) == sorted(p.stem for p in (LABS / "common").glob("*.py") if p.stem != "__init__")

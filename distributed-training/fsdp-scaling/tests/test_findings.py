@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 
 import report
-from common.testing import report_opening
+from testkit import report_opening
 
 
 def test_the_answer_follows_the_csvs(tmp_path):

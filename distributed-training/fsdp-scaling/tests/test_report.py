@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 
 import report
-from common.testing import as_gpu_rows
+from testkit import as_gpu_rows
 
 
 def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 import report
-from common.testing import report_opening
+from testkit import report_opening
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 

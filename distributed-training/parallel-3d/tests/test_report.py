@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import report
-from common.testing import as_gpu_rows
+from testkit import as_gpu_rows
 from planner import against_pytorch
 
 RESULTS = Path(report.__file__).resolve().parent / "results"

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from common.testing import expect_bad_input
+from testkit import expect_bad_input
 from planner import regimes_before_after as rba
 from planner import validation
 

@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 
 import report
-from common.testing import report_opening
+from testkit import report_opening
 
 RESULTS = report.LAB / "results"
 

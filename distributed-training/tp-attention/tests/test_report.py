@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 
 import report
-from common.testing import as_gpu_rows
+from testkit import as_gpu_rows
 
 
 def test_gpu_csv_beside_cpu_csv(tmp_path):
