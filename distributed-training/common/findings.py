@@ -171,6 +171,11 @@ def shares_cores(hardware: str, ranks: int) -> bool:
     return n is not None and ranks > n
 
 
+def short_hardware(hardware: str) -> str:
+    """A CSV's hardware name without trademark signs and filler words: 'Intel Xeon (2 cores)'."""
+    return re.sub(r"\s+", " ", re.sub(r"\((R|TM)\)| Processor| CPU", "", str(hardware))).strip()
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
