@@ -60,7 +60,7 @@ class Sentences:
                 lines.append(raw)
             # lines before the first [name] and lines starting with '#' are the template's own comments
 
-    def __call__(self, name: str, **values) -> str:
+    def __call__(self, name: str, /, **values) -> str:
         if name not in self.text:
             raise KeyError(f"{self.path.name} has no sentence [{name}]")
         return self.text[name].format(**values)
