@@ -57,7 +57,8 @@ def correctness_sentence(corrs: dict[str, pd.DataFrame]) -> str:
     fp32, fp64 = err[ours["dtype"] == "float32"], err[ours["dtype"] == "float64"]
     theirs = c[c["impl"].isin(TORCH)]
     key = "correct.ok" if ours["pass"].all() and ours["bytes_ok"].all() else "correct.failed"
-    return S(key, ok=int(ours["pass"].sum()), n=len(ours), degrees=listing([str(n) for n in sorted(ours["cp"].unique())]),
+    degrees = listing([str(n) for n in sorted(ours["cp"].unique())])
+    return S(key, ok=int(ours["pass"].sum()), n=len(ours), degrees=degrees,
              fp32=sci(fp32.max()) if len(fp32) else "-", fp64=sci(fp64.max()) if len(fp64) else "-",
              exact=int(ours["bytes_ok"].sum()), theirs_ok=int(theirs["pass"].sum()), theirs_n=len(theirs))
 

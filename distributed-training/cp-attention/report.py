@@ -35,7 +35,8 @@ CORRECTNESS = Schema("cp-attention correctness", {
     "bwd_sent_bytes": int, "formula_fwd_bytes": int, "formula_bwd_bytes": int, "bytes_ok": bool, "pass": bool})
 BENCH = Schema("cp-attention benchmark", {
     **_PROVENANCE, "impl": str, "cp": int, "seq_len": int, "n_heads": int, "n_kv_heads": int, "head_dim": int,
-    "batch": int, "dtype": str, "time_ms": float, "time_min_ms": float, "time_max_ms": float, "fwd_sent_bytes": int, "bwd_sent_bytes": int,
+    "batch": int, "dtype": str, "time_ms": float, "time_min_ms": float, "time_max_ms": float, "fwd_sent_bytes": int,
+    "bwd_sent_bytes": int,
     "formula_fwd_bytes": int, "formula_bwd_bytes": int, "saved_bytes": int, "peak_mem_bytes": float,
     "max_rel_err": float, "iters": int})
 PUBLIC = Schema("cp-attention public API", {**_PROVENANCE, "api": str, "device": str, "runs": bool, "error": str})
@@ -73,7 +74,8 @@ def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
     are one line where they send the same bytes, never one drawn under the other."""
     big = b[b["seq_len"] == b["seq_len"].max()]
     fig, (a1, a2) = new_figure(1, 2)
-    styles = {"ours": ("-o", "tab:blue", 1.0), TORCH[0]: ("--s", "tab:orange", 0.95), TORCH[1]: (":^", "tab:green", 1.05)}
+    styles = {"ours": ("-o", "tab:blue", 1.0), TORCH[0]: ("--s", "tab:orange", 0.95),
+              TORCH[1]: (":^", "tab:green", 1.05)}
     equal = findings.torch_bytes_equal(b)
     for impl, d in big.groupby("impl"):
         d = d.sort_values("cp")
@@ -81,8 +83,9 @@ def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
             a1.axhline(d["time_ms"].iloc[0], color="k", ls=":", label="single-device SDPA")
             continue
         style, color, dodge = styles[impl]  # side by side on the log axis, so no bar hides another
-        a1.errorbar(d["cp"] * dodge, d["time_ms"], yerr=[d["time_ms"] - d["time_min_ms"], d["time_max_ms"] - d["time_ms"]],
-                    fmt=style, color=color, capsize=3, label=impl)
+        a1.errorbar(d["cp"] * dodge, d["time_ms"],
+                    yerr=[d["time_ms"] - d["time_min_ms"], d["time_max_ms"] - d["time_ms"]], fmt=style, color=color,
+                    capsize=3, label=impl)
         if impl == TORCH[1] and equal:
             continue
         label = "PyTorch, allgather = alltoall" if impl == TORCH[0] and equal else impl
@@ -117,8 +120,8 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
         cells["SDPA ms"] = f"{d.loc['sdpa', 'time_ms']:.1f}" if "sdpa" in d.index else "-"
         cells["MiB sent: ours / allgather / alltoall"] = " / ".join(
             f"{findings.sent(d.loc[i]) / MIB:.2f}" for i in ("ours", *TORCH) if i in d.index)
-        cells["MiB saved: ours / PyTorch"] = (f"{o['saved_bytes'] / MIB:.2f} / "
-                                              f"{d.loc[TORCH[0], 'saved_bytes'] / MIB:.2f}" if TORCH[0] in d.index else "-")
+        saved = f"{d.loc[TORCH[0], 'saved_bytes'] / MIB:.2f}" if TORCH[0] in d.index else None
+        cells["MiB saved: ours / PyTorch"] = f"{o['saved_bytes'] / MIB:.2f} / {saved}" if saved else "-"
         if d["peak_mem_bytes"].notna().any():
             cells["peak MiB: ours / PyTorch"] = (f"{o['peak_mem_bytes'] / MIB:.1f} / "
                                                  f"{d.loc[TORCH[0], 'peak_mem_bytes'] / MIB:.1f}")
@@ -126,7 +129,8 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
     r0 = b.iloc[0]
     ok = b["verified"].dropna().astype(bool).all() if "verified" in b else True
     exact = ((b["fwd_sent_bytes"] == b["formula_fwd_bytes"]) & (b["bwd_sent_bytes"] == b["formula_bwd_bytes"])).all()
-    note = S("bench.shared", ranks=int(b["world_size"].max()), cores=cores(r0["hardware"])) if findings.shared(b) else ""
+    note = S("bench.shared", ranks=int(b["world_size"].max()), cores=cores(r0["hardware"])) \
+        if findings.shared(b) else ""
     return [f"### `{tag}`", "", S("bench.lead", provenance=_provenance(b), batch=r0["batch"], heads=r0["n_heads"],
                                    kv=r0["n_kv_heads"], dim=r0["head_dim"], dtype=r0["dtype"], iters=r0["iters"],
                                    verified="all passed" if ok else "SOME FAILED",

@@ -39,8 +39,9 @@ def parity_sentence(runs: list[dict]) -> str:
     if base is None or not multi:
         return S("parity.no_base")
     gaps = [max(abs(_f(r, k) - _f(base, k)) / abs(_f(base, k)) for k in ("loss_first", "loss_last")) for r in multi]
-    return S("parity.ok" if max(gaps) < 1e-5 else "parity.off", n=len(multi), degrees=len({layout(r) for r in multi}),
-             schedules=len({r["schedule"] for r in multi}), recompute=len({r["recompute"] for r in multi}), gap=max(gaps),
+    count = lambda key: len({key(r) for r in multi})  # noqa: E731
+    return S("parity.ok" if max(gaps) < 1e-5 else "parity.off", n=len(multi), degrees=count(layout),
+             schedules=count(lambda r: r["schedule"]), recompute=count(lambda r: r["recompute"]), gap=max(gaps),
              ok=sum(r["counts_match_design"] == "true" for r in runs), total=len(runs),
              hardware=short_hardware(runs[0]["hardware"]))
 
@@ -58,7 +59,8 @@ def memory_sentence(rows: list[dict], device_gb: float, gpu: str) -> str:
     if not rows:
         return S("memory.none")
     busiest = peak_rows(rows)
-    parts = listing([f"{peak / GB:.1f}{' GB' if i == 0 else ''} ({study})" for i, (study, _, peak) in enumerate(busiest)])
+    parts = listing([f"{peak / GB:.1f}{' GB' if i == 0 else ''} ({study})"
+                     for i, (study, _, peak) in enumerate(busiest)])
     over = _over(busiest, device_gb)
     fit = S("memory.over", over=listing(over), gpu=gpu, device=device_gb) if over else \
         S("memory.fits", gpu=gpu, device=device_gb)

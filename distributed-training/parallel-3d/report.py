@@ -4,8 +4,9 @@
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/report.py
 
 The skeleton is report_template.md, the sentences findings_template.md (picked by findings.py from what the
-CSVs show); this file fills the skeleton's {{sections}} with tables, plots and those sentences. One block per preset file (runs_cpu.csv, runs_h100.csv, ...), so
-CPU and GPU runs sit side by side, each labelled with its hardware.
+CSVs show); this file fills the skeleton's {{sections}} with tables, plots and those sentences. One block per
+preset file (runs_cpu.csv, runs_h100.csv, ...), so CPU and GPU runs sit side by side, each labelled with its
+hardware.
 """
 
 from __future__ import annotations
@@ -227,7 +228,8 @@ def cp_at_scale_section(results: Path) -> list[str]:
         lines.append(S("cp.row", study=r["study"], role=r["role"], cp=r["cp"], base=r["baseline_study"],
                        state=ap._pct(state, b_state), peak=ap._pct(peak, b_peak), delta=(peak - b_peak) / ap.GB,
                        sent=sent / ap.GB, exact="exactly" if sent == formula else "not",
-                       planner="" if planner is None else S("cp.planner", gb=planner / ap.GB, pct=ap._pct(planner, sent))))
+                       planner="" if planner is None else S("cp.planner", gb=planner / ap.GB,
+                                                            pct=ap._pct(planner, sent))))
     r0 = ap.read(path)[0]
     return [S("cp.lead", provenance=f"{r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']}"), "",
             ap.cp_section(results), "", *lines]
@@ -286,7 +288,8 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
             for study, r, peak in ap.peak_rows(rows)]
     return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
             findings.peak_caption(rows, device_gb, gpu), "",
-            *ap.table(["study (busiest rank)", "layout", "PyTorch GB per GPU", "planner GB (pytorch stack)", "planner vs PyTorch",
+            *ap.table(["study (busiest rank)", "layout", "PyTorch GB per GPU", "planner GB (pytorch stack)",
+                       "planner vs PyTorch",
                        f"fits {device_gb:g} GB"], body), ""]
 
 

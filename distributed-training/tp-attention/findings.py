@@ -74,7 +74,8 @@ def dtensor_sentence(benches: dict[str, pd.DataFrame]) -> str:
         if b["backend"].iloc[0] != "nccl" or shared(b):
             continue
         r = b["ours_over_dtensor"]
-        parts.append(S("dtensor.gpu", hardware=short_hardware(b["hardware"].iloc[0]), median=r.median(), lo=r.min(), hi=r.max(), n=len(r),
+        parts.append(S("dtensor.gpu", hardware=short_hardware(b["hardware"].iloc[0]), median=r.median(), lo=r.min(),
+                       hi=r.max(), n=len(r),
                        verdict=dtensor_verdict(b)))
     text = "; ".join(parts) if parts else S("dtensor.none")
     cpu = [b for b in benches.values() if shared(b)]

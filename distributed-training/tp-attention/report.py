@@ -76,7 +76,8 @@ def correctness_table(corr: pd.DataFrame, tag: str) -> list[str]:
             lambda r: "-" if pd.isna(r) else f"{r:.2f}"),
         "pass": g["pass"].all().map(lambda ok: "yes" if ok else "**NO**"),
     }).reset_index()
-    return [f"#### `{tag}`", "", S("correct.file", provenance=_provenance(corr), n=len(corr), failed=int((~corr["pass"]).sum())), "",
+    return [f"#### `{tag}`", "",
+            S("correct.file", provenance=_provenance(corr), n=len(corr), failed=int((~corr["pass"]).sum())), "",
             frame(table.rename(columns={"tp": "t", "sp": "SP"})), ""]
 
 
@@ -171,8 +172,8 @@ def main_table(b: pd.DataFrame) -> list[str]:
                                                    zip(base["comm_bytes_ours"], base["comm_bytes_dtensor"],
                                                        base["comm_bytes_analytic"])],
     })
-    return [S("bench.lead", batch=b["batch"].iloc[0], seq=seq, dm=dm, dtype=b["dtype"].iloc[0], iters=b["iters"].iloc[0],
-              provenance=_provenance(b)), "", frame(table), ""]
+    return [S("bench.lead", batch=b["batch"].iloc[0], seq=seq, dm=dm, dtype=b["dtype"].iloc[0],
+              iters=b["iters"].iloc[0], provenance=_provenance(b)), "", frame(table), ""]
 
 
 def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
@@ -230,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                     "overhead) or `make tp-attention-run` (t up to the GPUs per node)")],
                 caveats=["### CPU caveats", "", S("caveat.cpu")] if any(
                     (b["backend"] == "gloo").all() for b in benches.values()) else [],
-                correctness=[S("correct.lead"), ""] + [line for tag, c in corrs.items() for line in correctness_table(c, tag)],
+                correctness=[S("correct.lead"), ""] + [line for tag, c in corrs.items()
+                                                       for line in correctness_table(c, tag)],
                 predicted=S("predicted"))
     out.write_text(text)
     print(f"wrote {out.name} from {len(corr_files) + len(bench_files)} CSVs")

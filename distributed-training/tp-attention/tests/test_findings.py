@@ -15,7 +15,8 @@ RESULTS = report.LAB / "results"
 def committed():
     corrs = {p.stem.removeprefix("correctness_"): read_table(p, report.CORRECTNESS)
              for p in sorted(RESULTS.glob("correctness_*.csv"))}
-    return corrs, {p.stem.removeprefix("bench_"): read_table(p, report.BENCH) for p in sorted(RESULTS.glob("bench_*.csv"))}
+    benches = {p.stem.removeprefix("bench_"): read_table(p, report.BENCH) for p in sorted(RESULTS.glob("bench_*.csv"))}
+    return corrs, benches
 
 
 def _opening(corrs, benches):
