@@ -171,6 +171,24 @@ def shares_cores(hardware: str, ranks: int) -> bool:
     return n is not None and ranks > n
 
 
+def oversubscribed(df) -> bool:
+    """Do a result file's ranks outnumber the cores of the machine it names (its hardware and world_size columns)?"""
+    return shares_cores(df["hardware"].iloc[0], int(df["world_size"].max()))
+
+
+def measured_line(df) -> str:
+    """Where a result file was measured, in one line: hardware, ranks, backend, versions, commit, day."""
+    r = df.iloc[0]
+    return (f"{r['hardware']}, {plural(int(df['world_size'].max()), 'rank')}, {r['backend']}, torch "
+            f"{r['torch_version']}, CUDA {r['cuda_version']}, NCCL {r['nccl_version']}, commit {r['git_commit']}, "
+            f"{str(r['timestamp_utc'])[:10]}")
+
+
+def sci(x: float) -> str:
+    """An error or a tolerance: '0' or one digit and an exponent."""
+    return "0" if x == 0 else f"{x:.1e}"
+
+
 def short_hardware(hardware: str) -> str:
     """A CSV's hardware name without trademark signs and filler words: 'Intel Xeon (2 cores)'."""
     return re.sub(r"\s+", " ", re.sub(r"\((R|TM)\)| Processor| CPU", "", str(hardware))).strip()

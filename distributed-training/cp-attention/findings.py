@@ -14,20 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, Spread, cores, gaps_sentence, listing, shares_cores, spread
+from common.findings import Finding, Sentences, Spread, cores, gaps_sentence, listing, oversubscribed, sci, spread
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
 TORCH = ("torch-allgather", "torch-alltoall")
-
-
-def sci(x: float) -> str:
-    return "0" if x == 0 else f"{x:.1e}"
-
-
-def shared(b: pd.DataFrame) -> bool:
-    """Are this file's ranks oversubscribed (more ranks than the machine's cores)?"""
-    return shares_cores(b["hardware"].iloc[0], int(b["world_size"].max()))
 
 
 def timing(r: pd.Series) -> Spread:
@@ -80,7 +71,7 @@ def time_sentence(benches: dict[str, pd.DataFrame]) -> str:
     """On each GPU file: at which lengths ours differs from PyTorch's CP beyond the iterations' spread."""
     parts = []
     for b in benches.values():
-        if b["backend"].iloc[0] != "nccl" or shared(b):
+        if b["backend"].iloc[0] != "nccl" or oversubscribed(b):
             continue
         n = int(b["cp"].max())
         by_length: dict[int, list[Spread]] = {}
@@ -93,7 +84,7 @@ def time_sentence(benches: dict[str, pd.DataFrame]) -> str:
         verdict = ", ".join(([S("time.same", lengths=listing(same))] if same else []) + apart)
         parts.append(S("time.gpu", hardware=b["hardware"].iloc[0], n=n, verdict=verdict))
     text = "; ".join(parts) if parts else S("time.none")
-    cpu = [b for b in benches.values() if shared(b)]
+    cpu = [b for b in benches.values() if oversubscribed(b)]
     if cpu:
         b = cpu[0]
         text += S("time.shared", ranks=int(b["world_size"].max()), cores=cores(b["hardware"].iloc[0]))
@@ -115,7 +106,7 @@ def torch_bytes_equal(b: pd.DataFrame) -> bool:
 
 def plot_caption(b: pd.DataFrame, tag: str) -> str:
     note = S("plot.shared", tag=tag, ranks=int(b["world_size"].max()), cores=cores(b["hardware"].iloc[0])) \
-        if shared(b) else ""
+        if oversubscribed(b) else ""
     return S("plot.caption", equal=S("plot.equal") if torch_bytes_equal(b) else "",
              shared=" " + note if note else "")
 

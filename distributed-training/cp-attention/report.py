@@ -19,7 +19,7 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
-from common.findings import Spread, block, cores, fill, plural
+from common.findings import Spread, block, cores, fill, measured_line, oversubscribed, sci
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
@@ -48,24 +48,18 @@ class ReportConfig:
     out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots: plots/ beside it)"})
 
 
-def _provenance(df: pd.DataFrame) -> str:
-    r = df.iloc[0]
-    return (f"{r['hardware']}, {plural(int(df['world_size'].max()), 'rank')}, {r['backend']}, torch "
-            f"{r['torch_version']}, CUDA {r['cuda_version']}, commit {r['git_commit']}, {r['timestamp_utc'][:10]}")
-
-
 def correctness_section(c: pd.DataFrame, tag: str) -> list[str]:
     err = c[["err_output", "err_dq", "err_dk", "err_dv"]].max(axis=1)
     g = c.assign(err=err).groupby(["impl", "kernel", "dtype", "cp"], sort=True)
     table = pd.DataFrame({
         "cases": g["case"].apply(lambda s: ", ".join(sorted(set(s)))),
-        "worst error (out, dQ, dK, dV)": g["err"].max().map(findings.sci),
-        "tolerance": g["tolerance"].max().map(findings.sci),
+        "worst error (out, dQ, dK, dV)": g["err"].max().map(sci),
+        "tolerance": g["tolerance"].max().map(sci),
         "forward calls": g["fwd_calls"].apply(lambda s: " / ".join(sorted(set(s)))) if "fwd_calls" in c else "-",
         "backward calls": g["bwd_calls"].apply(lambda s: " / ".join(sorted(set(s)))) if "bwd_calls" in c else "-",
         "bytes = formula": g["bytes_ok"].all().map({True: "yes", False: "**NO**"}),
         "pass": g["pass"].all().map({True: "yes", False: "**NO**"})}).reset_index()
-    return [f"#### `{tag}`", "", S("correct.lead", provenance=_provenance(c), n=len(c), failed=int((~c["pass"]).sum())),
+    return [f"#### `{tag}`", "", S("correct.lead", provenance=measured_line(c), n=len(c), failed=int((~c["pass"]).sum())),
             "", frame(table.rename(columns={"cp": "N"})), ""]
 
 
@@ -130,8 +124,8 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
     ok = b["verified"].dropna().astype(bool).all() if "verified" in b else True
     exact = ((b["fwd_sent_bytes"] == b["formula_fwd_bytes"]) & (b["bwd_sent_bytes"] == b["formula_bwd_bytes"])).all()
     note = S("bench.shared", ranks=int(b["world_size"].max()), cores=cores(r0["hardware"])) \
-        if findings.shared(b) else ""
-    return [f"### `{tag}`", "", S("bench.lead", provenance=_provenance(b), batch=r0["batch"], heads=r0["n_heads"],
+        if oversubscribed(b) else ""
+    return [f"### `{tag}`", "", S("bench.lead", provenance=measured_line(b), batch=r0["batch"], heads=r0["n_heads"],
                                    kv=r0["n_kv_heads"], dim=r0["head_dim"], dtype=r0["dtype"], iters=r0["iters"],
                                    verified="all passed" if ok else "SOME FAILED",
                                    exact="every row" if exact else "NOT every row", shared=" " + note if note else ""),
@@ -150,11 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     corrs = {p.stem.removeprefix("correctness_"): read_table(p, CORRECTNESS) for p in files["correctness"]}
     benches = {p.stem.removeprefix("bench_"): read_table(p, BENCH) for p in files["bench"]}
     publics = [read_table(p, PUBLIC) for p in files["public_api"]]
-    appendix = ["### Every benchmark row", ""]
-    for tag, b in benches.items():
-        cols = ["impl", "cp", "seq_len", "time_ms", "time_min_ms", "time_max_ms", "fwd_calls", "fwd_sent_bytes",
-                "bwd_calls", "bwd_sent_bytes", "saved_bytes", "peak_mem_bytes", "max_rel_err"]
-        appendix += [f"`{tag}`", "", frame(b[[c for c in cols if c in b]]), ""]
     text = fill(LAB / "report_template.md",
                 findings=block(findings.opening(benches, corrs), one_screen=True),
                 measured_on=measured_on.paragraph(results, ["correctness_*.csv", "bench_*.csv"],
@@ -163,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 correctness=[line for tag, c in corrs.items() for line in correctness_section(c, tag)],
                 public_api=findings.public_line(pd.concat(publics) if publics else None),
                 bench=[line for tag, b in benches.items() for line in bench_section(b, tag)],
-                appendix=appendix, predicted=S("predicted"))
+                predicted=S("predicted"))
     out.write_text(text)
     print(f"wrote {out.name} from {sum(map(len, files.values()))} CSVs")
     return 0

@@ -63,12 +63,6 @@ def provenance(rows: list[dict]) -> str:
             f"commit {distinct('git_commit')}, {' to '.join(dict.fromkeys((days[0], days[-1])))}")
 
 
-def _degrees(r: dict) -> str:
-    """TP·PP·DP, with ·CP where context parallelism ran (rows written before it had no cp column)."""
-    cp = r.get("cp") or "1"
-    return f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}" + (f"·CP{cp}" if cp != "1" else "")
-
-
 def _mib(row: dict, key: str, spec: str) -> str:
     x = _f(row, key)
     return "-" if x is None else format(x / MIB, spec)
@@ -90,11 +84,11 @@ def runs_section(results: Path) -> list[str]:
         rows = ap.read(path)
         if not rows:
             continue
-        base = next((r for r in rows if _degrees(r) == "TP1·PP1·DP1"), None)
+        base = next((r for r in rows if findings.layout(r) == "TP1·PP1·DP1"), None)
         body = []
         for r in rows:
             mfu = _f(r, "mfu")
-            body.append([_degrees(r), r["schedule"], r["stage_layers"].replace(";", ","),
+            body.append([findings.layout(r), r["schedule"], r["stage_layers"].replace(";", ","),
                          f"Z{r['zero']}" if int(r["dp"]) * int(r.get("cp") or 1) > 1 else "-", r["recompute"],
                          f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
@@ -128,7 +122,7 @@ def comms_section(results: Path) -> list[str]:
             continue
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((_degrees(r), r["variant"], r["pp_rank"]), []).append(r)
+            groups.setdefault((findings.layout(r), r["variant"], r["pp_rank"]), []).append(r)
         body = []
         for (degrees, variant, pp_rank), rs in groups.items():
             cells = [f"{r['dim']} {r['kind'].replace('_', '-')} {r['count']}"

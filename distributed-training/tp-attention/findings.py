@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, cores, gaps_sentence, listing, plural, shares_cores, short_hardware
+from common.findings import Finding, Sentences, cores, gaps_sentence, listing, oversubscribed, short_hardware
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -26,10 +26,6 @@ def where(df: pd.DataFrame) -> str:
     r = df.iloc[0]
     ranks = int(df["world_size"].max())
     return short_hardware(r["hardware"]) + (f", {ranks} {r['backend']} ranks" if ranks > 1 else "")
-
-
-def shared(b: pd.DataFrame) -> bool:
-    return shares_cores(b["hardware"].iloc[0], int(b["world_size"].max()))
 
 
 def noise_band(b: pd.DataFrame) -> tuple[float, float] | None:
@@ -71,14 +67,14 @@ def dtensor_verdict(b: pd.DataFrame) -> str:
 def dtensor_sentence(benches: dict[str, pd.DataFrame]) -> str:
     parts = []
     for b in benches.values():
-        if b["backend"].iloc[0] != "nccl" or shared(b):
+        if b["backend"].iloc[0] != "nccl" or oversubscribed(b):
             continue
         r = b["ours_over_dtensor"]
         parts.append(S("dtensor.gpu", hardware=short_hardware(b["hardware"].iloc[0]), median=r.median(), lo=r.min(),
                        hi=r.max(), n=len(r),
                        verdict=dtensor_verdict(b)))
     text = "; ".join(parts) if parts else S("dtensor.none")
-    cpu = [b for b in benches.values() if shared(b)]
+    cpu = [b for b in benches.values() if oversubscribed(b)]
     if cpu:
         text += S("dtensor.shared", ranks=int(cpu[0]["world_size"].max()), cores=cores(cpu[0]["hardware"].iloc[0]))
     return text + "."
@@ -88,7 +84,7 @@ def share_sentence(b: pd.DataFrame, seq: int) -> str:
     t = int(b["tp"].max())
     d = b[(b["tp"] == t) & ~b["sp"] & (b["seq_len"] == seq)].sort_values("d_model")
     shares = ", ".join(f"{s:.0%} at h = {h}" for h, s in zip(d["d_model"], d["comm_share"]))
-    if shared(b):
+    if oversubscribed(b):
         trend = S("share.shared", ranks=int(b["world_size"].max()), cores=cores(b["hardware"].iloc[0]))
     else:
         trend = S("share.falls") if d["comm_share"].is_monotonic_decreasing else S("share.not")

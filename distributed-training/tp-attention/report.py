@@ -19,7 +19,7 @@ from comm_count import tp_bytes_per_layer
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, Schema, guard_report, read_table, results_folder
-from common.findings import block, cores, fill, plural
+from common.findings import block, cores, fill, measured_line, oversubscribed, sci
 from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
@@ -50,26 +50,15 @@ class ReportConfig:
     out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots: plots/ beside it)"})
 
 
-def _sci(x: float) -> str:
-    return "0" if x == 0 else f"{x:.1e}"
-
-
-def _provenance(df: pd.DataFrame) -> str:
-    r = df.iloc[0]
-    return (f"{r['hardware']}, {plural(int(df['world_size'].max()), 'rank')}, {r['backend']}, torch "
-            f"{r['torch_version']}, CUDA {r['cuda_version']}, NCCL {r['nccl_version']}, commit {r['git_commit']}, "
-            f"{r['timestamp_utc'][:10]}")
-
-
 def correctness_table(corr: pd.DataFrame, tag: str) -> list[str]:
     corr = corr.assign(impl=pd.Categorical(corr["impl"], ["ours", "dtensor", "dtensor-naive"], ordered=True),
                        sp=corr["sp"].map({True: "on", False: "off"}))
     g = corr.groupby(["impl", "tp", "sp", "dtype"], sort=True, observed=True)
     table = pd.DataFrame({
         "cases": g["case"].apply(lambda c: ", ".join(sorted(set(c)))),
-        "output err": g["err_output"].max().map(_sci),
-        "worst grad err": g["err_params_max"].max().map(_sci),
-        "tolerance": g["tolerance"].max().map(_sci),
+        "output err": g["err_output"].max().map(sci),
+        "worst grad err": g["err_params_max"].max().map(sci),
+        "tolerance": g["tolerance"].max().map(sci),
         "fwd collectives": g["fwd_collectives"].apply(lambda c: " / ".join(sorted(set(c)))),
         "bwd collectives": g["bwd_collectives"].apply(lambda c: " / ".join(sorted(set(c)))),
         "bytes / analytic": (g["comm_bytes_measured"].sum() / g["comm_bytes_analytic"].sum()).map(
@@ -77,7 +66,7 @@ def correctness_table(corr: pd.DataFrame, tag: str) -> list[str]:
         "pass": g["pass"].all().map(lambda ok: "yes" if ok else "**NO**"),
     }).reset_index()
     return [f"#### `{tag}`", "",
-            S("correct.file", provenance=_provenance(corr), n=len(corr), failed=int((~corr["pass"]).sum())), "",
+            S("correct.file", provenance=measured_line(corr), n=len(corr), failed=int((~corr["pass"]).sum())), "",
             frame(table.rename(columns={"tp": "t", "sp": "SP"})), ""]
 
 
@@ -173,7 +162,7 @@ def main_table(b: pd.DataFrame) -> list[str]:
                                                        base["comm_bytes_analytic"])],
     })
     return [S("bench.lead", batch=b["batch"].iloc[0], seq=seq, dm=dm, dtype=b["dtype"].iloc[0],
-              iters=b["iters"].iloc[0], provenance=_provenance(b)), "", frame(table), ""]
+              iters=b["iters"].iloc[0], provenance=measured_line(b)), "", frame(table), ""]
 
 
 def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
@@ -181,7 +170,7 @@ def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
     footer = describe_runs(b, held={"dtype": b["dtype"].iloc[0], "batch": b["batch"].iloc[0]})
     seq, dm, base = base_shape(b)
     lines = [f"### Benchmark `{tag}`", ""]
-    if findings.shared(b):
+    if oversubscribed(b):
         lines += [S("bench.shared", ranks=int(b["world_size"].max()), cores=cores(b["hardware"].iloc[0])), ""]
     lines += main_table(b) + _plot_time_vs_tp(base, tag, out, footer) + _plot_sweeps(b, seq, dm, tag, out, footer)
     if (b["tp"] > 1).any():
@@ -189,7 +178,7 @@ def bench_section(b: pd.DataFrame, tag: str, out: Path) -> list[str]:
             "bytes.body", ours=int((b["comm_bytes_ours"] == b["comm_bytes_analytic"]).sum()), n=len(b),
             dtensor=int((b["comm_bytes_dtensor"] == b["comm_bytes_analytic"]).sum()),
             verified="all passed" if b["verified"].all() else "SOME FAILED",
-            worst=_sci(max(b["ours_max_rel_err"].max(), b["dtensor_max_rel_err"].max()))), ""]
+            worst=sci(max(b["ours_max_rel_err"].max(), b["dtensor_max_rel_err"].max()))), ""]
     ratio, t1 = b["ours_over_dtensor"], b[(b["tp"] == 1) & b["ref_ms"].notna()]["ours_over_ref"]
     if len(t1):
         lines += [S("ratios.body", median=ratio.median(), lo=ratio.min(), hi=ratio.max(), t1_median=t1.median(),
