@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from common import readme_findings
-from common.findings import (END, START, Finding, Sentences, Spread, block, fill, gaps_sentence, listing,
+from common.findings import (END, GLOSSARY, START, Finding, Sentences, Spread, block, fill, gaps_sentence, listing,
                              opening_lines, plural, read_block, rendered, screen_lines, shares_cores, short_hardware,
                              spread)
 
@@ -149,3 +149,12 @@ def test_no_caption_repeats_and_the_planner_comparison_lives_in_one_place():
     for lab in LABS:  # each links PLANNER_VALIDATION.md instead of repeating its table
         assert "PLANNER_VALIDATION.md#4-how-accurate-is-it" in _report(lab)
         assert "prices every GPU row from its own columns" not in _report(lab), lab
+
+
+def test_every_glossary_link_lands_on_a_defined_term():
+    """Each #anchor the reports and README link in docs/glossary.md is one of its headings (GitHub's slugs)."""
+    slug = lambda h: re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")  # noqa: E731
+    anchors = {slug(h) for h in re.findall(r"^#+ (.+)$", GLOSSARY.read_text(), re.M)}
+    texts = [_report(lab) for lab in LABS] + [(ROOT / "README.md").read_text()]
+    linked = {a for t in texts for a in re.findall(r"glossary\.md#([\w-]+)", t)}
+    assert linked and linked <= anchors, sorted(linked - anchors)
