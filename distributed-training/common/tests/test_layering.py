@@ -8,7 +8,7 @@ planner.x); common imports neither a lab nor the planner nor provision. provisio
 kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
 lines, and no lab imports it. Nothing goes around the import system: no
 sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
-load stays, as a measurement: fp8-train/kernels.py loads an older fp8_linear.py from git to count its
+load stays, as a measurement: fp8-train/benchmarks/kernels.py loads an older fp8_linear.py from git to count its
 kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
 one of its scripts would.
 
@@ -32,7 +32,7 @@ PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLo
                 "addsitedir"}
 LOADER_MODULES = {"importlib", "runpy", "imp", "site"}  # where those names live
 ALLOWED = {  # file (relative to the repository) -> the one kind of path use it keeps, and why
-    "distributed-training/fp8-train/kernels.py": "spec_from_file_location",  # an older fp8_linear.py from git
+    "distributed-training/fp8-train/benchmarks/kernels.py": "spec_from_file_location",  # an older fp8_linear.py (git)
     "conftest.py": "sys.path",  # the harness: a lab's folder on sys.path while its tests run
 }
 
@@ -73,8 +73,9 @@ def _called(call: ast.Call) -> str:
 
 
 def modules_of(folder: Path) -> set[str]:
-    """The names a lab's scripts import each other by: its .py files and those of its tests/ folder."""
+    """The names a lab's scripts import each other by: its .py files, its packages, and its tests/ folder's files."""
     names = {p.stem for p in folder.glob("*.py")} | {p.stem for p in (folder / "tests").glob("*.py")}
+    names |= {p.parent.name for p in folder.glob("*/__init__.py") if not p.parent.is_symlink()}  # a lab's rooms
     return names - set(sys.stdlib_module_names)
 
 
@@ -233,3 +234,102 @@ def test_no_sys_path_edit_and_no_file_path_import():
     assert path_import_violations(files, REPO, ALLOWED) == []
     for rel, what in ALLOWED.items():  # each exception is still needed, or it goes from the list
         assert what in {w for _, w in path_uses(REPO / rel)}, rel
+
+
+# ---- inside a lab: its rooms ------------------------------------------------------------------------------------
+# A lab with rooms (its packages) keeps them layered: each room imports only the rooms named here (relative imports
+# resolved too), no room imports one of the lab's top-level scripts (the commands users run, which may import any
+# room, as its tests may), and every room has a rule. ONLY narrows what a room may import of another.
+ROOMS = {"fp8-train": {
+    "precision": set(),  # the arithmetic and the backend records: no loop around them
+    "health": set(),  # metrics, alerts, panels, the dashboard's page: whatever precision ran
+    "training": {"precision", "health"},
+    "benchmarks": {"training", "precision", "health"},  # time the step a run takes
+    "reporting": {"precision", "health"},  # reads CSVs, never a run
+}}
+ONLY = {  # (lab, room, a room it imports) -> the only modules of that room it may import
+    ("fp8-train", "reporting", "precision"): {"modes", "backends", "formats"},  # names, never the layers that run
+    ("fp8-train", "reporting", "health"): {"panels"},  # the panels it draws, not the metrics or alerts of a run
+}
+
+
+def rooms_of(lab: Path) -> set[str]:
+    return {p.parent.name for p in lab.glob("*/__init__.py") if not p.parent.is_symlink()}
+
+
+def dotted_imports(path: Path, package: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, dotted name) of each import, relative ones resolved against the file's package: in precision/,
+    `from .formats import E4M3` -> precision.formats.E4M3, `from precision import modes` -> precision.modes."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[:len(package) + 1 - node.level]) if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
+    return out
+
+
+def room_violations(root: Path, rules: dict[str, dict[str, set[str]]],
+                    only: dict[tuple[str, str, str], set[str]]) -> list[str]:
+    """One line per room without a rule, rule without a room, and import that breaks a lab's rooms."""
+    out = []
+    for lab, allowed in rules.items():
+        rooms, scripts = rooms_of(root / lab), {p.stem for p in (root / lab).glob("*.py")}
+        out += [f"{lab}/{r}: a room with no rule" for r in sorted(rooms - set(allowed))]
+        out += [f"{lab}/{r}: a rule for no room" for r in sorted(set(allowed) - rooms)]
+        for path in python_files(root / lab):
+            rel = path.relative_to(root / lab)
+            if rel.parts[0] not in rooms:
+                continue
+            room = rel.parts[0]
+            for line, dotted in dotted_imports(path, rel.parts[:-1]):
+                top, _, rest = dotted.partition(".")
+                keep = only.get((lab, room, top))
+                where = f"{lab}/{rel.as_posix()}:{line}: {room} imports"
+                if top in scripts:
+                    out.append(f"{where} the command {top}.py")
+                elif top in rooms and top != room and top not in allowed.get(room, set()):
+                    out.append(f"{where} {top}")
+                elif keep is not None and rest.split(".")[0] not in keep:
+                    out.append(f"{where} {top}.{rest.split('.')[0]}, not one of {top}'s {', '.join(sorted(keep))}")
+    return out
+
+
+ROOMY = {
+    "common/__init__.py": "", "lab-r/train.py": "from training import runner\nfrom precision.modes import LOW\n",
+    "lab-r/precision/__init__.py": "", "lab-r/precision/modes.py": "from . import formats\n",
+    "lab-r/precision/formats.py": "import torch\nfrom common.dist import x\n",
+    "lab-r/precision/prepare.py": "from precision.formats import E4M3\n",
+    "lab-r/training/__init__.py": "", "lab-r/training/loop.py": "",
+    "lab-r/training/runner.py": "from precision import prepare\nfrom .loop import run\n",
+    "lab-r/reporting/__init__.py": "",
+    "lab-r/reporting/sections.py": "from precision import modes\nfrom precision.formats import E4M3\n",
+    "lab-r/tests/test_runner.py": "import train\nfrom training import loop\nfrom precision import prepare\n",
+}
+RULES = {"lab-r": {"precision": set(), "training": {"precision"}, "reporting": {"precision"}, "bench": set()}}
+
+
+def test_the_room_checker_passes_a_clean_lab_and_names_each_break(tmp_path):
+    root = _tree(tmp_path, ROOMY)
+    (root / "lab-r" / "common").symlink_to("../common")  # a linked package is no room of the lab
+    only = {("lab-r", "reporting", "precision"): {"modes", "formats"}}
+    assert room_violations(root, RULES, only) == ["lab-r/bench: a rule for no room"]
+    _tree(root, {"lab-r/precision/prepare.py": "from training.loop import run\n",
+                 "lab-r/precision/formats.py": "def f():\n    import train\n",
+                 "lab-r/reporting/sections.py": "from precision import modes, prepare\nfrom ..training import loop\n",
+                 "lab-r/reporting/plots.py": "import precision.prepare\nfrom precision import LOW\n",
+                 "lab-r/health/__init__.py": ""})
+    assert room_violations(root, RULES, only) == [
+        "lab-r/health: a room with no rule", "lab-r/bench: a rule for no room",
+        "lab-r/precision/formats.py:2: precision imports the command train.py",
+        "lab-r/precision/prepare.py:1: precision imports training",
+        "lab-r/reporting/plots.py:1: reporting imports precision.prepare, not one of precision's formats, modes",
+        "lab-r/reporting/plots.py:2: reporting imports precision.LOW, not one of precision's formats, modes",
+        "lab-r/reporting/sections.py:1: reporting imports precision.prepare, not one of precision's formats, modes",
+        "lab-r/reporting/sections.py:2: reporting imports training"]
+
+
+def test_inside_a_lab_each_room_imports_only_the_rooms_its_rule_names():
+    assert room_violations(LABS, ROOMS, ONLY) == []

@@ -246,7 +246,8 @@ def test_every_publishing_target_decides_by_the_one_rule():
     (fsdp-scaling's studies once published `--strategies ddp` runs, their config recording flags they ignored)."""
     labs = Path(__file__).resolve().parents[2]
     publishes = re.compile(r"finish\(([\w.]+, )?complete=")  # RunFolder.finish, or parallel-3d's wrapper of it
-    runners = [p for p in labs.glob("*/*.py") if p.parent.name != "common" and p.name != "run_folders.py"
+    runners = [p for p in [*labs.glob("*/*.py"), *labs.glob("*/*/*.py")]  # a lab's scripts and its rooms' modules
+               if not {"common", "tests"} & set(p.parts[-3:-1]) and p.name != "run_folders.py"
                and publishes.search(p.read_text())]
     assert len(runners) == 14, runners
     for path in runners:

@@ -5,8 +5,8 @@ a measurement (tables.py names those columns): the damage puts NaN elsewhere."""
 from pathlib import Path
 
 import report
-import tables
 from common.testing import damaged_inputs_problems
+from reporting import tables
 
 LAB = Path(report.__file__).resolve().parent
 

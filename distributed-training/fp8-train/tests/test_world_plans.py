@@ -18,6 +18,7 @@ import torch
 import train
 from common.hardware import get_preset
 from common.testing import WORLDS, check_pass
+from training import runner
 
 LAB = Path(train.__file__).resolve().parent
 
@@ -86,4 +87,4 @@ def test_results_are_named_by_world_size_and_nodes(world, nnodes, name, monkeypa
     """An 8-GPU run never replaces the committed 1-GPU results/h100_ws1/."""
     monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
     monkeypatch.setenv("DT_PLANNED_LOCAL", str(world // nnodes))
-    assert train.out_dir(train.preset("h100"), get_preset("h100")) == LAB / "results" / name
+    assert runner.out_dir(runner.preset("h100"), get_preset("h100")) == LAB / "results" / name
