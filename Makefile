@@ -165,9 +165,10 @@ offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) wi
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
 # interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
-# next. `make gpu-suite` runs all five; `make gpu-suite PART=2` one of them. Times on one H100 80GB:
-#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); then
-#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        not run yet
+# next. `make gpu-suite` runs all six, in the order 1 2 5 3 4 6; `make gpu-suite PART=2` one of them.
+# Times on one H100 80GB:
+#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); with
+#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        them: not timed yet
 #      TP2 x PP2 x DP2)
 #   2  fp8-train preset, first half: BF16 x3 seeds, torchao, the native layer, and     not run yet (the two
 #      the FP8 bound; its run folder stays unpublished until part 5                    halves: 404 s for 4
@@ -185,7 +186,7 @@ FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
 .PHONY: gpu-suite results-archive results-import wheelhouse \
         gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+cp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
 	@case "$(PART)" in all|1|2|3|4|5|6) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, 6, all" >&2; exit 2;; esac
 	@failed=""; for p in $(GPU_PARTS); do \

@@ -48,5 +48,5 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "### `cpu_ws2`" in text and "Not measured yet.** GPU rows: `make cp-attention-gpu`" in text and "{{" not in text
+    assert "### `cpu_ws2`" in text and "Not measured yet.** N > 1 on GPUs" in text and "No GPU benchmark yet" in text and "{{" not in text
     assert (tmp_path / "plots" / "cp_cpu_ws2.png").exists()

@@ -57,7 +57,7 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "## Correctness `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text
+    assert "#### `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text
     assert "- GPU: no result is committed yet" in text
     assert "**NO**" not in text and str(tmp_path) not in text and "/tmp/" not in text
     for png in ("time_vs_tp_cpu_ws2.png", "time_vs_shape_cpu_ws2.png", "comm_cpu_ws2.png"):
