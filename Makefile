@@ -120,7 +120,8 @@ include $(sort $(wildcard $(LABS_DIR)/*/lab.mk))
 .PHONY: help setup check-env check-torch-backend test doctor reports setup-fp8 clean-venv
 
 help: ## this list
-	@printf '%s\n' $(call shq,Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' PYTHON=... VENV=...):)
+	@printf '%s\n' $(call shq,Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' \
+	  PYTHON=... VENV=...):)
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 # A venv left without pip (an earlier failed `python3 -m venv`) is made again.
@@ -144,7 +145,8 @@ check-torch-backend: $(VENV)/.installed
 	@PYTHONPATH=$(LABS_DIR) $(PY) -m common.cuda_env backend $(call shq,$(TORCH_BACKEND))
 
 check-env:
-	@command -v $(PY) >/dev/null || { echo $(call shq,error: PYTHON=$(PYTHON) is not an executable interpreter) >&2; exit 2; }
+	@command -v $(PY) >/dev/null || \
+	  { echo $(call shq,error: PYTHON=$(PYTHON) is not an executable interpreter) >&2; exit 2; }
 	@$(PY) -c 'import importlib.util as u, sys; \
 	  missing = [p for p in ("torch", "pandas", "matplotlib", "tqdm", "pytest") if u.find_spec(p) is None]; \
 	  missing and sys.exit(f"error: $(PYTHON) lacks {missing}; install them there or drop PYTHON/VENV for the managed .venv")'
@@ -219,8 +221,7 @@ FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
         gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
 gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+cp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
-	$(call check_vars,GPU PART GPU_PART_LIMIT_S FP8_FIRST_HALF FSDP_GPU_ARGS P3D_ACT_NPROC CP \
-	  $(LAUNCH_VARS) ARGS)
+	$(call check_vars,GPU PART GPU_PART_LIMIT_S FP8_FIRST_HALF FSDP_GPU_ARGS P3D_ACT_NPROC CP $(LAUNCH_VARS) ARGS)
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
