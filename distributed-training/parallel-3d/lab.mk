@@ -24,7 +24,7 @@ P3D_ACT_NPROC ?= $(if $(filter 0 1,$(NGPUS)),$(if $(filter 1,$(NGPUS)),1,2),2)
 # The run's checks (its degrees against the world, ARGS) before the baseline trains (DT_LAUNCH_PHASE=check).
 parallel-3d: $(SETUP) ## TP x PP x DP x CP training (make parallel-3d TP=2 PP=2 DP=2 [CP=2]): 1-rank baseline, run, studies, report
 	$(call check_vars,GPU TP PP DP CP P3D_ACT_NPROC $(LAUNCH_VARS) ARGS)
-	@DT_LAUNCH_PHASE=check $(MAKE) parallel-3d-run
+	@DT_LAUNCH_PHASE=check $(MAKE) -s parallel-3d-run
 	$(MAKE) parallel-3d-baseline parallel-3d-run parallel-3d-activations
 	$(if $(filter 0,$(NGPUS)),$(MAKE) parallel-3d-at-scale)
 	$(MAKE) parallel-3d-report
@@ -63,11 +63,13 @@ parallel-3d-report: $(SETUP) ## REPORT.md and plots from parallel-3d/results alo
 # On a GPU node (bf16, NCCL): the 1-GPU baseline (medium GPT, ~300M parameters, FSDP2's bf16 policy on a 1-rank
 # group; z3 x recompute none and full, 3 + 10 steps each, and its planner prediction), the activation study (t = 1
 # on one GPU; t = 1, 2 on two or more), with 8+ GPUs the TP2 x PP2 x DP2 run, and the report.
+P3D_GPU_RUN = $(shell test $(call shq,$(NGPUS)) -ge 8 2>/dev/null && echo yes)
 parallel-3d-gpu: $(SETUP) ## on GPUs: baseline on 1 GPU, activation study, TP2xPP2xDP2 with 8+ GPUs, report
 	$(call check_vars,GPU P3D_ACT_NPROC CP $(LAUNCH_VARS) ARGS)
 	$(call require_cuda,make parallel-3d)
+	$(if $(P3D_GPU_RUN),@DT_LAUNCH_PHASE=check $(MAKE) -s parallel-3d-run TP=2 PP=2 DP=2)
 	$(MAKE) parallel-3d-baseline parallel-3d-activations
-	$(if $(shell test $(call shq,$(NGPUS)) -ge 8 2>/dev/null && echo yes),$(MAKE) parallel-3d-run TP=2 PP=2 DP=2)
+	$(if $(P3D_GPU_RUN),$(MAKE) parallel-3d-run TP=2 PP=2 DP=2)
 	$(MAKE) parallel-3d-report
 
 REPORT_TARGETS += parallel-3d-report

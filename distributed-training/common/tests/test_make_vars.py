@@ -413,6 +413,15 @@ def test_make_refuses_a_bad_variable_in_one_line_before_anything(target, variabl
     assert needle in ours[0] and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_compound_target_checks_its_later_runners_flags_before_its_first_step(clean_tree):
+    """make parallel-3d trains the one-rank baseline, then the TP x PP x DP launch: ARGS the baseline takes but the
+    launch does not (TP=2 does not divide one KV head) are refused by the launch's check pass (DT_CHECK_ARGS=1, through
+    common.launch) before the baseline trains, not minutes later with its rows written."""
+    r = make("parallel-3d", "GPU=cpu", "ARGS=--kv-heads 1", timeout=300)
+    ours = [line for line in r.stderr.splitlines() if not line.startswith("make")]
+    assert r.returncode == 2 and ours == ["error: --tp 2 does not divide kv-heads 1"] and r.stdout == "", r.stderr
+
+
 @pytest.mark.parametrize("variables", [
     ["TP=x", "PP=", "DP=-1", "CP=1 2", "NPROC=abc", "NNODES=x", "NODE_RANK=q", "MASTER_PORT=", "SP=2", "NGPUS=x",
      "FSDP_WORLDS=a b", "P3D_ACT_NPROC=", "DT_SMI_TIMEOUT_S=x y", "BUDGET_S=", "PART=", "GPU_PART_LIMIT_S=x"],
