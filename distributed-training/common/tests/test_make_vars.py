@@ -12,7 +12,6 @@ a checkout whose path holds a space works, with paths that hold spaces.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import shlex
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from common import make_vars
+from common.value_checks import gpu_names
 
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "distributed-training"
@@ -96,7 +96,7 @@ def test_the_table_covers_every_checked_variable():
 
 def test_gpu_names_are_the_hardware_tables():
     from common.hardware import CHOICES
-    assert make_vars.gpu_names() == CHOICES
+    assert gpu_names() == CHOICES
 
 
 # ---- the makefiles' text: each target's recipe, each variable's definitions ---------------------------------
