@@ -97,8 +97,8 @@ CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
 # both and the fix), before anything is written: a GPU target never falls back to the CPU (common/cuda_env.py).
 require_cuda = @$(PYRUN) -m common.cuda_env require $@ $(if $(1),--cpu "$(strip $(1))")
 # $(call check_vars,VAR ...): the first recipe line of every target that takes variables (a GPU target's too,
-# before its CUDA check). common/make_vars.py checks each value the target takes, in make's own hands (type,
-# range) and against the others (NODE_RANK < NNODES, the ranks a launch starts fit the node, TP x PP x DP x CP
+# before its CUDA check). common/make_vars.py checks each value the target takes, as make holds it (type,
+# range), and against the others (NODE_RANK < NNODES, the ranks a launch starts fit the node, TP x PP x DP x CP
 # is the world): one line naming the variable, its value and what is allowed, exit 2, nothing started or
 # written. Every later line of a recipe is expanded before the first runs, so nothing in an expansion may
 # fail on a bad value (a shell's arithmetic on TP=x would): $(call product,...) stays silent and leaves it here.
