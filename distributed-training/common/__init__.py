@@ -11,6 +11,8 @@ One concept per module:
     csvread           the checked CSV loader every report uses: one line per damaged file, exit 2
     failures          exit codes per cause; a rank's failure told once (torchelastic error files); paths in messages
     launch            torchrun with checks before launch and the root-cause rank in one line
+    make_vars         every make variable a target takes, checked before it starts (one line, exit 2; no torch)
+    value_checks      what a make variable may hold: a checker per kind of value (make_vars' table)
     timing            warm-up, CUDA events / perf_counter, max over ranks, raw samples, nccl-tests' loop average
     hardware          the GPU preset table (peak TFLOP/s, memory, NVLink), the one "preset needs CUDA" check, NVML
     cuda_env          nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
