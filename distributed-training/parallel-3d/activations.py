@@ -28,7 +28,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
-from planner import degrees, torch_memory
+from planner.model import degrees, torch_memory
 from common.config import parse_config
 from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint

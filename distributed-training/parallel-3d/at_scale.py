@@ -337,7 +337,7 @@ def cp_study_rows(study: str, gpu: str) -> list[dict]:
 def megatron_total(g, d: pb.Degrees) -> float:
     """The same degrees priced for the megatron stack (Korthikanti's activations, ZeRO's accounting, fp32 gradients):
     what the planner said of these plans before it priced PyTorch's stack."""
-    from planner import memory
+    from planner.model import memory
 
     deg = pb._planner_degrees(d)
     split = pb.lab_split(g, d)

@@ -26,7 +26,8 @@ import numpy as np
 from common.hardware import get_preset
 from common.model import GPTConfig
 from common import zero_memory
-from planner import cluster, costs, degrees, launch, memory, plan, search, shapes, stacks, stages, torch_memory
+from planner.model import cluster, costs, degrees, memory, shapes, stacks, stages, torch_memory
+from planner import launch, plan, search
 
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from common import markdown
 from common.csvread import Schema, read_rows
 
-from .memory import CONTEXT_BYTES
+from planner.model.memory import CONTEXT_BYTES
 from .ranking import CALIBRATION as RANKING_CALIBRATION, ROWS as RANKING_ROWS
 
 RESULTS = Path(__file__).resolve().parent.parent / "parallel-3d" / "results"

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import gemm_rates, measured_runs
-from .cluster import Cluster, calibrate as calibrate_network
+from planner.model.cluster import Cluster, calibrate as calibrate_network
 
 
 def expand(patterns: str) -> list[str]:

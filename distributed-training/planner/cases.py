@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .search import Pins
-from .shapes import Shape
+from planner.model.shapes import Shape
 
 
 @dataclass(frozen=True)

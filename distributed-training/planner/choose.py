@@ -36,7 +36,7 @@ lost.
 
 from __future__ import annotations
 
-from .memory import MEMORY_HEADROOM
+from planner.model.memory import MEMORY_HEADROOM
 
 NEAR_TIE = 0.10  # plans within 10% of the fastest throughput are near-ties: the held-out median error, rounded up
 MEMORY_MARGIN = 0.15  # plans above 1 - 0.15 = 1/1.18 of the usable memory are at risk (the largest reserved/projected)

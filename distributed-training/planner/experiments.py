@@ -19,10 +19,10 @@ from common.hardware import get_preset
 
 from . import calibrate
 from .choose import NEAR_TIE
-from .cluster import make_cluster
+from planner.model.cluster import make_cluster
 from .search import Pins, Workload, default_batch, search
-from .shapes import model_flops_per_token, parse_count, standard_shape
-from .stacks import MEGATRON, Stack
+from planner.model.shapes import model_flops_per_token, parse_count, standard_shape
+from planner.model.stacks import MEGATRON, Stack
 
 SEQ, VOCAB = 4096, 51200
 

@@ -32,13 +32,13 @@ from common.collective_cost import collective_time_s, members_per_domain
 from common.hardware import get_preset
 
 from . import gemm_rates, own_runs
-from .calibration import FITTED, ComputeConstants
-from .cluster import Cluster, make_cluster
-from .compute import Kernels, gemm_time, layer_times
-from .costs import rates_for, step_costs
-from .degrees import RECOMPUTE, Degrees
+from planner.model.calibration import FITTED, ComputeConstants
+from planner.model.cluster import Cluster, make_cluster
+from planner.model.compute import Kernels, gemm_time, layer_times
+from planner.model.costs import rates_for, step_costs
+from planner.model.degrees import RECOMPUTE, Degrees
 from .own_runs import Run
-from .stages import StageSplit
+from planner.model.stages import StageSplit
 
 # How this repository's labs run: PyTorch's SDPA (FlashAttention-2 kernels on Hopper), learned positions, no
 # dropout; DTensor / hand-rolled TP without asynchronous overlap; FSDP2 and DDP overlap their collectives.

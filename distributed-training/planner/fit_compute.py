@@ -27,7 +27,7 @@ from pathlib import Path
 from common.config import parse_config
 
 from . import published
-from .calibration import FIT_BOUNDS, FITTED, ComputeConstants
+from planner.model.calibration import FIT_BOUNDS, FITTED, ComputeConstants
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "compute_fit.csv"

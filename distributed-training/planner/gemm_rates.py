@@ -23,9 +23,9 @@ from typing import NamedTuple
 from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
 
-from .calibration import ComputeConstants, generation
-from .cluster import Cluster
-from .compute import gemm_efficiency, sm_count, tensor_rate
+from planner.model.calibration import ComputeConstants, generation
+from planner.model.cluster import Cluster
+from planner.model.compute import gemm_efficiency, sm_count, tensor_rate
 
 COLUMNS = {"op", "m", "k", "n", "time_us", "hardware"}
 SCHEMA = Schema("fp8-train GEMM benchmark", {"op": str, "m": int, "k": int, "n": int, "time_us": float,

@@ -25,8 +25,9 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, stacks, validation
-from .cluster import make_cluster
+from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, validation
+from planner.model import stacks
+from planner.model.cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of, table
 
 HERE = Path(__file__).resolve().parent

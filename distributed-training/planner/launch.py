@@ -56,7 +56,7 @@ def runner_flags(plan: dict, model: dict, gpu: str) -> list[str]:
 
 def differences(w, plan: dict | None = None) -> list[str]:
     """How the priced workload (search.Workload) and plan depart from what parallel-3d runs; [] = it runs as priced."""
-    from .stacks import PYTORCH
+    from planner.model.stacks import PYTORCH
 
     if w.stack is not PYTORCH:
         return [f"it is priced for the {w.stack.name} stack, which this project has no runner for (--stack pytorch "

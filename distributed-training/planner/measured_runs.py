@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from common.csvread import has_columns
 
-from .cluster import Cluster
+from planner.model.cluster import Cluster
 
 COLUMNS = {"step_time_ms", "planner_step_s", "preset"}
 

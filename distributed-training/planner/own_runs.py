@@ -36,7 +36,7 @@ from common.csvread import Schema, read_json, read_table
 from common.hardware import preset_for
 from common.runs import results_path
 
-from .shapes import Shape
+from planner.model.shapes import Shape
 
 LABS = Path(__file__).resolve().parent.parent
 

@@ -37,11 +37,11 @@ from common.hardware import get_preset
 
 from . import calibrate, from_run, launch
 from .choose import NEAR_TIE
-from .cluster import Cluster, make_cluster
-from .memory import MEMORY_HEADROOM, RECOMPUTE
+from planner.model.cluster import Cluster, make_cluster
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
 from .search import Pins, Result, Workload, default_batch, enumerate_structures, search
-from .shapes import Shape, parse_count, standard_shape
-from .stacks import STACKS
+from planner.model.shapes import Shape, parse_count, standard_shape
+from planner.model.stacks import STACKS
 
 # What the planner prices: larger sizes are refused in one line (a 1e30-parameter shape alone takes minutes to
 # lay out). 1,000T parameters is a thousand times the largest dense model trained; 2^20 GPUs, 2^24-token

@@ -62,11 +62,11 @@ from dataclasses import replace
 from common.hardware import get_preset
 
 from . import published_small
-from .calibration import FITTED, ComputeConstants
+from planner.model.calibration import FITTED, ComputeConstants
 from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
-from .cluster import make_cluster
+from planner.model.cluster import make_cluster
 from .search import Pins, Workload, search
-from .shapes import Shape
+from planner.model.shapes import Shape
 
 SC21 = "Megatron SC21 Table 1"
 KORTHIKANTI = "Korthikanti Table 5"

@@ -25,12 +25,12 @@ import numpy as np
 
 from common.hardware import get_preset
 
-from .cluster import make_cluster
-from .compute import Kernels, layer_times
-from .costs import rates_for
+from planner.model.cluster import make_cluster
+from planner.model.compute import Kernels, layer_times
+from planner.model.costs import rates_for
 from .published import TORCHTITAN, llama
 from .search import Pins, Workload, search
-from .shapes import Shape
+from planner.model.shapes import Shape
 
 
 class Pair(NamedTuple):

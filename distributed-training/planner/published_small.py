@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from .cases import Case, Software, gpt
 from .search import Pins
-from .shapes import Shape
+from planner.model.shapes import Shape
 
 NANOTRON = "nanotron / Ultra-Scale Playbook"
 NANOTRON_TP = "nanotron TP series"

@@ -36,14 +36,14 @@ from functools import lru_cache
 import numpy as np
 
 from .choose import CP_MIN_SEQ, decide
-from .cluster import Cluster
-from .compute import Kernels
-from .costs import step_costs
-from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from .memory import MEMORY_HEADROOM, RECOMPUTE
-from .shapes import Shape, hardware_flops_per_token, model_flops_per_token
-from .stacks import MEGATRON, Stack
-from .stages import interleave_fits
+from planner.model.cluster import Cluster
+from planner.model.compute import Kernels
+from planner.model.costs import step_costs
+from planner.model.degrees import FULL, NONE, OP, SELECTIVE, Degrees
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
+from planner.model.shapes import Shape, hardware_flops_per_token, model_flops_per_token
+from planner.model.stacks import MEGATRON, Stack
+from planner.model.stages import interleave_fits
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8

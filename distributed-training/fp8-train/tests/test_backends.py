@@ -7,7 +7,7 @@ import torch
 import backends
 from backend import backend_version, named
 from common.fp8_names import FP8_BACKENDS, NAMES, PRICED
-from planner import fp8_cost
+from planner.model import fp8_cost
 from precision import BACKENDS
 
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from planner.choose import MEMORY_MARGIN, NEAR_TIE, decide
-from planner.memory import MEMORY_HEADROOM
-from planner.shapes import Shape
+from planner.model.memory import MEMORY_HEADROOM
+from planner.model.shapes import Shape
 
 SHAPE = Shape(layers=48, hidden=6144, heads=48, kv_heads=48, vocab=51200, seq=2048, ffn=4 * 6144)
 W = SimpleNamespace(shape=SHAPE)

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from common.collective_cost import Network
-from planner.cluster import Cluster
-from planner.compute import Kernels
-from planner.costs import ACT_BYTES, dp_collectives, step_costs
-from planner.degrees import FULL, Degrees
-from planner.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
-                    sc21_flops_per_iteration)
+from planner.model.cluster import Cluster
+from planner.model.compute import Kernels
+from planner.model.costs import ACT_BYTES, dp_collectives, step_costs
+from planner.model.degrees import FULL, Degrees
+from planner.model.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
+                                  sc21_flops_per_iteration)
 
 
 def toy_cluster(**net) -> Cluster:
@@ -173,7 +173,7 @@ def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
 def test_fewer_micro_batches_than_stages_are_priced():
     # Issue 29 part 5: m < p runs (Megatron's 1F1B, PyTorch's GPipe): every stage idles p - 1 slots of the m + p - 1,
     # and the first stage holds all m micro-batches. Equal stages of one layer and no head: the formula exactly.
-    from planner.stages import pipeline_step
+    from planner.model.stages import pipeline_step
 
     for p, m in ((4, 1), (4, 2), (8, 3), (4, 4), (4, 9)):
         step = float(pipeline_step(m, 1, 1.0, float(p)))  # slowest stage 1 s per micro-batch, p such stages

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from common.hardware import get_preset
-from planner import fp8_cost
-from planner.calibration import FITTED
-from planner.cluster import make_cluster
-from planner.compute import (Kernels, Rates, fp8_cast_times, fp8_weight_cast_time, gemm_efficiency, layer_times,
-                             tensor_rate)
-from planner.costs import rates_for, step_costs
-from planner.degrees import Degrees
-from planner.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
-from planner.shapes import Shape
+from planner.model import fp8_cost
+from planner.model.calibration import FITTED
+from planner.model.cluster import make_cluster
+from planner.model.compute import (Kernels, Rates, fp8_cast_times, fp8_weight_cast_time, gemm_efficiency, layer_times,
+                                   tensor_rate)
+from planner.model.costs import rates_for, step_costs
+from planner.model.degrees import Degrees
+from planner.model.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
+from planner.model.shapes import Shape
 
 
 @pytest.mark.parametrize("backend, recipe, compiled, want", [

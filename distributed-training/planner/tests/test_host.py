@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.calibration import FITTED
-from planner.compute import Kernels, Rates
-from planner.costs import step_costs
-from planner.degrees import Degrees
-from planner.host import COLLECTIVE_HOST_US, HOST_US, host_time, host_us, layer_collectives, step_launches
-from planner.shapes import Shape
+from planner.model.calibration import FITTED
+from planner.model.compute import Kernels, Rates
+from planner.model.costs import step_costs
+from planner.model.degrees import Degrees
+from planner.model.host import COLLECTIVE_HOST_US, HOST_US, host_time, host_us, layer_collectives, step_launches
+from planner.model.shapes import Shape
 from planner.tests.test_costs import toy_cluster
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=512, ffn=4096)

@@ -6,7 +6,7 @@ import pytest
 
 from common.hardware import get_preset
 from planner import launch, plan
-from planner.cluster import make_cluster
+from planner.model.cluster import make_cluster
 from planner.measured_runs import calibrate_from_runs
 
 MODEL = dict(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=4096, ffn=20480)
@@ -32,8 +32,8 @@ def test_commands_carry_every_degree_and_the_shape():
 
 def test_differences_name_what_parallel_3d_would_not_run_as_priced():
     from planner.search import Workload
-    from planner.shapes import Shape
-    from planner.stacks import MEGATRON, PYTORCH
+    from planner.model.shapes import Shape
+    from planner.model.stacks import MEGATRON, PYTORCH
 
     sh = Shape(**MODEL)
     assert launch.differences(Workload.of(PYTORCH, sh, 64), _plan()) == []

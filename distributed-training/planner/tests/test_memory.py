@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from planner import published
-from planner.degrees import FULL, NONE, SELECTIVE, Degrees
-from planner.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
-from planner.shapes import Shape
+from planner.model.degrees import FULL, NONE, SELECTIVE, Degrees
+from planner.model.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
+from planner.model.shapes import Shape
 
 GIB = 2**30
 

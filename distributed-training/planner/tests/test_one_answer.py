@@ -11,7 +11,7 @@ import pytest
 from planner import experiments, plan
 from planner.choose import CP_MIN_SEQ
 from planner.search import default_batch
-from planner.stacks import PYTORCH
+from planner.model.stacks import PYTORCH
 
 AT_SCALE = Path(plan.__file__).resolve().parent.parent / "parallel-3d" / "results" / "at_scale.csv"
 KEYS = ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute", "global_batch")

@@ -8,10 +8,10 @@ import pytest
 
 from common.hardware import get_preset
 from planner.choose import NEAR_TIE
-from planner.cluster import calibrate, make_cluster
-from planner.memory import MEMORY_HEADROOM
+from planner.model.cluster import calibrate, make_cluster
+from planner.model.memory import MEMORY_HEADROOM
 from planner.search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
-from planner.shapes import Shape, standard_shape
+from planner.model.shapes import Shape, standard_shape
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sweep_fixture.csv"
 SHAPES = {"gqa-odd": Shape(layers=12, hidden=1536, heads=12, kv_heads=4, vocab=32000, seq=2048, ffn=6144),
@@ -117,7 +117,7 @@ def test_calibration_from_an_allreduce_bench_csv():
 def test_fewer_micro_batches_than_stages_are_planned(stack):
     """Issue 29 part 5: a pipeline with m < p is priced, not refused: bubble (p-1)/(m+p-1) of the pipeline's time,
     the first stage holding all m micro-batches; a larger batch (more micro-batches) is faster per token."""
-    from planner.stacks import STACKS
+    from planner.model.stacks import STACKS
 
     sh, cl = SHAPES["13B"], make_cluster(get_preset("h100"), 64)
     pins = Pins(tp=8, pp=4, microbatch=1, interleave=1, zero=3, recompute="full")
@@ -133,7 +133,7 @@ def test_fewer_micro_batches_than_stages_are_planned(stack):
 def test_the_pytorch_stack_plans_only_what_parallel_3d_runs(name, gpus, batch, pins):
     """Every candidate of the pytorch stack divides and fits, with an FSDP2 mode (ZeRO-2/3) and a recompute setting
     parallel-3d has (its selective policy is the planner's `op`; none or full with CP)."""
-    from planner.stacks import PYTORCH
+    from planner.model.stacks import PYTORCH
 
     w = Workload.of(PYTORCH, SHAPES[name], batch)
     cl = make_cluster(get_preset("h100"), gpus)

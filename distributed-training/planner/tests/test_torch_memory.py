@@ -5,10 +5,10 @@ its at-scale study the peak (parallel-3d/tests)."""
 import numpy as np
 import pytest
 
-from planner import torch_memory as tm
-from planner.degrees import FULL, NONE, OP, Degrees
-from planner.memory import CONTEXT_BYTES
-from planner.shapes import Shape
+from planner.model import torch_memory as tm
+from planner.model.degrees import FULL, NONE, OP, Degrees
+from planner.model.memory import CONTEXT_BYTES
+from planner.model.shapes import Shape
 
 SH = Shape(layers=8, hidden=1024, heads=8, kv_heads=2, vocab=1000, seq=512, ffn=4096)  # GQA: K/V 256 wide
 
