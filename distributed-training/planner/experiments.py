@@ -17,7 +17,7 @@ from functools import lru_cache
 from common import markdown
 from common.hardware import get_preset
 
-from . import calibrate
+from planner.calibrate import calibrate
 from .choose import NEAR_TIE
 from planner.model.cluster import make_cluster
 from .search import Pins, Workload, default_batch, search

@@ -31,7 +31,8 @@ import numpy as np
 from common.collective_cost import collective_time_s, members_per_domain
 from common.hardware import get_preset
 
-from . import gemm_rates, own_runs
+from planner.calibrate import gemm_rates
+from . import own_runs
 from planner.model.calibration import FITTED, ComputeConstants
 from planner.model.cluster import Cluster, make_cluster
 from planner.model.compute import Kernels, gemm_time, layer_times

@@ -25,7 +25,8 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, calibrate, experiments, guide_answer, own_runs, validation
+from . import accuracy, against_pytorch, experiments, guide_answer, own_runs, validation
+from planner.calibrate import calibrate
 from planner.model import stacks
 from planner.model.cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of, table

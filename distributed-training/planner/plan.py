@@ -35,7 +35,8 @@ from pathlib import Path
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 
-from . import calibrate, from_run, launch
+from planner.calibrate import calibrate
+from . import from_run, launch
 from .choose import NEAR_TIE
 from planner.model.cluster import Cluster, make_cluster
 from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE

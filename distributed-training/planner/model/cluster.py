@@ -13,18 +13,14 @@ replaced by a measurement (--calibrate with allreduce-bench CSVs):
   200-400 Gb/s NIC). Achieved rates, effective latencies per ring step and per tree level, and the sizes
   at half bandwidth they give are documented and tested there;
 - --calibrate replaces the network's figures by the fit of allreduce-bench's all_reduce sweeps
-  (common/collective_fit.py: the same rule as fsdp-scaling's projection).
+  (planner/calibrate/network.py; common/collective_fit.py: the same rule as fsdp-scaling's projection).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
-
-import pandas as pd
+from dataclasses import dataclass
 
 from common.collective_cost import Network, preset_network
-from common.collective_fit import calibrate as calibrate_network
 from common.hardware import GPUPreset
 
 from .calibration import FITTED, ComputeConstants
@@ -99,30 +95,3 @@ def make_cluster(preset: GPUPreset, gpus: int, precision: str = "bf16", gpus_per
     return Cluster(preset.name, preset.label, gpus, precision, peak, matmul_tflops, bf16_matmul, mem,
                    preset.hbm_tbps * 1000, preset_network(domain, link, net), notes=tuple(notes),
                    bf16_peak_tflops=preset.bf16_tflops or peak)
-
-
-def calibrate(cluster: Cluster, paths: list[str]) -> Cluster:
-    """The cluster with its network calibrated from allreduce-bench sweep CSVs (common/collective_fit.py).
-    Each file is checked first (common/csvread.py): an empty, cut, binary or foreign one is one line, and so is a
-    sweep whose `preset` column names another GPU (a CPU gloo sweep would give an H100 0.9 GB/s of "NVLink")."""
-    from common.csvread import BadResults, Schema, read_table
-    schema = Schema("allreduce-bench sweep", {"collective": str, "world_size": int, "nnodes": int, "size_bytes": int,
-                                              "time_us": float})
-    frames = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise ValueError(f"--calibrate: no such file {path}")
-        try:
-            frame = read_table(path, schema)
-        except BadResults as e:
-            raise ValueError(f"--calibrate: {e}") from None
-        measured_on = sorted({str(p) for p in frame.get("preset", [])} - {"", "nan"})
-        if measured_on and cluster.gpu not in measured_on:  # a gloo sweep is no NVLink: refuse it, as a CPU GEMM file
-            raise ValueError(f"--calibrate: {path} was measured on {', '.join(measured_on)}, not {cluster.gpu}: a "
-                             f"calibration must come from the GPU it plans for")
-        frames.append(frame)
-    try:
-        net, notes = calibrate_network(cluster.net, pd.concat(frames, ignore_index=True))
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"--calibrate: {', '.join(paths)}: {e}") from None
-    return replace(cluster, net=net, notes=cluster.notes + tuple(notes))

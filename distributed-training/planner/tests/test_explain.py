@@ -7,7 +7,8 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
-from planner import explain_rows as explain, gemm_rates, own_runs, unexplained, vs_measured
+from planner import explain_rows as explain, own_runs, unexplained, vs_measured
+from planner.calibrate import gemm_rates
 from planner.model.calibration import FITTED
 
 LABS = own_runs.LABS

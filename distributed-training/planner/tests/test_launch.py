@@ -7,7 +7,7 @@ import pytest
 from common.hardware import get_preset
 from planner import launch, plan
 from planner.model.cluster import make_cluster
-from planner.measured_runs import calibrate_from_runs
+from planner.calibrate.measured_runs import calibrate_from_runs
 
 MODEL = dict(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=4096, ffn=20480)
 

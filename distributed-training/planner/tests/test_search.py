@@ -8,7 +8,8 @@ import pytest
 
 from common.hardware import get_preset
 from planner.choose import NEAR_TIE
-from planner.model.cluster import calibrate, make_cluster
+from planner.calibrate.network import calibrate_from_sweeps
+from planner.model.cluster import make_cluster
 from planner.model.memory import MEMORY_HEADROOM
 from planner.search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
 from planner.model.shapes import Shape, standard_shape
@@ -105,12 +106,12 @@ def test_calibration_from_an_allreduce_bench_csv():
     # The fixture's 8-rank and 16-rank (2 nodes) all_reduce rows are exactly alpha-beta: 8 ranks at 20 us +
     # 1.75 S / 350 GB/s, 16 ranks at 100 us + 1.875 S / 320 GB/s. The one rule (common/collective_fit.py)
     # fits them: in-domain B 350, alpha / 14 steps; across, B / 8 per NIC and (100 - 14 x alpha_step) / 2.
-    cl = calibrate(make_cluster(get_preset("h100"), 64), [str(FIXTURE)])
+    cl = calibrate_from_sweeps(make_cluster(get_preset("h100"), 64), [str(FIXTURE)])
     assert cl.net.intra_GBps == pytest.approx(350.0) and cl.net.alpha_step_us == pytest.approx(20 / 14)
     assert cl.net.nic_GBps == pytest.approx(320.0 / 8) and cl.net.alpha_level_us == pytest.approx(40.0)
     assert len(cl.notes) == 2 and cl.net.source == "allreduce-bench sweeps"
     with pytest.raises(ValueError, match="no such file"):
-        calibrate(cl, ["missing.csv"])
+        calibrate_from_sweeps(cl, ["missing.csv"])
 
 
 @pytest.mark.parametrize("stack", ["megatron", "pytorch"])

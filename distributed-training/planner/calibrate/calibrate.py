@@ -3,7 +3,7 @@
 Three kinds of CSV, told apart by their header, each replacing what it measures:
 
     allreduce-bench sweep_*.csv      the network: in-domain bus bandwidth and latency, per-GPU NIC rate
-                                     (cluster.calibrate: the alpha-beta fit of common/collective_fit.py)
+                                     (network.py: the alpha-beta fit of common/collective_fit.py)
     fp8-train */bench_gemm.csv       the sustained matmul rate of the GPU (gemm_rates.py)
     parallel-3d runs_*.csv           a lumped factor: the median predicted / measured step time of the
                                      GPU's runs scales the matmul rate (measured_runs.py)
@@ -22,8 +22,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from planner.model.cluster import Cluster
+
 from . import gemm_rates, measured_runs
-from planner.model.cluster import Cluster, calibrate as calibrate_network
+from .network import calibrate_from_sweeps
 
 
 def expand(patterns: str) -> list[str]:
@@ -47,7 +49,7 @@ def calibrated(cl: Cluster, paths: list[str], strict: bool = True) -> Cluster:
     sweeps, gemms, runs = split_kinds(paths)
     if not strict:  # every lab result: only the sweeps measured on this cluster's GPU
         sweeps = [p for p in sweeps if cl.gpu in sweep_presets(p)]
-    steps = ((sweeps, calibrate_network), (gemms, gemm_rates.calibrate_from_gemms),
+    steps = ((sweeps, calibrate_from_sweeps), (gemms, gemm_rates.calibrate_from_gemms),
              (runs, measured_runs.calibrate_from_runs))
     for files, apply in steps:
         if not strict:
@@ -84,7 +86,7 @@ def gpu_of(paths: list[str]) -> str | None:
 
 def lab_results() -> list[str]:
     """Every calibration file the labs' results folders hold (CALIBRATE=results)."""
-    labs = Path(__file__).resolve().parent.parent
+    labs = Path(__file__).resolve().parents[2]
     patterns = ("allreduce-bench/results/sweep_*.csv", "fp8-train/results/*/bench_gemm.csv",
                 "parallel-3d/results/runs_*.csv")
     return sorted(os.path.relpath(p) for pat in patterns for p in labs.glob(pat))
