@@ -27,7 +27,8 @@ from common.hardware import get_preset
 from common.model import GPTConfig
 from common import zero_memory
 from planner.model import cluster, costs, degrees, memory, shapes, stacks, stages, torch_memory
-from planner import launch, plan, search
+from planner.search import launch, search
+from planner import plan
 
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 

@@ -28,7 +28,7 @@ from planner.model.compute import tensor_rate
 from planner.model.degrees import NONE, SELECTIVE, Degrees
 from .experiments import prose, table
 from planner.model.memory import memory_breakdown, model_state_bytes
-from .search import Pins, Workload, search
+from planner.search.search import Pins, Workload, search
 
 GIB = 2**30
 # torchtitan's published memory (GiB, max reserved; llama3_h100_202412_torchtitan.md Tables 1 and 3): what a

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .search import Pins
+from planner.search.search import Pins
 from planner.model.shapes import Shape
 
 

@@ -18,9 +18,9 @@ from common import markdown
 from common.hardware import get_preset
 
 from planner.calibrate import calibrate
-from .choose import NEAR_TIE
+from planner.search.choose import NEAR_TIE
 from planner.model.cluster import make_cluster
-from .search import Pins, Workload, default_batch, search
+from planner.search.search import Pins, Workload, default_batch, search
 from planner.model.shapes import model_flops_per_token, parse_count, standard_shape
 from planner.model.stacks import MEGATRON, Stack
 

@@ -36,11 +36,12 @@ from common.config import config_dict, parse_config
 from common.hardware import get_preset
 
 from planner.calibrate import calibrate
-from . import from_run, launch
-from .choose import NEAR_TIE
+from . import from_run
+from planner.search import launch
+from planner.search.choose import NEAR_TIE
 from planner.model.cluster import Cluster, make_cluster
 from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
-from .search import Pins, Result, Workload, default_batch, enumerate_structures, search
+from planner.search.search import Pins, Result, Workload, default_batch, enumerate_structures, search
 from planner.model.shapes import Shape, parse_count, standard_shape
 from planner.model.stacks import STACKS
 

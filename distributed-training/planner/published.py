@@ -65,7 +65,7 @@ from . import published_small
 from planner.model.calibration import FITTED, ComputeConstants
 from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 from planner.model.cluster import make_cluster
-from .search import Pins, Workload, search
+from planner.search.search import Pins, Workload, search
 from planner.model.shapes import Shape
 
 SC21 = "Megatron SC21 Table 1"

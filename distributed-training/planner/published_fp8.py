@@ -29,7 +29,7 @@ from planner.model.cluster import make_cluster
 from planner.model.compute import Kernels, layer_times
 from planner.model.costs import rates_for
 from .published import TORCHTITAN, llama
-from .search import Pins, Workload, search
+from planner.search.search import Pins, Workload, search
 from planner.model.shapes import Shape
 
 

@@ -40,7 +40,7 @@ Everything the planner prints here is a projection; nothing was measured on a GP
 from __future__ import annotations
 
 from .cases import Case, Software, gpt
-from .search import Pins
+from planner.search.search import Pins
 from planner.model.shapes import Shape
 
 NANOTRON = "nanotron / Ultra-Scale Playbook"

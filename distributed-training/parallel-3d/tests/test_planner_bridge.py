@@ -43,7 +43,8 @@ def test_activation_formula_is_korthikanti_without_dropout():
 def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     """`make plan --cp 1` prints train.py flags; parsed by this lab's own config they describe the planner's
     choice (a plan with context parallelism says it needs another runner: test_launch.py)."""
-    from planner import launch, plan as planner_cli, search
+    from planner.search import launch, search
+    from planner import plan as planner_cli
 
     cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1, cp=1)
     w, cl, pins = cfg.resolve()

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from planner.choose import MEMORY_MARGIN, NEAR_TIE, decide
+from planner.search.choose import MEMORY_MARGIN, NEAR_TIE, decide
 from planner.model.memory import MEMORY_HEADROOM
 from planner.model.shapes import Shape
 

@@ -5,7 +5,8 @@ import csv
 import pytest
 
 from common.hardware import get_preset
-from planner import launch, plan
+from planner.search import launch
+from planner import plan
 from planner.model.cluster import make_cluster
 from planner.calibrate.measured_runs import calibrate_from_runs
 
@@ -31,7 +32,7 @@ def test_commands_carry_every_degree_and_the_shape():
 
 
 def test_differences_name_what_parallel_3d_would_not_run_as_priced():
-    from planner.search import Workload
+    from planner.search.search import Workload
     from planner.model.shapes import Shape
     from planner.model.stacks import MEGATRON, PYTORCH
 

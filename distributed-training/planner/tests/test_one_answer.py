@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner import experiments, plan
-from planner.choose import CP_MIN_SEQ
-from planner.search import default_batch
+from planner.search.choose import CP_MIN_SEQ
+from planner.search.search import default_batch
 from planner.model.stacks import PYTORCH
 
 AT_SCALE = Path(plan.__file__).resolve().parent.parent / "parallel-3d" / "results" / "at_scale.csv"

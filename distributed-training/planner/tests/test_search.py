@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from common.hardware import get_preset
-from planner.choose import NEAR_TIE
+from planner.search.choose import NEAR_TIE
 from planner.calibrate.network import calibrate_from_sweeps
 from planner.model.cluster import make_cluster
 from planner.model.memory import MEMORY_HEADROOM
-from planner.search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
+from planner.search.search import BATCH_TOLERANCE, Pins, Workload, evaluate, search
 from planner.model.shapes import Shape, standard_shape
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sweep_fixture.csv"

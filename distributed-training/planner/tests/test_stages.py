@@ -103,7 +103,7 @@ def test_the_uneven_interleaved_layout_plans():
     # The planner prices and chooses it: pinned TP 8 x PP 8 with 8 chunks on 405B, where 8 does not divide 126/8.
     from common.hardware import get_preset
     from planner.model.cluster import make_cluster
-    from planner.search import Pins, Workload, search
+    from planner.search.search import Pins, Workload, search
     shape = Shape(126, 16384, 128, 8, 128256, 8192, 53248 * 3 // 2)
     res = search(Workload(shape, 2048), make_cluster(get_preset("h100"), 2048),
                  Pins(tp=8, pp=8, cp=1, interleave=8, recompute="full"), top=1)
