@@ -30,7 +30,7 @@ from common.plotting import describe_runs, log2_size_axis, new_figure, save
 import collectives as C
 import findings
 from topology import without_colours
-from planner import vs_measured
+from planner.evidence import vs_measured
 from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent

@@ -32,7 +32,7 @@ from common.csvread import BadResults, check_configs, guard_report, read_json, r
 from common.findings import block
 from common.plotting import describe_runs
 from comparison import Folder, ModelKey, is_gpu, model_key, summarize
-from planner import vs_measured
+from planner.evidence import vs_measured
 from report_plots import plot_loss, plot_scales
 from tables import SCHEMAS, read as _read
 

@@ -46,7 +46,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import provenance
 from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
 from common.zero_memory import ZERO_PAPER
-from planner.explain_rows import one_gpu_step_s
+from planner.evidence.explain_rows import one_gpu_step_s
 from settings import MODELS, OPERATIONAL, Config, describe_model, parse_model, results_dir, saved_config
 
 LAB = Path(__file__).resolve().parent

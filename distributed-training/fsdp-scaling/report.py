@@ -21,7 +21,7 @@ from common.markdown import frame, number
 import findings
 import measured
 import report_plots
-from planner import vs_measured
+from planner.evidence import vs_measured
 from published import WEAK_SCALING_8B, ZERO_FIGURE_1, ZERO_SOURCE
 
 LAB = Path(__file__).resolve().parent

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.findings import Finding, Sentences, gaps_sentence, listing
-from planner.against_pytorch import peak_rows, planned_peak
+from planner.evidence.against_pytorch import peak_rows, planned_peak
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")

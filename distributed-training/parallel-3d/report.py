@@ -23,7 +23,7 @@ from common.findings import block
 from common.hardware import get_preset
 from common.plotting import new_figure, save
 import findings
-from planner import against_pytorch as ap, vs_measured
+from planner.evidence import against_pytorch as ap, vs_measured
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20

@@ -10,14 +10,13 @@ batch rule of batch_for) are stated in guide_template.md.
 from __future__ import annotations
 
 import re
-import textwrap
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from common import markdown
 from common.hardware import get_preset
 
 from planner.calibrate import calibrate
+from planner.evidence.prose import prose, table
 from planner.search.choose import NEAR_TIE
 from planner.model.cluster import make_cluster
 from planner.search.search import Pins, Workload, default_batch, search
@@ -92,16 +91,6 @@ def degrees(c: dict) -> str:
 def knobs(c: dict) -> str:
     v = f", v {c['interleave']}" if c["interleave"] > 1 else ""
     return f"Z{c['zero']}, {c['microbatch']}×{c['num_microbatches']}{v}, {c['recompute']}"
-
-
-def prose(text: str) -> str:
-    """A generated paragraph, wrapped like the hand-written ones."""
-    return textwrap.fill(text, width=110, break_long_words=False, break_on_hyphens=False)
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    """The guide's tables: the first column left-aligned, the numbers right (common/markdown.py)."""
-    return markdown.table(header, rows, align="l" + "r" * (len(header) - 1))
 
 
 def no_fit(res) -> str:

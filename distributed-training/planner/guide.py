@@ -25,11 +25,13 @@ from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
 
-from . import accuracy, against_pytorch, experiments, guide_answer, own_runs, validation
+from planner.evidence import accuracy, against_pytorch, own_runs, validation
+from planner.evidence.prose import prose, table
+from . import experiments, guide_answer
 from planner.calibrate import calibrate
 from planner.model import stacks
 from planner.model.cluster import make_cluster
-from .experiments import degrees, no_fit, plan, shape_of, table
+from .experiments import degrees, no_fit, plan, shape_of
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "guide_template.md"
@@ -79,7 +81,7 @@ def matrix_main() -> str:
                          c["recompute"], f"{c['memory_gb']['total']:.0f}", f"{c['bubble_fraction']:.0%}",
                          f"{c['mfu']:.1%}", near_tie_cell(res)])
     stack = experiments.CONTEXT.stack
-    return experiments.prose(stack_sentence(stack)) + "\n\n" + table(
+    return prose(stack_sentence(stack)) + "\n\n" + table(
         ["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
          f"MFU ({stack.name} stack)", "near-ties"], rows)
 
@@ -110,7 +112,7 @@ def matrix_pytorch() -> str:
             rows.append([model, gpus, degrees(c), c["zero"], f"{c['microbatch']} × {c['num_microbatches']}"
                          + (f", v={c['interleave']}" if c["interleave"] > 1 else ""), c["recompute"],
                          f"{c['memory_gb']['total']:.0f}", f"{c['mfu']:.1%}"])
-    text = experiments.prose(
+    text = prose(
         stack_sentence(stacks.PYTORCH, practice=False) + f" In {same} of {len(MODELS) * len(GPU_COUNTS)} cells it is the plan above "
         "(degrees and ZeRO stage); elsewhere PyTorch's memory (full-length gathered activations under TP, unsharded "
         "pipeline gradients, a vocabulary-wide fp32 loss) or its collectives (DTensor TP without overlap, FSDP2's "
@@ -131,7 +133,7 @@ def long_context_commands() -> str:
             cmd = f"make plan ARGS=\"--params {model} --gpus {gpus} --seq {seq} --global-batch {2**22 // seq}\""
             got = f"{degrees(c)} ({experiments.knobs(c)}), {c['memory_gb']['total']:.0f} GB" if c else no_fit(res)
             out.append(f"- `{cmd}`: {got}")
-    return experiments.prose("Run them: each command prints the plan for PyTorch's stack and the parallel-3d "
+    return prose("Run them: each command prints the plan for PyTorch's stack and the parallel-3d "
                              "command that runs it, context parallelism included (`--cp`, ring attention):") \
         + "\n\n" + "\n".join(out)
 
@@ -148,7 +150,7 @@ def matrix_notes() -> str:
                              f"than the best TP-8 plan ({degrees(alt)}, {experiments.knobs(alt)})")
     if not notes:
         return "No plan in the table runs TP across nodes."
-    return experiments.prose(
+    return prose(
         "Plans with TP beyond the 8-GPU node: " + "; ".join(notes) + ". The model prices a DGX H100 node's eight "
         "400 Gb/s NICs as carrying a ring all-reduce almost as fast as NVLink (as nccl-tests measures), so a second "
         "node of TP costs little; it does not model NICs shared with DP and PP traffic or network jitter, which is "
@@ -162,7 +164,7 @@ def comm_constants() -> str:
             for name, net in (("A100", a100), ("H100", h100)) for n in (8, 32, 8192)}
     s = 16 * 2**30
     across = s / float(collective_time_s("all_reduce", s, 32, 8, h100)) * 2 * 31 / 32 / 1e9
-    return experiments.prose(
+    return prose(
         f"Across four DGX H100 nodes (8 × 400 Gb/s each) the model's all-reduce reaches {across:.0f} GB/s of "
         f"busbw at 16 GiB, where nccl-tests measures 370-380 GB/s. α_step = {h100.alpha_step_us:g} µs per ring "
         f"step and α_level = {h100.alpha_level_us:g} µs per tree level are effective latencies: they put the size "
@@ -190,7 +192,7 @@ def _no_pp_share(results) -> str:
 def matrix_network_note() -> str:
     """How often the plan needs no pipeline, per network speed (the matrix_network cells)."""
     cells = {net: [plan(m, g, net=net) for m in MODELS for g in GPU_COUNTS[1:4]] for net in NETWORKS}
-    return experiments.prose("Plans without a pipeline, by network: " + ", ".join(
+    return prose("Plans without a pipeline, by network: " + ", ".join(
         f"{_no_pp_share(cells[net])} at {net} Gb/s" for net in NETWORKS) + ".")
 
 
@@ -198,7 +200,7 @@ def matrix_domain_note() -> str:
     """How often the plan needs no pipeline, per NVLink domain (the matrix_domain cells)."""
     doms = {"PCIe only": 1, "8-GPU NVLink": 8, "NVL72": 72}
     cells = {k: [plan(m, g, gpu="gb200", domain=d) for m in MODELS for g in GPU_COUNTS[1:4]] for k, d in doms.items()}
-    return experiments.prose("Plans without a pipeline, by domain: " + ", ".join(
+    return prose("Plans without a pipeline, by domain: " + ", ".join(
         f"{_no_pp_share(cells[k])} with {k}" for k in doms) + ".")
 
 
@@ -255,18 +257,18 @@ def gpu_results() -> str:
 
 def opening() -> str:
     """The guide's first paragraph: a projection, what GPU results exist, and what a calibrated guide measured."""
-    text = experiments.prose("**Every number in this guide is a cost-model projection made by [`planner/`]"
+    text = prose("**Every number in this guide is a cost-model projection made by [`planner/`]"
                              "(planner/README.md), not a measurement.** " + gpu_results() + " " + BANNER)
     parts = ["\n".join("> " + line for line in text.split("\n"))]
     ctx = experiments.CONTEXT
     if ctx.calibrate:
         notes = list(_context_cluster().notes)
         stayed = [what for key, what in DEFAULTS if not any(key in n for n in notes)]
-        parts += ["", experiments.prose(f"**Calibrated for your cluster** (`make guide CALIBRATE=...`, "
+        parts += ["", prose(f"**Calibrated for your cluster** (`make guide CALIBRATE=...`, "
                                         f"{len(ctx.calibrate)} file(s)): the matrices and rules below are planned on "
                                         f"{get_preset(ctx.gpu).label} with these figures from your measurements:"), ""]
         parts += [f"- {n}" for n in notes]
-        parts += ["", experiments.prose("Everything else is the hardware table's and calibration.py's: " + ", ".join(
+        parts += ["", prose("Everything else is the hardware table's and calibration.py's: " + ", ".join(
             stayed + ["peak FLOP/s and memory", "HBM efficiency and the per-kernel cost"]) + ".")]
     return "\n".join(parts)
 

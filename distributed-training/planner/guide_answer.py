@@ -21,7 +21,9 @@ from common.findings import Finding, Sentences, block, listing
 from common.hardware import get_preset
 from common.plotting import new_figure, save
 
-from . import experiments, explain_rows, own_runs, published, unexplained
+from . import experiments
+from planner.evidence import explain_rows, own_runs, published, unexplained
+from planner.evidence.prose import prose
 from .experiments import degrees, plan, shape_of
 
 HERE = Path(__file__).resolve().parent
@@ -152,7 +154,7 @@ def scenario(model: str, gpus: int, net: float | None, key: str) -> str:
 
 
 def scenarios() -> str:
-    return "\n\n".join(experiments.prose(scenario(*s)) for s in SCENARIOS)
+    return "\n\n".join(prose(scenario(*s)) for s in SCENARIOS)
 
 
 def plot_path(guide: Path) -> Path:

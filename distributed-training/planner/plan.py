@@ -36,7 +36,7 @@ from common.config import config_dict, parse_config
 from common.hardware import get_preset
 
 from planner.calibrate import calibrate
-from . import from_run
+from planner.evidence import from_run
 from planner.search import launch
 from planner.search.choose import NEAR_TIE
 from planner.model.cluster import Cluster, make_cluster

@@ -24,7 +24,7 @@ from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
-from planner import vs_measured
+from planner.evidence import vs_measured
 
 LAB = Path(__file__).resolve().parent
 

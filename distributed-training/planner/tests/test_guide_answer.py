@@ -5,7 +5,8 @@ import shutil
 
 import pandas as pd
 
-from planner import guide_answer, own_runs
+from planner import guide_answer
+from planner.evidence import own_runs
 
 LABS = ("allreduce-bench", "cp-attention", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from planner import published
+from planner.evidence import published
 from planner.model.degrees import FULL, NONE, SELECTIVE, Degrees
 from planner.model.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
 from planner.model.shapes import Shape

@@ -81,7 +81,7 @@ def test_a_megatron_plan_prints_no_command_and_says_so_first(capsys):
 def test_the_cli_gives_the_reports_number(capsys):
     """Issue 29's example: fp8-train's TE runs, priced by the CLI from their CSV (compile state, the Adam its trainer
     runs, counted kernels), give the report's predicted column (explain_rows.compare), not a second prediction."""
-    from planner import explain_rows, own_runs
+    from planner.evidence import explain_rows, own_runs
 
     labs = Path(plan.__file__).resolve().parent.parent
     for folder in ("h100_ws1-te", "h100_ws1-te-current"):

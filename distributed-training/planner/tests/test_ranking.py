@@ -6,7 +6,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from planner import ranking, validation
+from planner.evidence import ranking, validation
 
 RESULTS = ranking.RESULTS
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 from common.testing import expect_bad_input
-from planner import regimes_before_after as rba
-from planner import validation
+from planner.evidence import regimes_before_after as rba
+from planner.evidence import validation
 
-LAB = Path(rba.__file__).resolve().parent
+LAB = Path(rba.__file__).resolve().parents[1]  # the planner folder
 
 
 @pytest.mark.parametrize("gpus, index", [(1, 0), (8, 0), (63, 0), (64, 1), (1024, 1), (1025, 2), (16384, 2)])

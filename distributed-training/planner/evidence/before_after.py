@@ -28,9 +28,9 @@ from common.config import parse_config
 from . import accuracy, published
 from .fit_compute import commit
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-OUT = HERE / "results" / "before_after.csv"
+PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ lies there
+REPO = PLANNER.parents[1]
+OUT = PLANNER / "results" / "before_after.csv"
 
 # Runs in the old planner's process: read cases as JSON on stdin, print one JSON result per case.
 OLD_RUNNER = r"""

@@ -20,7 +20,7 @@ from common.csvread import Schema, read_rows
 from planner.model.memory import CONTEXT_BYTES
 from .ranking import CALIBRATION as RANKING_CALIBRATION, ROWS as RANKING_ROWS
 
-RESULTS = Path(__file__).resolve().parent.parent / "parallel-3d" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "parallel-3d" / "results"
 GB = 1e9
 QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP bus bytes / step"),
               ("pp", "PP bytes sent / step"), ("dp", "DP bus bytes / step"))

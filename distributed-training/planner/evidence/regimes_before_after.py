@@ -32,8 +32,8 @@ from . import published, published_small, validation
 from .before_after import run_old
 from .fit_compute import commit
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "regimes_before_after.csv"
+PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ lies there
+OUT = PLANNER / "results" / "regimes_before_after.csv"
 COLUMNS = ["source", "run", "regime", "gpu", "gpus", "hidden", "group", "metric", "published", "before_tp", "before",
            "before_error", "after_tp", "after", "after_error", "before_commit", "after_commit"]
 
@@ -87,7 +87,7 @@ def spread(errors: list[float]) -> Spread | None:
 
 
 def git_ok(*args: str) -> bool:
-    return subprocess.run(["git", *args], cwd=HERE, capture_output=True, timeout=30, check=False).returncode == 0
+    return subprocess.run(["git", *args], cwd=PLANNER, capture_output=True, timeout=30, check=False).returncode == 0
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from common.config import parse_config
 from . import published
 from planner.model.calibration import FIT_BOUNDS, FITTED, ComputeConstants
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "results" / "compute_fit.csv"
+PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ lies there
+OUT = PLANNER / "results" / "compute_fit.csv"
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
@@ -73,9 +73,9 @@ def fit(start: ComputeConstants = START, sweeps: int = 6, iters: int = 12, log=p
 def commit() -> str:
     """The planner's commit, with "+dirty" when its files differ from it (the CSV then names its parent code)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PLANNER, capture_output=True, text=True,
                               timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", "../common", ":!results"], cwd=HERE,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", ".", "../common", ":!results"], cwd=PLANNER,
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -106,7 +106,7 @@ def write_csv(consts: ComputeConstants, path: Path = OUT) -> list[dict]:
 class FitConfig:
     fit: bool = field(default=True, metadata={"help": "fit the constants (else report the frozen ones)"})
     sweeps: int = field(default=6, metadata={"help": "coordinate-descent sweeps"})
-    out: str = field(default=str(OUT.relative_to(HERE.parents[1])), metadata={"help": "CSV to write"})
+    out: str = field(default=str(OUT.relative_to(PLANNER.parents[1])), metadata={"help": "CSV to write"})
 
     def __post_init__(self):
         if self.sweeps <= 0:
@@ -116,7 +116,7 @@ class FitConfig:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(FitConfig, argv, description=__doc__.split("\n\n")[0], prog="fit_compute.py")
     consts = fit(START, cfg.sweeps) if cfg.fit else FITTED
-    rows = write_csv(consts, HERE.parents[1] / cfg.out)
+    rows = write_csv(consts, PLANNER.parents[1] / cfg.out)
     for key, s in published.summary(rows).items():
         print(f"{key:16s} n={s['n']:2d} median |error| {s['median_abs']:.1%}, range {s['min']:+.1%} .. {s['max']:+.1%}")
     print("FITTED = ComputeConstants(" + ", ".join(f"{f.name}={getattr(consts, f.name)}" for f in fields(consts)) + ")")

@@ -38,7 +38,7 @@ from common.runs import results_path
 
 from planner.model.shapes import Shape
 
-LABS = Path(__file__).resolve().parent.parent
+LABS = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
