@@ -5,7 +5,7 @@ import shutil
 
 import pandas as pd
 
-from planner import guide_answer
+from planner.guide import guide_answer
 from planner.evidence import own_runs
 
 LABS = ("allreduce-bench", "cp-attention", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")

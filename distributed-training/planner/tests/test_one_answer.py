@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from planner import experiments, plan
+from planner.guide import experiments
+from planner import plan
 from planner.search.choose import CP_MIN_SEQ
 from planner.search.search import default_batch
 from planner.model.stacks import PYTORCH

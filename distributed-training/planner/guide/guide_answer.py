@@ -28,7 +28,7 @@ from .experiments import degrees, plan, shape_of
 
 HERE = Path(__file__).resolve().parent
 S = Sentences(HERE / "guide_answer_template.md")
-RESULTS = HERE / "results"
+RESULTS = HERE.parent / "results"  # the planner's results/
 SCENARIOS = (("7B", 8, None, "scenario.one_node"), ("70B", 64, 400, "scenario.nodes"),
              ("405B", 1024, None, "scenario.plain"), ("1T", 4096, None, "scenario.plain"))
 
@@ -160,7 +160,7 @@ def scenarios() -> str:
 def plot_path(guide: Path) -> Path:
     """Where a guide's MFU plot goes: planner/results/ for the committed guide (its GPU in the name when
     calibrated), beside the guide anywhere else."""
-    if guide.parent.resolve() == HERE.parent.resolve():
+    if guide.parent.resolve() == HERE.parents[1].resolve():  # the committed guide's folder
         ctx = experiments.CONTEXT
         return RESULTS / (f"mfu_vs_gpus_{ctx.gpu}.png" if ctx.calibrate else "mfu_vs_gpus.png")
     return guide.with_name(f"{guide.stem}_mfu.png")

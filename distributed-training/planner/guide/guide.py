@@ -33,10 +33,10 @@ from planner.model import stacks
 from planner.model.cluster import make_cluster
 from .experiments import degrees, no_fit, plan, shape_of
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent  # the templates lie here; the documents two folders up
 TEMPLATE = HERE / "guide_template.md"
 VALIDATION_TEMPLATE = HERE / "validation_template.md"
-OUT = HERE.parent / "PARALLELISM_GUIDE.md"
+OUT = HERE.parents[1] / "PARALLELISM_GUIDE.md"
 VALIDATION = "PLANNER_VALIDATION"
 DEFAULT_LINKS = {"guide": OUT.name, "validation": f"{VALIDATION}.md", "mfu_plot": "planner/results/mfu_vs_gpus.png"}
 LINKS = dict(DEFAULT_LINKS)  # what the documents link: each other by file name, and the MFU plot
@@ -134,7 +134,7 @@ def long_context_commands() -> str:
             got = f"{degrees(c)} ({experiments.knobs(c)}), {c['memory_gb']['total']:.0f} GB" if c else no_fit(res)
             out.append(f"- `{cmd}`: {got}")
     return prose("Run them: each command prints the plan for PyTorch's stack and the parallel-3d "
-                             "command that runs it, context parallelism included (`--cp`, ring attention):") \
+                 "command that runs it, context parallelism included (`--cp`, ring attention):") \
         + "\n\n" + "\n".join(out)
 
 
@@ -258,15 +258,15 @@ def gpu_results() -> str:
 def opening() -> str:
     """The guide's first paragraph: a projection, what GPU results exist, and what a calibrated guide measured."""
     text = prose("**Every number in this guide is a cost-model projection made by [`planner/`]"
-                             "(planner/README.md), not a measurement.** " + gpu_results() + " " + BANNER)
+                 "(planner/README.md), not a measurement.** " + gpu_results() + " " + BANNER)
     parts = ["\n".join("> " + line for line in text.split("\n"))]
     ctx = experiments.CONTEXT
     if ctx.calibrate:
         notes = list(_context_cluster().notes)
         stayed = [what for key, what in DEFAULTS if not any(key in n for n in notes)]
         parts += ["", prose(f"**Calibrated for your cluster** (`make guide CALIBRATE=...`, "
-                                        f"{len(ctx.calibrate)} file(s)): the matrices and rules below are planned on "
-                                        f"{get_preset(ctx.gpu).label} with these figures from your measurements:"), ""]
+                            f"{len(ctx.calibrate)} file(s)): the matrices and rules below are planned on "
+                            f"{get_preset(ctx.gpu).label} with these figures from your measurements:"), ""]
         parts += [f"- {n}" for n in notes]
         parts += ["", prose("Everything else is the hardware table's and calibration.py's: " + ", ".join(
             stayed + ["peak FLOP/s and memory", "HBM efficiency and the per-kernel cost"]) + ".")]
