@@ -341,7 +341,7 @@ def megatron_total(g, d: pb.Degrees) -> float:
 
     deg = pb._planner_degrees(d)
     split = pb.lab_split(g, d)
-    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split)["total"])
+    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split).total)
 
 
 def measure_study(study: str, gpu: str, writer, term_writer) -> None:

@@ -47,10 +47,10 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     from planner import plan as planner_cli
 
     cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1, cp=1)
-    w, cl, pins = cfg.resolve()
-    res = search.search(w, cl, pins, top=1)
+    w, cl, pins, enumerated = cfg.resolved
+    res = search.search(w, cl, pins, top=1, enumerated=enumerated)
     cmd = planner_cli.run_commands(w, cl, res)
-    flags = cmd["torchrun"].split(launch.RUNNER)[1].split()
+    flags = cmd.torchrun.split(launch.RUNNER)[1].split()
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     from common.config import parse_config
 
@@ -58,8 +58,8 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     layout = check(run, gpt_config(run), gpus)
     best = res.best
     assert (layout.tp, layout.pp, layout.dp, layout.microbatch, layout.num_microbatches) == \
-        (best["tp"], best["pp"], best["dp"], best["microbatch"], best["num_microbatches"])
-    assert [v.interleave for v in variants(run)] == [best["interleave"]]
-    assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd["slurm"]
-    split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
-    assert split_layers(w.shape.layers, best["pp"] * best["interleave"], run.stage_layers) == split
+        (best.tp, best.pp, best.dp, best.microbatch, best.num_microbatches)
+    assert [v.interleave for v in variants(run)] == [best.interleave]
+    assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd.slurm
+    split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
+    assert split_layers(w.shape.layers, best.pp * best.interleave, run.stage_layers) == split

@@ -52,12 +52,11 @@ def accuracy_table() -> str:
     rows = []
     for role in ("fit", "held-out"):
         for r in (r for r in _rows() if r["role"] == role):
-            c = r["config"] or {}
+            c = r["config"]  # every published run has a plan here (its predicted value is printed)
             fmt = "{:,.2f}" if r["metric"] == "step_s" else "{:,.0f}"
             rows.append([role, r["source"], r["name"], f"{r['gpus']:,}", r["gpu"], METRIC[r["metric"]],
                          fmt.format(r["published"]), fmt.format(r["predicted"]), f"{r['error']:+.1%}",
-                         f"Z{c.get('zero')}, b {c.get('microbatch')}, v {c.get('interleave')}, {c.get('recompute')}, "
-                         f"stages {c.get('layers_per_stage')}"])
+                         f"Z{c.zero}, b {c.microbatch}, v {c.interleave}, {c.recompute}, stages {c.layers_per_stage}"])
     return table(["role", "source", "run", "GPUs", "GPU", "metric", "published", "planner", "throughput error",
                   "what the planner filled in"], rows)
 
@@ -97,7 +96,7 @@ def _sc21_free(software: str = "paper") -> tuple:
 
 def sc21_matches(software: str = "paper") -> str:
     pairs = _sc21_free(software)
-    hits = sum((r.best["tp"], r.best["pp"]) == (c.pins.tp, c.pins.pp) for c, r in pairs)
+    hits = sum((r.best.tp, r.best.pp) == (c.pins.tp, c.pins.pp) for c, r in pairs)
     return f"{hits} of {len(pairs)}"
 
 
@@ -107,15 +106,15 @@ def _misses() -> list[str]:
     for software in ("paper", "defaults"):
         for case, res in _sc21_free(software):
             b = res.best
-            if (b["tp"], b["pp"]) == (case.pins.tp, case.pins.pp):
+            if (b.tp, b.pp) == (case.pins.tp, case.pins.pp):
                 continue
             w = published.workload(case) if software == "paper" else Workload(case.shape, case.batch)
             cl = make_cluster(get_preset(case.gpu), case.gpus)
             ref = search(w, cl, Pins(tp=case.pins.tp, pp=case.pins.pp, zero=0, recompute="full"), top=1,
                          max_rejected=0).best
             out.append(f"{case.name} ({software}) {case.pins.tp}·{case.pins.pp} "
-                       f"{ref['tokens_per_s'] / b['tokens_per_s'] - 1:+.1%} in throughput, "
-                       f"{ref['memory_gb']['total']:.0f} against {b['memory_gb']['total']:.0f} GB")
+                       f"{ref.tokens_per_s / b.tokens_per_s - 1:+.1%} in throughput, "
+                       f"{ref.memory_gb.total:.0f} against {b.memory_gb.total:.0f} GB")
     return out
 
 
@@ -126,9 +125,9 @@ def sc21_choices() -> str:
         cells = []
         for r in (res, dres):
             b = r.best
-            ours = f"{b['tp']}·{b['pp']}"
-            cells += [ours + ("" if ours == paper else " ✗"), f"{b['vs_fastest']:+.1%}", len(r.near_ties),
-                      f"{b['memory_gb']['total']:.0f}"]
+            ours = f"{b.tp}·{b.pp}"
+            cells += [ours + ("" if ours == paper else " ✗"), f"{b.vs_fastest:+.1%}", len(r.near_ties),
+                      f"{b.memory_gb.total:.0f}"]
         rows.append([case.name, f"{case.gpus:,}", paper] + cells)
     text = prose(f"With the paper's software (fp32 gradients, dropout, scores in HBM, no sequence parallelism, no "
                  f"overlap: published.py) the planner's (TP, PP) equals the paper's in {sc21_matches('paper')} rows; "
@@ -171,18 +170,18 @@ def memory_accuracy() -> str:
                                  sequence_parallel=False, flash=False, dropout=True)
         sel = memory_breakdown(shape, Degrees.of(t=tp, p=pp, b=mb, v=v, m=m, recompute=SELECTIVE), grad_bytes=4.0,
                                sequence_parallel=True, flash=False, dropout=True)
-        ours_states = float(plain["params"] + plain["grads"] + plain["optimizer"]) / GIB
+        ours_states = float(plain.params + plain.grads + plain.optimizer) / GIB
         logits = 4.0 * shape.seq * mb * (shape.hidden + shape.vocab) / tp / GIB if pp == 1 else 0.0
         for what, pub, ours in (("weights+grads+optimizer", states, ours_states),
-                                ("activations, TP only", act_none, float(plain["activations"]) / GIB - logits),
-                                ("activations, SP + selective", act_sel, float(sel["activations"]) / GIB - logits)):
+                                ("activations, TP only", act_none, float(plain.activations) / GIB - logits),
+                                ("activations, SP + selective", act_sel, float(sel.activations) / GIB - logits)):
             rows.append([f"Korthikanti Fig. 1, {name}", what, f"{pub:.2f} GiB", f"{ours:.2f} GiB",
                          f"{(ours - pub) / pub:+.1%}"])
     for case, gib in ((c, TITAN_MEMORY_GIB.get(c.name)) for c in published.cases()):
         if gib is None:
             continue
         best = published.predict(case)
-        ours = best["memory_gb"]["total"] * 1e9 / GIB
+        ours = best.memory_gb.total * 1e9 / GIB
         rows.append([f"torchtitan, {case.name}", "max reserved memory (eager and compiled alike in the model)",
                      f"{gib:.1f} GiB", f"{ours:.1f} GiB", f"{(ours - gib) / gib:+.1%}"])
     for stage, pub in zip(range(4), (120, 31.4, 16.6, 1.9)):

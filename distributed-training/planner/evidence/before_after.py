@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         b = before and f"{before['tp']}x{before['pp']}"
         a = free_now[case.name]
         rows.append(["sc21 choice", case.source, case.name, case.role, case.gpu, case.gpus, "tp x pp", paper, b,
-                     None, f"{a['tp']}x{a['pp']}", None, cfg.before, after_commit])
+                     None, f"{a.tp}x{a.pp}", None, cfg.before, after_commit])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp = OUT.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:

@@ -36,7 +36,7 @@ from . import own_runs
 from planner.model.calibration import FITTED, ComputeConstants
 from planner.model.cluster import Cluster, make_cluster
 from planner.model.compute import Kernels, gemm_time, layer_times
-from planner.model.costs import rates_for, step_costs
+from planner.model.costs import StepCosts, rates_for, step_costs
 from planner.model.degrees import RECOMPUTE, Degrees
 from .own_runs import Run
 from planner.model.stages import StageSplit
@@ -88,7 +88,7 @@ def split_of(run: Run) -> StageSplit | None:
     return StageSplit(*(np.asarray(float(x)) for x in (per_rank[0], middle, per_rank[-1])))
 
 
-def _times(run: Run, cl: Cluster) -> dict:
+def _times(run: Run, cl: Cluster) -> StepCosts:
     grad_bytes = 4.0 if run.stack.weights == "fp32" else 2.0
     return step_costs(run.shape, cl, degrees_of(run), grad_bytes=grad_bytes, kernels=kernels_of(run),
                       tp_overlap=TP_OVERLAP, dp_overlap=DP_OVERLAP, tp_layout_copies=True,
@@ -107,20 +107,20 @@ def host_paced(run: Run) -> bool:
 def _step(run: Run, cl: Cluster) -> Prediction:
     lay = run.layout
     times = _times(run, cl)
-    step, gpu = float(times["step_s"]), float(times["gpu_step_s"])
+    step, gpu = float(times.step_s), float(times.gpu_step_s)
     counted = run.detail.get("kernels_per_step")
     if counted:
         # The row counted the kernels its step launched (the profiler): the per-kernel fixed cost is paid for
         # those, not for the kernels the model's op list has (it knows the big ones, not every small one).
-        no_fixed = float(_times(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0)))["gpu_step_s"])
+        no_fixed = float(_times(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0))).gpu_step_s)
         gpu = no_fixed + counted * cl.compute.kernel_us * 1e-6
-        step = max(gpu, float(times["host_s"]))
+        step = max(gpu, float(times.host_s))
     note = ""
     if run.detail.get("gpu_busy_ms"):
         # host.py: a step is the larger of the GPU's time and the host's. The row measured the GPU's busy time, so a
         # host-paced row is judged on it: the model's GPU time against the GPU's (error).
         note = (f"GPU busy {run.detail['gpu_busy_ms']:.1f} of {run.detail['step_ms']:.1f} ms; predicted GPU "
-                f"{gpu * 1e3:.1f} ms, host {float(times['host_s']) * 1e3:.1f} ms")
+                f"{gpu * 1e3:.1f} ms, host {float(times.host_s) * 1e3:.1f} ms")
     tokens = lay.microbatch * lay.micro_batches * lay.dp * run.shape.seq
     if run.unit == "ms":
         return Prediction(step * 1e3, step, note, gpu)

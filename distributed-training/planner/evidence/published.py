@@ -65,6 +65,7 @@ from . import published_small
 from planner.model.calibration import FITTED, ComputeConstants
 from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 from planner.model.cluster import make_cluster
+from planner.search.records import Plan
 from planner.search.search import Pins, Workload, search
 from planner.model.shapes import Shape
 
@@ -152,7 +153,7 @@ def workload(case: Case) -> Workload:
     return Workload(case.shape, case.batch, **case.software.__dict__)
 
 
-def predict(case: Case, consts: ComputeConstants = FITTED) -> dict | None:
+def predict(case: Case, consts: ComputeConstants = FITTED) -> Plan | None:
     """The fastest configuration under the case's pins that fits (None if none does), with `consts`.
 
     What a paper leaves unstated (micro-batch, interleaving, ZeRO stage) its authors tuned for speed, so the
@@ -163,11 +164,11 @@ def predict(case: Case, consts: ComputeConstants = FITTED) -> dict | None:
     return search(workload(case), cl, case.pins, top=1, max_rejected=0, rules=False).best
 
 
-def throughput_error(case: Case, best: dict) -> float:
+def throughput_error(case: Case, predicted: float) -> float:
     """Signed error of per-GPU throughput: rates as they are, an iteration time through its inverse."""
     if case.metric == "step_s":
-        return case.published / best["step_s"] - 1
-    return best[case.metric] / case.published - 1
+        return case.published / predicted - 1
+    return predicted / case.published - 1
 
 
 def compare(consts: ComputeConstants = FITTED, role: str | None = None) -> list[dict]:
@@ -180,8 +181,8 @@ def compare(consts: ComputeConstants = FITTED, role: str | None = None) -> list[
         rows.append({"source": case.source, "name": case.name, "gpus": case.gpus, "gpu": case.gpu,
                      "metric": case.metric, "published": case.published, "role": case.role,
                      "hidden": case.shape.hidden, "group": case.group,
-                     "predicted": None if best is None else best[case.metric], "config": best,
-                     "error": None if best is None else throughput_error(case, best)})
+                     "predicted": None if best is None else getattr(best, case.metric), "config": best,
+                     "error": None if best is None else throughput_error(case, getattr(best, case.metric))})
     return rows
 
 
@@ -202,10 +203,10 @@ def summary(rows: list[dict]) -> dict:
 if __name__ == "__main__":
     rows = compare()
     for r in rows:
-        c = r["config"] or {}
+        c = r["config"]
+        plan = (f"Z{c.zero} b={c.microbatch} v={c.interleave} {c.recompute} stages={c.layers_per_stage} "
+                f"mem={c.memory_gb.total}") if c else "no plan fits"
         print(f"{r['role']:8s} {r['source']:26s} {r['name']:36s} {r['published']:>9.3f} "
-              f"{(r['predicted'] or float('nan')):>9.3f} {100 * (r['error'] or float('nan')):+6.1f}%  "
-              f"Z{c.get('zero')} b={c.get('microbatch')} v={c.get('interleave')} {c.get('recompute')} "
-              f"stages={c.get('layers_per_stage')} mem={c.get('memory_gb', {}).get('total')}")
+              f"{(r['predicted'] or float('nan')):>9.3f} {100 * (r['error'] or float('nan')):+6.1f}%  {plan}")
     for key, s in summary(rows).items():
         print(f"{key:16s} n={s['n']:2d} median |err| {s['median_abs']:.1%}  range {s['min']:+.1%} .. {s['max']:+.1%}")

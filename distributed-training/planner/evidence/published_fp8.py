@@ -65,7 +65,7 @@ def torchao_8b() -> Pair:
         sw = replace(TORCHTITAN, fp8_backend="torchao", fp8_recipe="tensorwise")
         w = Workload(shape, 8, precision, **sw.__dict__)
         out.append(search(w, make_cluster(get_preset("h100-gt"), 8, precision), pins, top=1, max_rejected=0,
-                          rules=False).best["tokens_per_s_per_gpu"])
+                          rules=False).best.tokens_per_s_per_gpu)
     return Pair("torchao docs (torchtitan)", "Llama 3 8B, FSDP on 8 GPUs, tensorwise + FP8 all-gather", 6150.0, 7689.5,
                 out[0], out[1], "tokens/s/GPU")
 

@@ -116,8 +116,8 @@ def predict_ms(row, machine: Machine) -> float:
     lt, ht = layer_times(shape, row.tp, 1, row.microbatch, ker, r), head_times(shape, row.tp, 1, row.microbatch, ker, r)
     rec = {"none": 0.0, "selective": lt["recompute_selective"], "full": lt["recompute_full"]}[row.recompute]
     per_replica = (shape.layers * (lt["fwd"] + lt["bwd"] + rec) + ht["embedding"] + ht["head"]) * row.num_microbatches
-    work = row.tp * row.dp * per_replica + row.world * out["optimizer_s"]
-    return 1e3 * max(float(out["step_s"]), float(work) / machine.cores)
+    work = row.tp * row.dp * per_replica + row.world * out.optimizer_s
+    return 1e3 * max(float(out.step_s), float(work) / machine.cores)
 
 
 def spearman(a, b) -> float:

@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"source": case.source, "run": case.name, "regime": regime(case.gpus), "gpu": case.gpu,
                      "gpus": case.gpus, "hidden": case.shape.hidden, "group": case.group or "",
                      "metric": case.metric, "published": case.published, "before_tp": tp, "before": value,
-                     "before_error": None if value is None else published.throughput_error(case, {case.metric: value}),
-                     "after_tp": (r["config"] or {}).get("tp"), "after": r["predicted"], "after_error": r["error"],
+                     "before_error": None if value is None else published.throughput_error(case, value),
+                     "after_tp": r["config"].tp if r["config"] else None, "after": r["predicted"],
+                     "after_error": r["error"],
                      "before_commit": cfg.before, "after_commit": after_commit})
     OUT.parent.mkdir(parents=True, exist_ok=True)
     tmp = OUT.with_suffix(".tmp")

@@ -158,7 +158,7 @@ def small_models(rows: list[dict] | None = None) -> str:
     else:
         lines.append("No source in this regime measured alternatives for one job yet: no ranking.")
     by_tp = markdown.table(["TP degree", "runs", "median error", "median abs. error"],
-                           _breakdown(rows, lambda r: (r["config"]["tp"], f"TP {r['config']['tp']}")), align="lrrr")
+                           _breakdown(rows, lambda r: (r["config"].tp, f"TP {r['config'].tp}")), align="lrrr")
     by_hidden = markdown.table(["hidden size", "runs", "median error", "median abs. error"],
                                _breakdown(rows, lambda r: _band(r["hidden"])), align="lrrr")
     parts = [" ".join(lines), by_tp, by_hidden]

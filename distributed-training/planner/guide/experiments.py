@@ -85,24 +85,24 @@ def plan(model: str, gpus: int, gpu: str | None = None, net: float | None = None
 
 
 def degrees(c: dict) -> str:
-    return f"{c['tp']}·{c['pp']}·{c['dp']}" + (f"·{c['cp']}" if c["cp"] > 1 else "")
+    return f"{c.tp}·{c.pp}·{c.dp}" + (f"·{c.cp}" if c.cp > 1 else "")
 
 
 def knobs(c: dict) -> str:
-    v = f", v {c['interleave']}" if c["interleave"] > 1 else ""
-    return f"Z{c['zero']}, {c['microbatch']}×{c['num_microbatches']}{v}, {c['recompute']}"
+    v = f", v {c.interleave}" if c.interleave > 1 else ""
+    return f"Z{c.zero}, {c.microbatch}×{c.num_microbatches}{v}, {c.recompute}"
 
 
 def no_fit(res) -> str:
     """Why a cell is empty: the least memory any configuration needed."""
-    need = re.search(r"needs ([0-9.]+) GB", res.rejected[0]["reason"]) if res.rejected else None
+    need = re.search(r"needs ([0-9.]+) GB", res.rejected[0].reason) if res.rejected else None
     return f"does not fit (≥ {float(need.group(1)):.0f} GB/GPU)" if need else "no configuration divides"
 
 
 def best_over(results) -> dict | None:
     """The highest-throughput best plan of several searches (plans may run slightly different batches)."""
     found = [r.best for r in results if r.best]
-    return max(found, key=lambda c: c["tokens_per_s"]) if found else None
+    return max(found, key=lambda c: c.tokens_per_s) if found else None
 
 
 def rule_tp() -> str:
@@ -112,19 +112,19 @@ def rule_tp() -> str:
         row = [tp]
         for net in (400, 100):
             c = plan("175B", 512, net=net, pins=Pins(tp=tp)).best
-            steps[tp, net] = c["step_s"]
-            row += [f"{degrees(c)} ({knobs(c)})", f"{c['step_s']:.2f}", f"{c['tp_comm_s'] - c['tp_hidden_s']:.2f}"]
+            steps[tp, net] = c.step_s
+            row += [f"{degrees(c)} ({knobs(c)})", f"{c.step_s:.2f}", f"{c.tp_comm_s - c.tp_hidden_s:.2f}"]
         rows.append(row)
     pcie = plan("175B", 512, domain=1, pins=Pins(tp=8)).best
-    rows.append(["8, PCIe only", f"{degrees(pcie)} ({knobs(pcie)})", f"{pcie['step_s']:.2f}",
-                 f"{pcie['tp_comm_s'] - pcie['tp_hidden_s']:.2f}", "", "", ""])
+    rows.append(["8, PCIe only", f"{degrees(pcie)} ({knobs(pcie)})", f"{pcie.step_s:.2f}",
+                 f"{pcie.tp_comm_s - pcie.tp_hidden_s:.2f}", "", "", ""])
     best = {net: min((tp for tp, n in steps if n == net), key=lambda tp: steps[tp, net]) for net in (400, 100)}
     text = prose(
         f"At 400 Gb/s the fastest TP degree is {best[400]}; TP 16, half of each group on another node, takes "
         f"{steps[16, 400] / steps[8, 400]:.2f}x the step time of TP 8 and TP 32 (four nodes) "
         f"{steps[32, 400] / steps[8, 400]:.2f}x. At 100 Gb/s the fastest is {best[100]}, and TP 16 costs "
         f"{steps[16, 100] / steps[8, 100]:.2f}x, TP 32 {steps[32, 100] / steps[8, 100]:.2f}x. On a PCIe-only "
-        f"machine even TP 8 takes {pcie['step_s'] / steps[8, 400]:.2f}x as long as with NVLink.")
+        f"machine even TP 8 takes {pcie.step_s / steps[8, 400]:.2f}x as long as with NVLink.")
     return table(["TP", "400 Gb/s: TP·PP·DP (ZeRO, micro-batch×m, recompute)", "step s", "exposed TP s",
                   "100 Gb/s: TP·PP·DP (...)", "step s", "exposed TP s"], rows) + "\n\n" + text
 
@@ -136,9 +136,9 @@ def rule_pp() -> str:
         for net in (100, 400):
             free, flat = plan(model, 512, net=net).best, plan(model, 512, net=net, pins=Pins(pp=1)).best
             rows.append([model, net, degrees(free) if free else "no fit", knobs(free) if free else "",
-                         f"{free['step_s']:.2f}" if free else "",
+                         f"{free.step_s:.2f}" if free else "",
                          f"{degrees(flat)} ({knobs(flat)})" if flat else "does not fit",
-                         f"{flat['step_s'] / free['step_s']:.2f}x" if flat and free else "-"])
+                         f"{flat.step_s / free.step_s:.2f}x" if flat and free else "-"])
     return table(["model", "Gb/s", "best TP·PP·DP", "ZeRO, micro-batch×m, recompute", "step s",
                   "best without PP", "its step / best"], rows)
 
@@ -148,8 +148,8 @@ def rule_dp() -> str:
     rows = []
     for gpus in (8, 64, 512, 4096, 16384):
         c = plan("8B", gpus).best
-        rows.append([gpus, degrees(c), knobs(c), batch_for(gpus) * SEQ // gpus, f"{c['dp_comm_s']:.3f}",
-                     f"{c['dp_hidden_s'] / c['dp_comm_s']:.0%}" if c["dp_comm_s"] else "-", f"{c['mfu']:.1%}"])
+        rows.append([gpus, degrees(c), knobs(c), batch_for(gpus) * SEQ // gpus, f"{c.dp_comm_s:.3f}",
+                     f"{c.dp_hidden_s / c.dp_comm_s:.0%}" if c.dp_comm_s else "-", f"{c.mfu:.1%}"])
     return table(["GPUs", "TP·PP·DP", "ZeRO, micro-batch×m, recompute", "tokens/GPU/step", "DP comm s", "hidden",
                   "MFU"], rows)
 
@@ -162,14 +162,14 @@ def rule_zero3_vs_pp() -> str:
             for net in (100, 400):
                 fsdp = plan(model, gpus, net=net, pins=Pins(pp=1, zero=3)).best
                 pp = best_over(plan(model, gpus, net=net, pins=Pins(pp=p, zero=1)) for p in (2, 4, 8, 16))
-                win = "ZeRO-3" if pp is None or (fsdp and fsdp["tokens_per_s"] > pp["tokens_per_s"]) else "PP"
-                if fsdp and pp and min(fsdp["tokens_per_s"], pp["tokens_per_s"]) >= \
-                        (1 - NEAR_TIE) * max(fsdp["tokens_per_s"], pp["tokens_per_s"]):
+                win = "ZeRO-3" if pp is None or (fsdp and fsdp.tokens_per_s > pp.tokens_per_s) else "PP"
+                if fsdp and pp and min(fsdp.tokens_per_s, pp.tokens_per_s) >= \
+                        (1 - NEAR_TIE) * max(fsdp.tokens_per_s, pp.tokens_per_s):
                     win += " (near-tie)"
                     close.append(net)
                 rows.append([model, gpus, net, batch_for(gpus) * SEQ // gpus,
-                             f"{degrees(fsdp)}: {fsdp['step_s']:.2f} s" if fsdp else "no fit",
-                             f"{degrees(pp)}: {pp['step_s']:.2f} s" if pp else "no fit", win])
+                             f"{degrees(fsdp)}: {fsdp.step_s:.2f} s" if fsdp else "no fit",
+                             f"{degrees(pp)}: {pp.step_s:.2f} s" if pp else "no fit", win])
     zero3 = sum(r[-1].startswith("ZeRO-3") for r in rows)
     ties = f"{len(close)} is a near-tie" if len(close) == 1 else f"{len(close)} are near-ties"
     text = prose(f"ZeRO-3 is the faster option in {zero3} of these {len(rows)} cases; {ties} (within {NEAR_TIE:.0%}, "
@@ -189,8 +189,8 @@ def rule_bubble() -> str:
             if c is None:
                 rows.append([b, v, "", "", "", no_fit(res), ""])
                 continue
-            rows.append([b, v, c["num_microbatches"], f"{c['bubble_fraction']:.1%}", f"{c['step_s']:.2f}",
-                         f"{c['memory_gb']['total']:.0f}", c["recompute"]])
+            rows.append([b, v, c.num_microbatches, f"{c.bubble_fraction:.1%}", f"{c.step_s:.2f}",
+                         f"{c.memory_gb.total:.0f}", c.recompute])
     return table(["micro-batch", "v", "m", "bubble (p-1)/(v·m + p-1)", "step s", "GB/GPU", "recompute"], rows)
 
 
@@ -206,8 +206,8 @@ def rule_long_context() -> str:
             if c is None:
                 rows.append([model, gpus, seq, f"{attn:.0%}", no_fit(res), "", "", "", ""])
                 continue
-            rows.append([model, gpus, seq, f"{attn:.0%}", degrees(c), knobs(c), f"{c['memory_gb']['total']:.0f}",
-                         f"{c['tokens_per_s_per_gpu']:,.0f}", f"{c['mfu']:.1%}"])
+            rows.append([model, gpus, seq, f"{attn:.0%}", degrees(c), knobs(c), f"{c.memory_gb.total:.0f}",
+                         f"{c.tokens_per_s_per_gpu:,.0f}", f"{c.mfu:.1%}"])
     return table(["model", "GPUs", "seq", "attention share of FLOPs", "TP·PP·DP·CP",
                   "ZeRO, micro-batch×m, recompute", "GB/GPU", "tokens/s/GPU", "MFU"], rows)
 
@@ -217,15 +217,14 @@ def rule_fp8() -> str:
     rows = []
     for model, gpus in (("8B", 64), ("70B", 512), ("405B", 4096)):
         bf = plan(model, gpus).best
-        same = plan(model, gpus, precision="fp8", pins=Pins(**{k: bf[k] for k in ("tp", "pp", "dp", "cp", "zero",
-                                                                              "microbatch", "interleave", "recompute")},
-                                                                 )).best
+        same = plan(model, gpus, precision="fp8", pins=Pins(bf.tp, bf.pp, bf.dp, bf.cp, bf.zero, bf.microbatch,
+                                                             bf.interleave, bf.recompute)).best
         f8 = plan(model, gpus, precision="fp8").best
-        rows.append([model, gpus, f"{degrees(bf)} ({knobs(bf)})", f"{bf['memory_gb']['total']:.1f} → "
-                     f"{same['memory_gb']['total']:.1f}", f"{bf['step_s'] / same['step_s']:.2f}x",
-                     f"{degrees(f8)} ({knobs(f8)})", f"{bf['step_s'] / f8['step_s']:.2f}x",
-                     f"{bf['model_tflops_per_gpu']:.0f} → {f8['model_tflops_per_gpu']:.0f}",
-                     f"{bf['mfu']:.1%} → {f8['mfu']:.1%}"])
+        rows.append([model, gpus, f"{degrees(bf)} ({knobs(bf)})", f"{bf.memory_gb.total:.1f} → "
+                     f"{same.memory_gb.total:.1f}", f"{bf.step_s / same.step_s:.2f}x",
+                     f"{degrees(f8)} ({knobs(f8)})", f"{bf.step_s / f8.step_s:.2f}x",
+                     f"{bf.model_tflops_per_gpu:.0f} → {f8.model_tflops_per_gpu:.0f}",
+                     f"{bf.mfu:.1%} → {f8.mfu:.1%}"])
     return table(["model", "GPUs", "bf16 plan", "its GB/GPU, bf16 → FP8", "FP8 speed-up, same plan", "best FP8 plan",
                   "speed-up", "model TFLOP/s/GPU", "MFU (each vs its own peak)"], rows)
 

@@ -50,8 +50,8 @@ def short(res) -> str:
     c = res.best
     if c is None:
         return "no fit"
-    return f"{degrees(c)} Z{c['zero']}{' R' if c['recompute'] == 'full' else ''}, {c['memory_gb']['total']:.0f} GB, " \
-        f"{c['mfu']:.0%}"
+    return f"{degrees(c)} Z{c.zero}{' R' if c.recompute == 'full' else ''}, {c.memory_gb.total:.0f} GB, " \
+        f"{c.mfu:.0%}"
 
 
 def near_tie_cell(res) -> str:
@@ -59,10 +59,10 @@ def near_tie_cell(res) -> str:
     if not res.near_ties:
         return "-"
     cell = str(len(res.near_ties))
-    fastest = max(res.near_ties, key=lambda t: t["vs_fastest"])
-    if res.best["vs_fastest"] < 0:
-        cell += f"; fastest {fastest['tp']}·{fastest['pp']}·{fastest['dp']}" \
-            + (f"·{fastest['cp']}" if fastest["cp"] > 1 else "") + f" ({-res.best['vs_fastest']:.1%} faster)"
+    fastest = max(res.near_ties, key=lambda t: t.vs_fastest)
+    if res.best.vs_fastest < 0:
+        cell += f"; fastest {fastest.tp}·{fastest.pp}·{fastest.dp}" \
+            + (f"·{fastest.cp}" if fastest.cp > 1 else "") + f" ({-res.best.vs_fastest:.1%} faster)"
     return cell
 
 
@@ -75,11 +75,11 @@ def matrix_main() -> str:
             if c is None:
                 rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, no_fit(res)] + [""] * 7)
                 continue
-            rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, degrees(c), c["zero"],
-                         f"{c['microbatch']} × {c['num_microbatches']}"
-                         + (f", v={c['interleave']}" if c["interleave"] > 1 else ""),
-                         c["recompute"], f"{c['memory_gb']['total']:.0f}", f"{c['bubble_fraction']:.0%}",
-                         f"{c['mfu']:.1%}", near_tie_cell(res)])
+            rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, degrees(c), c.zero,
+                         f"{c.microbatch} × {c.num_microbatches}"
+                         + (f", v={c.interleave}" if c.interleave > 1 else ""),
+                         c.recompute, f"{c.memory_gb.total:.0f}", f"{c.bubble_fraction:.0%}",
+                         f"{c.mfu:.1%}", near_tie_cell(res)])
     stack = experiments.CONTEXT.stack
     return prose(stack_sentence(stack)) + "\n\n" + table(
         ["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
@@ -108,10 +108,10 @@ def matrix_pytorch() -> str:
             if c is None:
                 rows.append([f"{model}", gpus, no_fit(res)] + [""] * 5)
                 continue
-            same += bool(other.best) and degrees(other.best) == degrees(c) and other.best["zero"] == c["zero"]
-            rows.append([model, gpus, degrees(c), c["zero"], f"{c['microbatch']} × {c['num_microbatches']}"
-                         + (f", v={c['interleave']}" if c["interleave"] > 1 else ""), c["recompute"],
-                         f"{c['memory_gb']['total']:.0f}", f"{c['mfu']:.1%}"])
+            same += bool(other.best) and degrees(other.best) == degrees(c) and other.best.zero == c.zero
+            rows.append([model, gpus, degrees(c), c.zero, f"{c.microbatch} × {c.num_microbatches}"
+                         + (f", v={c.interleave}" if c.interleave > 1 else ""), c.recompute,
+                         f"{c.memory_gb.total:.0f}", f"{c.mfu:.1%}"])
     text = prose(
         stack_sentence(stacks.PYTORCH, practice=False) + f" In {same} of {len(MODELS) * len(GPU_COUNTS)} cells it is the plan above "
         "(degrees and ZeRO stage); elsewhere PyTorch's memory (full-length gathered activations under TP, unsharded "
@@ -131,7 +131,7 @@ def long_context_commands() -> str:
             res = plan(model, gpus, seq=seq, tokens=2**22, stack=stacks.PYTORCH)
             c = res.best
             cmd = f"make plan ARGS=\"--params {model} --gpus {gpus} --seq {seq} --global-batch {2**22 // seq}\""
-            got = f"{degrees(c)} ({experiments.knobs(c)}), {c['memory_gb']['total']:.0f} GB" if c else no_fit(res)
+            got = f"{degrees(c)} ({experiments.knobs(c)}), {c.memory_gb.total:.0f} GB" if c else no_fit(res)
             out.append(f"- `{cmd}`: {got}")
     return prose("Run them: each command prints the plan for PyTorch's stack and the parallel-3d "
                  "command that runs it, context parallelism included (`--cp`, ring attention):") \
@@ -144,9 +144,9 @@ def matrix_notes() -> str:
     for model in MODELS:
         for gpus in GPU_COUNTS:
             c = plan(model, gpus).best
-            if c and c["tp"] > 8:
+            if c and c.tp > 8:
                 alt = plan(model, gpus, pins=experiments.Pins(tp=8)).best
-                notes.append(f"{model} on {gpus} GPUs: TP {c['tp']}, {alt['step_s'] / c['step_s'] - 1:.1%} faster "
+                notes.append(f"{model} on {gpus} GPUs: TP {c.tp}, {alt.step_s / c.step_s - 1:.1%} faster "
                              f"than the best TP-8 plan ({degrees(alt)}, {experiments.knobs(alt)})")
     if not notes:
         return "No plan in the table runs TP across nodes."
@@ -186,7 +186,7 @@ def matrix_network() -> str:
 
 def _no_pp_share(results) -> str:
     found = [r.best for r in results if r.best]
-    return f"{sum(c['pp'] == 1 for c in found)} of {len(found)}"
+    return f"{sum(c.pp == 1 for c in found)} of {len(found)}"
 
 
 def matrix_network_note() -> str:

@@ -35,9 +35,9 @@ SCENARIOS = (("7B", 8, None, "scenario.one_node"), ("70B", 64, 400, "scenario.no
 
 def regime(c: dict) -> str:
     """The kind of layout a plan is, in a learner's words (degrees and stages are listed per span)."""
-    if c["pp"] > 1:
+    if c.pp > 1:
         return "TP x PP"
-    return "TP with ZeRO data parallelism" if c["tp"] > 1 else f"ZeRO-{c['zero']} data parallelism alone"
+    return "TP with ZeRO data parallelism" if c.tp > 1 else f"ZeRO-{c.zero} data parallelism alone"
 
 
 def _range(values: list[int], name: str) -> str:
@@ -60,10 +60,10 @@ def model_line(model: str, counts: tuple[int, ...]) -> str:
             spans.append((regime(c), [gpus], [c]))
     parts = []
     for what, gpus, plans in spans:
-        detail = [] if what.endswith("alone") else [_range([c["tp"] for c in plans], "TP")]
-        detail += [_range([c["pp"] for c in plans], "PP")] if what == "TP x PP" else []
+        detail = [] if what.endswith("alone") else [_range([c.tp for c in plans], "TP")]
+        detail += [_range([c.pp for c in plans], "PP")] if what == "TP x PP" else []
         if not what.endswith("alone"):
-            detail += ["ZeRO-" + "/".join(str(z) for z in sorted({c["zero"] for c in plans}))]
+            detail += ["ZeRO-" + "/".join(str(z) for z in sorted({c.zero for c in plans}))]
         at = f"{gpus[0]:,}" + (f"-{gpus[-1]:,}" if len(gpus) > 1 else "")
         parts.append(f"{what}" + (f" ({', '.join(detail)})" if detail else "") + f" on {at} GPUs")
     return f"{model}: " + listing(parts)
@@ -71,10 +71,10 @@ def model_line(model: str, counts: tuple[int, ...]) -> str:
 
 def spelled(c: dict) -> str:
     """TP·PP·DP(·CP) = 1·1·8, ZeRO-3, micro-batch 2 x 16, no recompute."""
-    v = f", {c['interleave']} interleaved chunks" if c["interleave"] > 1 else ""
-    rec = "no recompute" if c["recompute"] == "none" else f"{c['recompute']} recompute"
-    head = "TP·PP·DP·CP" if c["cp"] > 1 else "TP·PP·DP"
-    return (f"{head} = {degrees(c)}, ZeRO-{c['zero']}, micro-batch {c['microbatch']} x {c['num_microbatches']}{v}, "
+    v = f", {c.interleave} interleaved chunks" if c.interleave > 1 else ""
+    rec = "no recompute" if c.recompute == "none" else f"{c.recompute} recompute"
+    head = "TP·PP·DP·CP" if c.cp > 1 else "TP·PP·DP"
+    return (f"{head} = {degrees(c)}, ZeRO-{c.zero}, micro-batch {c.microbatch} x {c.num_microbatches}{v}, "
             f"{rec}")
 
 
@@ -103,7 +103,7 @@ def findings() -> list[Finding]:
     gpu = get_preset(ctx.gpu).label
     counts = (8, 64, 512, 4096)
     lines = [model_line(m, counts) for m in ("8B", "70B", "405B", "1T")]
-    mfus = [c["mfu"] for m in ("1B", "8B", "70B", "405B", "1T") for g in counts if (c := plan(m, g).best)]
+    mfus = [c.mfu for m in ("1B", "8B", "70B", "405B", "1T") for g in counts if (c := plan(m, g).best)]
     return [Finding("Question", S("question")),
             Finding("Answer", S("answer", gpu=gpu, lines="; ".join(lines), lo=min(mfus), hi=max(mfus))),
             Finding("How far to trust it", accuracy_sentence()),
@@ -116,27 +116,27 @@ def findings_block() -> str:
 
 
 def _why(c: dict, model: str, gpus: int, net: float | None) -> str:
-    if c["cp"] > 1:
+    if c.cp > 1:
         alt = plan(model, gpus, net=net, pins=experiments.Pins(cp=1)).best
-        text = S("why.cp", cp=c["cp"], pp=c["pp"], tp=c["tp"], m=c["num_microbatches"], v=c["interleave"],
-                 bubble=c["bubble_fraction"])
-        return text + (" " + S("why.cp_alt", alt=spelled(alt), x=alt["step_s"] / c["step_s"] - 1) if alt else "")
-    if c["pp"] > 1:
-        return S("why.pp", pp=c["pp"], tp=c["tp"], v=c["interleave"], bubble=c["bubble_fraction"])
-    if c["tp"] > 1:
-        return S("why.tp", tp=c["tp"], zero=c["zero"], dp=c["dp"])
-    return S("why.dp", dp=c["dp"], zero=c["zero"], params=shape_of(model).params / 1e9)
+        text = S("why.cp", cp=c.cp, pp=c.pp, tp=c.tp, m=c.num_microbatches, v=c.interleave,
+                 bubble=c.bubble_fraction)
+        return text + (" " + S("why.cp_alt", alt=spelled(alt), x=alt.step_s / c.step_s - 1) if alt else "")
+    if c.pp > 1:
+        return S("why.pp", pp=c.pp, tp=c.tp, v=c.interleave, bubble=c.bubble_fraction)
+    if c.tp > 1:
+        return S("why.tp", tp=c.tp, zero=c.zero, dp=c.dp)
+    return S("why.dp", dp=c.dp, zero=c.zero, params=shape_of(model).params / 1e9)
 
 
 def _ties(res) -> str:
-    ties = sorted(res.near_ties, key=lambda t: -t["vs_fastest"])
+    ties = sorted(res.near_ties, key=lambda t: -t.vs_fastest)
     if not ties:
         return S("ties.none")
     fastest = ties[0]
-    faster = -res.best["vs_fastest"]
+    faster = -res.best.vs_fastest
     if faster > 0:
         return S("ties.rule", n=len(ties), alt=degrees(fastest), x=faster)
-    return S("ties.some", n=len(ties), alt=degrees(fastest), x=fastest["vs_fastest"])
+    return S("ties.some", n=len(ties), alt=degrees(fastest), x=fastest.vs_fastest)
 
 
 def scenario(model: str, gpus: int, net: float | None, key: str) -> str:
@@ -148,8 +148,8 @@ def scenario(model: str, gpus: int, net: float | None, key: str) -> str:
     if c is None:
         return S("scenario.no_fit", model=model, gpus=gpus, cmd=cmd)
     return S(key, model=model, gpus=gpus, nodes=nodes, net=net or 0, layout=spelled(c),
-             mem=c["memory_gb"]["total"], mfu=c["mfu"], tps=c["tokens_per_s_per_gpu"], step=c["step_s"],
-             tokens=c["global_batch"] * experiments.SEQ, why=_why(c, model, gpus, net), ties=_ties(res), cmd=cmd,
+             mem=c.memory_gb.total, mfu=c.mfu, tps=c.tokens_per_s_per_gpu, step=c.step_s,
+             tokens=c.global_batch * experiments.SEQ, why=_why(c, model, gpus, net), ties=_ties(res), cmd=cmd,
              params=shape_of(model).params / 1e9)
 
 
@@ -176,13 +176,13 @@ def draw_mfu(path: Path) -> Path:
     counts = (8, 64, 512, 1024, 4096, 16384)
     colours = {}
     for model in ("1B", "8B", "70B", "405B", "1T"):
-        pts = [(g, c["mfu"] * 100) for g in counts if (c := plan(model, g).best)]
+        pts = [(g, c.mfu * 100) for g in counts if (c := plan(model, g).best)]
         line, = ax.plot([g for g, _ in pts], [m for _, m in pts], "-o", ms=4, label=f"{model}: planner")
         colours[model] = line.get_color()
     for r in published.compare():
         if not r["gpu"].startswith("h100") or r["config"] is None or r["error"] is None:
             continue
-        planned = r["config"]["mfu"] * 100  # the planner's projection of the same run, under its own setup
+        planned = r["config"].mfu * 100  # the planner's projection of the same run, under its own setup
         measured = planned / (1 + r["error"])  # the published rate in the planner's MFU convention
         size = next((m for m in ("405B", "70B") if m in r["name"]), "8B")
         ax.plot([r["gpus"]] * 2, [measured, planned], color=colours[size], lw=0.8, alpha=0.7)

@@ -62,7 +62,7 @@ from .degrees import FULL, OP, SELECTIVE, Degrees
 from .memory import WEIGHT_BYTES, stage_params
 from .shapes import Shape
 from .stacks import zero_schedule
-from .stages import balanced_split, even_split, pipeline_step, stage_times
+from .stages import StageSplit, balanced_split, even_split, pipeline_step, stage_times
 
 BUCKET_PARAMS = 40e6  # DP gradient bucket (latency is paid per bucket)
 ACT_BYTES = 2.0  # bf16 activations between layers
@@ -93,6 +93,28 @@ def fsdp_copy_time(psi, n, zero, r: Rates):
     return psi * per_param / r.hbm
 
 
+class StepCosts(NamedTuple):
+    """Seconds per optimizer step, each an array with one element per configuration (module docstring), and
+    the stage split they were priced on, so memory is priced on the same layout. *_comm_s is a parallelism's
+    collective time, *_hidden_s the part of it hidden behind compute."""
+    compute_s: np.ndarray  # layers, embedding and head, FSDP copies, the optimizer, cached FP8 weight casts
+    tp_comm_s: np.ndarray
+    tp_hidden_s: np.ndarray
+    cp_comm_s: np.ndarray
+    cp_hidden_s: np.ndarray
+    pp_comm_s: np.ndarray
+    pp_hidden_s: np.ndarray
+    dp_comm_s: np.ndarray
+    dp_hidden_s: np.ndarray
+    bubble_fraction: np.ndarray  # the bubble's share of the pipeline's time
+    bubble_s: np.ndarray
+    optimizer_s: np.ndarray
+    gpu_step_s: np.ndarray  # what the GPU spends
+    host_s: np.ndarray  # what launching the step's kernels costs the host (host.py)
+    step_s: np.ndarray  # the larger of the two
+    split: StageSplit  # layers per pipeline stage (stages.py)
+
+
 class DPCollectives(NamedTuple):
     """Seconds for one step's data-parallel collectives of Ψ parameters (arrays)."""
     all_reduce: np.ndarray  # the gradients, ZeRO-0
@@ -119,12 +141,12 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_byte
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
                tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None,
-               dp_schedule=zero_schedule) -> dict:
+               dp_schedule=zero_schedule) -> StepCosts:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
-    Also returns the stage split it chose ("split", a stages.StageSplit), so memory is priced on the
-    same layout; even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
-    compute rates (a machine measured directly: planner/ranking.py's CPU). dp_schedule: the stack's
+    Also returns the stage split it chose (StepCosts.split), so memory is priced on the same layout;
+    even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
+    compute rates (a machine measured directly: planner/evidence/ranking.py's CPU). dp_schedule: the stack's
     data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
@@ -216,12 +238,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     bubble = (total - slowest) / v
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])
     layers = slowest_layers
-    return {
-        "compute_s": (layers * layer_compute + head + fsdp_mb) * m + optimizer + fp8_weights,
-        "tp_comm_s": layers * tp_layer * m, "tp_hidden_s": layers * tp_hidden_layer * m,
-        "cp_comm_s": layers * cp_layer * m, "cp_hidden_s": layers * (cp_layer - cp_exposed_layer) * m,
-        "pp_comm_s": pp_mb * m, "pp_hidden_s": 0.0 * pp_mb,
-        "dp_comm_s": dp_step + dp_mb * m, "dp_hidden_s": dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
-        "bubble_fraction": bubble / (m * slowest + bubble), "bubble_s": bubble,
-        "optimizer_s": optimizer, "gpu_step_s": gpu_step, "host_s": host_s, "step_s": step, "split": split,
-    }
+    return StepCosts(
+        compute_s=(layers * layer_compute + head + fsdp_mb) * m + optimizer + fp8_weights,
+        tp_comm_s=layers * tp_layer * m, tp_hidden_s=layers * tp_hidden_layer * m,
+        cp_comm_s=layers * cp_layer * m, cp_hidden_s=layers * (cp_layer - cp_exposed_layer) * m,
+        pp_comm_s=pp_mb * m, pp_hidden_s=0.0 * pp_mb,
+        dp_comm_s=dp_step + dp_mb * m, dp_hidden_s=dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
+        bubble_fraction=bubble / (m * slowest + bubble), bubble_s=bubble,
+        optimizer_s=optimizer, gpu_step_s=gpu_step, host_s=host_s, step_s=step, split=split)

@@ -45,6 +45,8 @@ fragmentation: ZeRO §3.2 reports OOMs with 30% still free in the worst case).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from common.zero_memory import ModelStates, StateBytes
@@ -58,6 +60,17 @@ WEIGHT_BYTES = 2.0  # bf16 working weights
 CONTEXT_BYTES = 1.0e9  # CUDA context + cuBLAS / NCCL workspaces
 BUCKET_BYTES = 2 * 40e6 * 4  # two fp32 gradient buckets of 40M elements (Megatron's ddp bucket size)
 MEMORY_HEADROOM = 0.90  # usable fraction of HBM (fragmentation allowance)
+
+
+class Memory(NamedTuple):
+    """Memory per GPU by what holds it, and the total: bytes, arrays over configurations (memory_breakdown,
+    torch_memory.memory_breakdown), or one plan's GB (search.records.Plan.memory_gb)."""
+    params: np.ndarray
+    grads: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    buffers: np.ndarray
+    total: np.ndarray
 
 
 def model_state_bytes(psi, n_shard, stage, grad_bytes: float = 2.0) -> ModelStates:
@@ -144,7 +157,7 @@ def buffer_bytes(shape: Shape, deg: Degrees, *, fp8: bool, local_params):
 
 
 def memory_breakdown(shape: Shape, deg: Degrees, *, grad_bytes: float = 2.0, sequence_parallel: bool = True,
-                     flash: bool = True, fp8: bool = False, dropout: bool = False, split=None) -> dict:
+                     flash: bool = True, fp8: bool = False, dropout: bool = False, split=None) -> Memory:
     """Bytes per GPU by category (arrays), and the total; `split` (stages.StageSplit) as in stage_params."""
     psi = stage_params(shape, deg.t, deg.p, split)
     n = deg.d * deg.c
@@ -158,5 +171,4 @@ def memory_breakdown(shape: Shape, deg: Degrees, *, grad_bytes: float = 2.0, seq
     local_weights = psi / np.where(z3, n, 1.0)
     buffers = buffer_bytes(shape, deg, fp8=fp8, local_params=local_weights)
     total = weights + grads + optim + acts + buffers
-    return {"params": weights, "grads": grads, "optimizer": optim, "activations": acts, "buffers": buffers,
-            "total": total}
+    return Memory(weights, grads, optim, acts, buffers, total)

@@ -77,7 +77,7 @@ def fsdp2_schedule(ar, rs, ag, fwd_mb, bwd_mb, deg) -> DPSchedule:
 class Stack:
     name: str
     title: str  # what it is, for the CLI's header and the guide's MFU column
-    memory: Callable  # (shape, deg, *, grad_bytes, sequence_parallel, flash, fp8, dropout, split) -> bytes by category
+    memory: Callable  # (shape, deg, *, grad_bytes, sequence_parallel, flash, fp8, dropout, split) -> memory.Memory
     dp_schedule: Callable  # (ar, rs, ag, fwd_mb, bwd_mb, deg) -> DPSchedule
     zero_stages: tuple[int, ...]
     recompute: tuple[str, ...]  # modes it runs

@@ -56,7 +56,7 @@ from common.zero_memory import StateBytes
 from common.zero_memory import model_state_bytes as zero_state_bytes
 
 from .degrees import FULL, NONE, Degrees
-from .memory import CONTEXT_BYTES
+from .memory import CONTEXT_BYTES, Memory
 from .shapes import Shape
 
 FSDP2_STATE = StateBytes(weight=4.0, grad=4.0, optimizer=8.0)  # fp32 shard, fp32 gradient, AdamW's two moments
@@ -127,7 +127,7 @@ def _rank_params(shape: Shape, t, p, split):
             np.where(p == 1, single, last * shape.layer_params + shape.head_params) / t), (first, mid, last)
 
 
-def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> dict:
+def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> Memory:
     """Bytes per GPU by category at the step's peak on the busiest pipeline rank (arrays), and the total.
 
     Categories: params (the fp32 shard and the gathered bf16 weights), grads (sharded fp32 ones alive at the
@@ -169,11 +169,11 @@ def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> dic
             [root, psi, 2 * unit + np.where(is_first | is_last, root, 0.0)],
             psi / v * np.minimum(v, UNSHARDED_CHUNKS))
         buffers = CONTEXT_BYTES + np.where(piped, (2 * v - is_first - is_last) * m * hop, 0.0)
-        part = {"params": weights + ACT * gathered, "grads": grads + unsharded, "optimizer": optim,
-                "activations": acts, "buffers": buffers}
-        part["total"] = sum(part.values())
+        held_by = (weights + ACT * gathered, grads + unsharded, optim, acts, buffers)
+        part = Memory(*held_by, total=sum(held_by))
         valid = (p > 2) | np.asarray(first | last)  # a middle rank exists from p = 3
-        totals.append(np.where(valid, part["total"], -np.inf))
+        totals.append(np.where(valid, part.total, -np.inf))
         parts.append(part)
     busiest = np.argmax(np.stack(np.broadcast_arrays(*totals)), axis=0)
-    return {k: np.choose(busiest, [np.broadcast_to(pt[k], busiest.shape) for pt in parts]) for k in parts[0]}
+    return Memory._make(np.choose(busiest, [np.broadcast_to(pt[i], busiest.shape) for pt in parts])
+                        for i in range(len(Memory._fields)))

@@ -9,6 +9,7 @@ guide stand on it (common/tests/test_layering.py holds this).
                 each runner-up says why it lost
     launch.py   the command that runs a plan: parallel-3d's runner under torchrun and Slurm, and how it departs
                 from what was priced
+    records.py  what the search hands on: Plan, NearTie, Rejection, Result (plan.py prints them, --json by their fields)
 
 Import the module you need (`from planner.search.search import search`); this file imports nothing.
 """

@@ -36,7 +36,11 @@ lost.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner.model.memory import MEMORY_HEADROOM
+
+from .records import NearTie, Plan
 
 NEAR_TIE = 0.10  # plans within 10% of the fastest throughput are near-ties: the held-out median error, rounded up
 MEMORY_MARGIN = 0.15  # plans above 1 - 0.15 = 1/1.18 of the usable memory are at risk (the largest reserved/projected)
@@ -49,39 +53,39 @@ def domain_tp(heads: int, kv_heads: int, domain: int) -> int:
     return max(t for t in range(1, domain + 1) if domain % t == 0 and heads % t == 0 and kv_heads % t == 0)
 
 
-def _rules(plan: dict, w, usable_gb: float, domain: int) -> list[tuple[int, str]]:
+def _rules(plan: Plan, w, usable_gb: float, domain: int) -> list[tuple[int, str]]:
     """(penalty, why) per rule, in priority order; lower penalties win."""
     sh = w.shape
     full_tp = domain_tp(sh.heads, sh.kv_heads, domain)
     return [
-        (int(plan["memory_gb"]["total"] > (1 - MEMORY_MARGIN) * usable_gb),
-         f"{plan['memory_gb']['total']:.1f} GB is within {MEMORY_MARGIN:.0%} of the {usable_gb:.1f} GB usable"),
-        (int(plan["tp"] > domain), f"TP {plan['tp']} spans NVLink domains of {domain}"),
-        (int(plan["pp"] > 1 and plan["tp"] < full_tp), f"PP {plan['pp']} before TP fills the domain (TP {plan['tp']})"),
-        (int(plan["cp"] > 1 and sh.seq < CP_MIN_SEQ), f"CP {plan['cp']} at {sh.seq:,} tokens per sequence"),
-        (int(sh.layers % plan["pp"] != 0), f"unequal stages ({plan['layers_per_stage']} layers)"),
-        (plan["pp"], f"{plan['pp']} pipeline stages"),
-        (int(plan["pp"] > 1 and plan["zero"] >= 2), f"ZeRO-{plan['zero']} beside PP"),
-        (RECOMPUTE_RANK[plan["recompute"]], f"{plan['recompute']} recompute"),
+        (int(plan.memory_gb.total > (1 - MEMORY_MARGIN) * usable_gb),
+         f"{plan.memory_gb.total:.1f} GB is within {MEMORY_MARGIN:.0%} of the {usable_gb:.1f} GB usable"),
+        (int(plan.tp > domain), f"TP {plan.tp} spans NVLink domains of {domain}"),
+        (int(plan.pp > 1 and plan.tp < full_tp), f"PP {plan.pp} before TP fills the domain (TP {plan.tp})"),
+        (int(plan.cp > 1 and sh.seq < CP_MIN_SEQ), f"CP {plan.cp} at {sh.seq:,} tokens per sequence"),
+        (int(sh.layers % plan.pp != 0), f"unequal stages ({plan.layers_per_stage} layers)"),
+        (plan.pp, f"{plan.pp} pipeline stages"),
+        (int(plan.pp > 1 and plan.zero >= 2), f"ZeRO-{plan.zero} beside PP"),
+        (RECOMPUTE_RANK[plan.recompute], f"{plan.recompute} recompute"),
     ]
 
 
-def _layout(plan: dict) -> tuple:
-    return tuple(plan[k] for k in ("tp", "pp", "cp", "zero", "recompute"))
+def _layout(plan: Plan) -> tuple:
+    return plan.tp, plan.pp, plan.cp, plan.zero, plan.recompute
 
 
-def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]:
-    """Pick among the near-ties of `ranked` (fastest first); return (candidates, near_ties with reasons)."""
+def decide(ranked: list[Plan], w, cl, top: int) -> tuple[list[Plan], list[NearTie]]:
+    """Pick among the near-ties of `ranked` (fastest first); return (candidates, near_ties with reasons), every
+    candidate with its throughput against the fastest (vs_fastest)."""
     if not ranked:
         return [], []
-    fastest = ranked[0]["tokens_per_s"]
-    for c in ranked:
-        c["vs_fastest"] = round(c["tokens_per_s"] / fastest - 1, 4)
-    near = [c for c in ranked if c["tokens_per_s"] >= fastest * (1 - NEAR_TIE)]
+    fastest = ranked[0].tokens_per_s
+    ranked = [replace(c, vs_fastest=round(c.tokens_per_s / fastest - 1, 4)) for c in ranked]
+    near = [c for c in ranked if c.tokens_per_s >= fastest * (1 - NEAR_TIE)]
     usable, domain = MEMORY_HEADROOM * cl.memory_gb, cl.domain
 
-    def key(c: dict) -> tuple:
-        return tuple(p for p, _ in _rules(c, w, usable, domain)) + (-c["tokens_per_s"],)
+    def key(c: Plan) -> tuple:
+        return tuple(p for p, _ in _rules(c, w, usable, domain)) + (-c.tokens_per_s,)
 
     chosen = min(near, key=key)
     mine = _rules(chosen, w, usable, domain)
@@ -90,13 +94,12 @@ def decide(ranked: list[dict], w, cl, top: int) -> tuple[list[dict], list[dict]]
         if _layout(c) in seen:
             continue
         seen.add(_layout(c))
-        why = f"{c['tokens_per_s'] / chosen['tokens_per_s'] - 1:+.1%} throughput vs the choice"
+        why = f"{c.tokens_per_s / chosen.tokens_per_s - 1:+.1%} throughput vs the choice"
         for k, ((theirs, reason), (own, _)) in enumerate(zip(_rules(c, w, usable, domain), mine), 1):
             if theirs != own:
                 why = f"rule {k}: {reason}; " + why
                 break
-        ties.append({**{k: c[k] for k in ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute",
-                                           "tokens_per_s_per_gpu", "step_s")},
-                     "vs_fastest": c["vs_fastest"], "lost_because": why})
+        ties.append(NearTie(c.tp, c.pp, c.dp, c.cp, c.zero, c.microbatch, c.interleave, c.recompute,
+                            c.tokens_per_s_per_gpu, c.step_s, c.vs_fastest, why))
     others = [c for c in ranked if c is not chosen]
     return [chosen] + others[:top - 1], ties

@@ -16,6 +16,12 @@ from __future__ import annotations
 
 import math
 import shlex
+from typing import NamedTuple
+
+from planner.model.shapes import Shape
+from planner.model.stacks import PYTORCH
+
+from .records import Plan
 
 GPUS_PER_NODE = 8
 RUNNER = "distributed-training/parallel-3d/train.py"
@@ -40,24 +46,28 @@ def virtual_stage_layers(layers_per_stage: str, layers: int, pp: int, v: int) ->
     return tuple(chunks[s // pp, s % pp] for s in range(pp * v))
 
 
-def runner_flags(plan: dict, model: dict, gpu: str) -> list[str]:
-    zero = 3 if plan["zero"] == 3 else 2
-    recompute = "selective" if plan["recompute"] == "op" else plan["recompute"]
-    flags = {"gpu": gpu, "tp": plan["tp"], "pp": plan["pp"], "dp": plan["dp"], "cp": plan["cp"], "zero": zero,
-             "microbatch": plan["microbatch"], "global-batch": plan["global_batch"], "interleave": plan["interleave"],
-             "recompute": recompute, "layers": model["layers"], "hidden": model["hidden"],
-             "heads": model["heads"], "kv-heads": model["kv_heads"], "ffn": model["ffn"], "vocab": model["vocab"],
-             "seq": model["seq"]}
-    split = virtual_stage_layers(plan["layers_per_stage"], model["layers"], plan["pp"], plan["interleave"])
+class Commands(NamedTuple):
+    """How to run a plan: one torchrun line every node runs, one Slurm job, and how it departs from the pricing."""
+    torchrun: str
+    slurm: str
+    notes: tuple[str, ...]
+
+
+def runner_flags(plan: Plan, model: Shape, gpu: str) -> list[str]:
+    zero = 3 if plan.zero == 3 else 2
+    recompute = "selective" if plan.recompute == "op" else plan.recompute
+    flags = {"gpu": gpu, "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "zero": zero,
+             "microbatch": plan.microbatch, "global-batch": plan.global_batch, "interleave": plan.interleave,
+             "recompute": recompute, "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
+             "kv-heads": model.kv_heads, "ffn": model.ffn, "vocab": model.vocab, "seq": model.seq}
+    split = virtual_stage_layers(plan.layers_per_stage, model.layers, plan.pp, plan.interleave)
     if len(set(split)) > 1:  # uneven: say it, rather than rely on the runner's own balancing
         flags["stage-layers"] = ",".join(map(str, split))
     return [f"--{k}={v}" for k, v in flags.items()]
 
 
-def differences(w, plan: dict | None = None) -> list[str]:
+def differences(w, plan: Plan | None = None) -> list[str]:
     """How the priced workload (search.Workload) and plan depart from what parallel-3d runs; [] = it runs as priced."""
-    from planner.model.stacks import PYTORCH
-
     if w.stack is not PYTORCH:
         return [f"it is priced for the {w.stack.name} stack, which this project has no runner for (--stack pytorch "
                 "prices what parallel-3d runs)"]
@@ -75,16 +85,15 @@ def differences(w, plan: dict | None = None) -> list[str]:
     for flag, what in software.items():
         if getattr(w, flag) != getattr(PYTORCH, flag):
             out.append(f"parallel-3d runs {what} (the plan was priced with --{flag.replace('_', '-')} changed)")
-    if plan is not None and plan["zero"] not in PYTORCH.zero_stages:
-        out.append(f"ZeRO-{plan['zero']} is not an FSDP2 mode: parallel-3d runs it as --zero 2")
+    if plan is not None and plan.zero not in PYTORCH.zero_stages:
+        out.append(f"ZeRO-{plan.zero} is not an FSDP2 mode: parallel-3d runs it as --zero 2")
     return out
 
 
-def commands(plan: dict, model: dict, gpu: str, notes: list[str] = ()) -> dict:
-    """{"torchrun": ..., "slurm": ..., "notes": [...]} for the plan (a candidate record of search.describe: its
-    degrees, micro-batch, the global batch it runs, interleave, recompute and layers per stage); notes: how it
-    departs from what was priced (differences)."""
-    gpus = plan["tp"] * plan["pp"] * plan["dp"] * plan["cp"]
+def commands(plan: Plan, model: Shape, gpu: str, notes: list[str] = ()) -> Commands:
+    """The commands that run `plan` (its degrees, micro-batch, the global batch it runs, interleave, recompute
+    and layers per stage) for `model`; notes: how it departs from what was priced (differences)."""
+    gpus = plan.tp * plan.pp * plan.dp * plan.cp
     per_node = min(gpus, GPUS_PER_NODE)
     nodes = math.ceil(gpus / per_node)
     flags = runner_flags(plan, model, gpu)
@@ -92,12 +101,12 @@ def commands(plan: dict, model: dict, gpu: str, notes: list[str] = ()) -> dict:
                 f"{per_node} --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id parallel-3d "
                 f"{RUNNER} " + " ".join(flags))
     rest = [f for f in flags if not f.startswith(("--gpu=", "--tp=", "--pp=", "--dp=", "--cp="))]
-    slurm = (f"sbatch --nodes={nodes} slurm/lab.sbatch parallel-3d TP={plan['tp']} PP={plan['pp']} "
-             f"DP={plan['dp']} CP={plan['cp']} GPU={gpu} ARGS={shlex.quote(' '.join(rest))}")
-    return {"torchrun": torchrun, "slurm": slurm, "notes": list(notes)}
+    slurm = (f"sbatch --nodes={nodes} slurm/lab.sbatch parallel-3d TP={plan.tp} PP={plan.pp} "
+             f"DP={plan.dp} CP={plan.cp} GPU={gpu} ARGS={shlex.quote(' '.join(rest))}")
+    return Commands(torchrun, slurm, tuple(notes))
 
 
-def lines(cmds: dict) -> list[str]:
+def lines(cmds: Commands) -> list[str]:
     out = ["run it (parallel-3d; every node runs the torchrun line, or submit the Slurm job):",
-           f"  {cmds['torchrun']}", f"  {cmds['slurm']}"]
-    return out + [f"  note: {n}" for n in cmds["notes"]]
+           f"  {cmds.torchrun}", f"  {cmds.slurm}"]
+    return out + [f"  note: {n}" for n in cmds.notes]

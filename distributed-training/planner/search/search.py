@@ -30,28 +30,29 @@ the reason, memory first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from .choose import CP_MIN_SEQ, decide
 from planner.model.cluster import Cluster
 from planner.model.compute import Kernels
-from planner.model.costs import step_costs
+from planner.model.costs import StepCosts, step_costs
 from planner.model.degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE, Memory
 from planner.model.shapes import Shape, hardware_flops_per_token, model_flops_per_token
 from planner.model.stacks import MEGATRON, Stack
 from planner.model.stages import interleave_fits
+
+from .records import Plan, Rejection, Result, fewest_degrees_first
 
 MAX_MICROBATCH = 16
 MAX_INTERLEAVE = 8
 MIN_CP_TOKENS = 1024
 BATCH_TOLERANCE = 0.05  # a DP degree that does not divide the batch may run the nearest batch within 5% of it
 GB = 1e9
-TIME_KEYS = ("compute_s", "tp_comm_s", "tp_hidden_s", "pp_comm_s", "pp_hidden_s", "dp_comm_s", "dp_hidden_s",
-             "cp_comm_s", "cp_hidden_s", "bubble_fraction", "bubble_s", "optimizer_s", "gpu_step_s", "host_s", "step_s")
 
 
 @dataclass(frozen=True)
@@ -109,17 +110,32 @@ class Workload:
                        optimizer=self.optimizer, host=self.host, tp_comm_overlap=self.tp_comm_overlap)
 
 
-@dataclass
-class Result:
-    candidates: list[dict]  # ranked: the chosen plan first, then by throughput
-    rejected: list[dict] = field(default_factory=list)
-    rejected_total: int = 0
-    evaluated: int = 0
-    near_ties: list[dict] = field(default_factory=list)  # plans within choose.NEAR_TIE of the fastest, why each lost
+class Structures(NamedTuple):
+    """Every layout the search prices, one array element each: the degrees t, p, c, d, micro-batch b, interleave v,
+    micro-batches per step m, and the global batch B it runs."""
+    t: np.ndarray
+    p: np.ndarray
+    c: np.ndarray
+    d: np.ndarray
+    b: np.ndarray
+    v: np.ndarray
+    m: np.ndarray
+    B: np.ndarray
 
-    @property
-    def best(self) -> dict | None:
-        return self.candidates[0] if self.candidates else None
+    def degrees(self, zero, recompute) -> Degrees:
+        return Degrees(self.t, self.p, self.c, self.d, self.b, self.v, self.m, zero, recompute)
+
+
+class Enumerated(NamedTuple):
+    """What enumerate_structures found: the layouts to price, and those refused before pricing."""
+    structures: Structures
+    rejected: list[Rejection]
+
+
+class Priced(NamedTuple):
+    """Memory per GPU (bytes) and the step's time terms (seconds) of priced configurations (arrays)."""
+    memory: Memory
+    costs: StepCosts
 
 
 @lru_cache(maxsize=None)
@@ -147,10 +163,13 @@ def replica_batch(batch: int, d: int) -> int:
     return max(1, int(batch / d + 0.5))
 
 
-def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, list[dict]]:
-    """Arrays t, p, c, d, b, v, m (and the global batch B each runs) of every structure, and the rejected ones."""
+def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> Enumerated:
+    """Every layout the GPU count and the pins allow (Structures), and the refused ones with their reasons."""
     sh, n, batch = w.shape, cl.gpus, w.global_batch
-    rejected: list[dict] = []
+    rejected: list[Rejection] = []
+
+    def refuse(reason: str, **degrees) -> None:
+        rejected.append(Rejection(reason, tuple(degrees.items())))
     rows = []
     for t in [pins.tp] if pins.tp else _divisors(n):
         why = (f"tp={t} does not divide heads {sh.heads}" if sh.heads % t else
@@ -158,41 +177,37 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                f"tp={t} does not tile the {cl.domain}-GPU NVLink domain"
                if cl.domain > 1 and t % cl.domain and cl.domain % t else None)
         if why:
-            rejected.append({"tp": t, "reason": why})
+            refuse(why, tp=t)
             continue
         for p in [pins.pp] if pins.pp else _divisors(n // t if n % t == 0 else 1):
             if p > sh.layers:
-                rejected.append({"tp": t, "pp": p, "reason": f"pp={p} is more stages than the {sh.layers} layers"})
+                refuse(f"pp={p} is more stages than the {sh.layers} layers", tp=t, pp=p)
                 continue
             for c in [pins.cp] if pins.cp else [c for c in _divisors(n) if c == 1 or sh.seq // c >= MIN_CP_TOKENS]:
                 if c > 1 and not w.flash_attention:
-                    rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c} needs fused (flash) attention"})
+                    refuse(f"cp={c} needs fused (flash) attention", tp=t, pp=p, cp=c)
                     continue
                 if sh.seq % (2 * c) and c > 1:
-                    rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c}: seq {sh.seq} is not 2·cp chunks"})
+                    refuse(f"cp={c}: seq {sh.seq} is not 2·cp chunks", tp=t, pp=p, cp=c)
                     continue
                 if n % (t * p * c):
-                    rejected.append({"tp": t, "pp": p, "cp": c,
-                                     "reason": f"tp·pp·cp = {t * p * c} does not divide {n} GPUs"})
+                    refuse(f"tp·pp·cp = {t * p * c} does not divide {n} GPUs", tp=t, pp=p, cp=c)
                     continue
                 d = n // (t * p * c)
                 if pins.dp and d != pins.dp:
-                    rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "reason": f"dp would be {d}, not {pins.dp}"})
+                    refuse(f"dp would be {d}, not {pins.dp}", tp=t, pp=p, cp=c, dp=d)
                     continue
                 per_replica = replica_batch(batch, d)
                 if abs(per_replica * d - batch) > BATCH_TOLERANCE * batch:
-                    rejected.append({"tp": t, "pp": p, "cp": c, "dp": d,
-                                     "reason": f"dp={d} does not divide the global batch {batch} and the nearest "
-                                               f"batch it divides, {per_replica * d}, is more than "
-                                               f"{BATCH_TOLERANCE:.0%} away"})
+                    refuse(f"dp={d} does not divide the global batch {batch} and the nearest batch it divides, "
+                           f"{per_replica * d}, is more than {BATCH_TOLERANCE:.0%} away", tp=t, pp=p, cp=c, dp=d)
                     continue
                 mbs = [pins.microbatch] if pins.microbatch else [b for b in _divisors(per_replica)
                                                                  if b <= MAX_MICROBATCH]
                 for b in mbs:
                     if per_replica % b:
-                        rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b,
-                                         "reason": f"micro-batch {b} does not divide the {per_replica} "
-                                                   "sequences per replica"})
+                        refuse(f"micro-batch {b} does not divide the {per_replica} sequences per replica",
+                               tp=t, pp=p, cp=c, dp=d, microbatch=b)
                         continue
                     m = per_replica // b  # m < p runs, with a bubble of (p-1)/(m+p-1) (costs.py)
                     for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
@@ -202,23 +217,22 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                                f"interleave {v} needs the {m} micro-batches to be a multiple of pp={p}"
                                if v > 1 and m % p else None)
                         if why:
-                            rejected.append({"tp": t, "pp": p, "cp": c, "dp": d, "microbatch": b, "interleave": v,
-                                             "reason": why})
+                            refuse(why, tp=t, pp=p, cp=c, dp=d, microbatch=b, interleave=v)
                             continue
                         rows.append((t, p, c, d, b, v, m, per_replica * d))
     arr = np.array(rows, dtype=np.int64).reshape(-1, 8)
-    return {k: arr[:, i] for i, k in enumerate("tpcdbvmB")}, rejected
+    return Enumerated(Structures._make(arr[:, i] for i in range(8)), rejected)
 
 
-def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bool = False) -> dict:
+def evaluate(w: Workload, cl: Cluster, s: Structures, zero, recompute, even_stages: bool = False) -> Priced:
     """Times (s) and memory (bytes) for structures `s` crossed with the given zero/recompute arrays."""
-    deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
+    deg = s.degrees(zero, recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
                        dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
                        fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule)
     mem = w.stack.memory(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
-                         flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
-    return {"memory": mem, **times}
+                         flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times.split)
+    return Priced(mem, times)
 
 
 def _recompute_modes(w: Workload, pins: Pins) -> list[int]:
@@ -230,44 +244,44 @@ def _recompute_modes(w: Workload, pins: Pins) -> list[int]:
 
 
 def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rejected: int = 50,
-           rules: bool = True) -> Result:
+           rules: bool = True, enumerated: Enumerated | None = None) -> Result:
     """Rank every configuration that fits; see the module docstring.
 
     rules=False skips choose.py: the fastest plan comes first (published.py prices a published run that
-    way, taking its unstated knobs, e.g. micro-batch and interleaving, as tuned for speed).
+    way, taking its unstated knobs, e.g. micro-batch and interleaving, as tuned for speed). enumerated: the
+    layouts of enumerate_structures(w, cl, pins) when the caller has them already (plan.py checks them first).
     """
-    s, rejected = enumerate_structures(w, cl, pins)
-    n_struct = len(s["t"])
+    s, rejected = enumerated or enumerate_structures(w, cl, pins)
+    n_struct = len(s.t)
     zeros = [pins.zero] if pins.zero is not None else list(w.stack.zero_stages)
     combos = [(z, r) for z in zeros for r in _recompute_modes(w, pins)]
     k = len(combos)
     sid = np.repeat(np.arange(n_struct), k)
-    grid = {key: a[sid] for key, a in s.items()}
+    g = Structures._make(a[sid] for a in s)
     zero = np.tile(np.array([z for z, _ in combos]), n_struct)
     rec = np.tile(np.array([r for _, r in combos]), n_struct)
-    ev = evaluate(w, cl, grid, zero, rec)
-    total = ev["memory"]["total"]
-    per_token = ev["step_s"] / grid["B"]  # plans may run different global batches: rank by throughput
+    ev = evaluate(w, cl, g, zero, rec)
+    total = ev.memory.total
+    per_token = ev.costs.step_s / g.B  # plans may run different global batches: rank by throughput
     usable = MEMORY_HEADROOM * cl.memory_gb * GB
-    runs = (grid["c"] == 1) | np.isin(rec, [RECOMPUTE.index(r) for r in w.stack.cp_recompute])
+    runs = (g.c == 1) | np.isin(rec, [RECOMPUTE.index(r) for r in w.stack.cp_recompute])
     fits = (total <= usable) & runs
     # Fastest fitting (zero, recompute) per structure, ties to less memory; then rank the structures.
     idx = np.flatnonzero(fits)
     idx = idx[np.lexsort((total[idx], per_token[idx], sid[idx]))]
     _, first = np.unique(sid[idx], return_index=True)
     chosen = idx[first]
-    g = grid
-    order = np.lexsort((g["v"][chosen], g["b"][chosen], g["c"][chosen], g["p"][chosen], g["t"][chosen],
-                        total[chosen], per_token[chosen]))
+    order = np.lexsort((g.v[chosen], g.b[chosen], g.c[chosen], g.p[chosen], g.t[chosen], total[chosen],
+                        per_token[chosen]))
     ranked = chosen[order]
-    if rules and pins.tp is None and cl.domain > 1 and (g["t"][ranked] <= cl.domain).any():
+    if rules and pins.tp is None and cl.domain > 1 and (g.t[ranked] <= cl.domain).any():
         # TP inside the NVLink domain whenever a plan with it fits (choose.py's rule 2, made absolute): the model
         # does not price NICs shared with DP/PP traffic or jitter, which practitioners keep TP off the network for.
-        ranked = ranked[g["t"][ranked] <= cl.domain]
-    if rules and pins.cp is None and w.shape.seq < CP_MIN_SEQ and (g["c"][ranked] == 1).any():
+        ranked = ranked[g.t[ranked] <= cl.domain]
+    if rules and pins.cp is None and w.shape.seq < CP_MIN_SEQ and (g.c[ranked] == 1).any():
         # No context parallelism below CP_MIN_SEQ tokens whenever a plan without it fits (choose.py's rule 4, made
         # absolute): the model does not price the ring's load imbalance and small per-step kernels.
-        ranked = ranked[g["c"][ranked] == 1]
+        ranked = ranked[g.c[ranked] == 1]
     fastest = [describe(w, cl, g, zero, rec, ev, i) for i in ranked[:max(top, 50)]]
     candidates, near = decide(fastest, w, cl, top) if rules else (fastest[:top], [])
     # Structures with no fitting setting: report the least memory any setting needed.
@@ -277,36 +291,34 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
         rows = np.arange(len(sid)).reshape(n_struct, k)[lost]
         least = rows[np.arange(len(lost)), np.argmin(total[rows], axis=1)]
         for i in least[np.argsort(total[least], kind="stable")][:max_rejected]:
-            entry = _degrees(g, zero, rec, i)
-            entry["reason"] = (f"does not fit: needs {total[i] / GB:.1f} GB at best (ZeRO-{zero[i]}, "
-                               f"{RECOMPUTE[rec[i]]} recompute), {usable / GB:.1f} GB usable of {cl.memory_gb:g} GB")
-            mem_rej.append(entry)
+            mem_rej.append(Rejection(f"does not fit: needs {total[i] / GB:.1f} GB at best (ZeRO-{zero[i]}, "
+                                     f"{RECOMPUTE[rec[i]]} recompute), {usable / GB:.1f} GB usable of "
+                                     f"{cl.memory_gb:g} GB", tuple(_degrees(g, zero, rec, i).items())))
     # Memory first, then the most fundamental divisibility reasons (those naming the fewest degrees).
-    rejected = sorted(rejected, key=len)
+    rejected = fewest_degrees_first(rejected)
     all_rejected = mem_rej + rejected[:max(0, max_rejected - len(mem_rej))]
     return Result(candidates, all_rejected, len(lost) + len(rejected), len(sid), near)
 
 
-def _degrees(g: dict, zero, rec, i: int) -> dict:
-    return {"tp": int(g["t"][i]), "pp": int(g["p"][i]), "dp": int(g["d"][i]), "cp": int(g["c"][i]),
-            "zero": int(zero[i]), "microbatch": int(g["b"][i]), "interleave": int(g["v"][i]),
-            "recompute": RECOMPUTE[rec[i]], "num_microbatches": int(g["m"][i])}
+def _degrees(g: Structures, zero, rec, i: int) -> dict:
+    """The i-th configuration's degrees as Plan's fields name them (and the JSON, in that order)."""
+    return {"tp": int(g.t[i]), "pp": int(g.p[i]), "dp": int(g.d[i]), "cp": int(g.c[i]), "zero": int(zero[i]),
+            "microbatch": int(g.b[i]), "interleave": int(g.v[i]), "recompute": RECOMPUTE[rec[i]],
+            "num_microbatches": int(g.m[i])}
 
 
-def describe(w: Workload, cl: Cluster, g: dict, zero, rec, ev: dict, i: int) -> dict:
+def describe(w: Workload, cl: Cluster, g: Structures, zero, rec, ev: Priced, i: int) -> Plan:
     """One configuration as plain numbers: degrees, memory (GB), times (s), throughput, MFU and HFU."""
-    out = _degrees(g, zero, rec, i)
-    split = ev["split"]
-    out["global_batch"] = int(g["B"][i])
-    out["layers_per_stage"] = split.describe(i, out["pp"])
-    out["memory_gb"] = {k: round(float(v[i]) / GB, 3) for k, v in ev["memory"].items()}
-    for key in TIME_KEYS:
-        out[key] = round(float(ev[key][i]), 6)
-    tokens = out["global_batch"] * w.shape.seq
-    step = float(ev["step_s"][i])
+    degrees = _degrees(g, zero, rec, i)
+    times = ev.costs
+    batch = int(g.B[i])
+    tokens = batch * w.shape.seq
+    step = float(times.step_s[i])
     model_tf = model_flops_per_token(w.shape) * tokens / step / cl.gpus / 1e12
-    hw_tf = hardware_flops_per_token(w.shape, out["recompute"]) * tokens / step / cl.gpus / 1e12
-    out.update({"tokens_per_s": round(tokens / step, 1), "tokens_per_s_per_gpu": round(tokens / step / cl.gpus, 1),
-                "model_tflops_per_gpu": round(model_tf, 2), "mfu": round(model_tf / cl.peak_tflops, 4),
-                "hardware_tflops_per_gpu": round(hw_tf, 2), "hfu": round(hw_tf / cl.peak_tflops, 4)})
-    return out
+    hw_tf = hardware_flops_per_token(w.shape, degrees["recompute"]) * tokens / step / cl.gpus / 1e12
+    seconds = {f: round(float(getattr(times, f)[i]), 6) for f in StepCosts._fields if f != "split"}
+    return Plan(**degrees, global_batch=batch, layers_per_stage=times.split.describe(i, degrees["pp"]),
+                memory_gb=Memory._make(round(float(v[i]) / GB, 3) for v in ev.memory), **seconds,
+                tokens_per_s=round(tokens / step, 1), tokens_per_s_per_gpu=round(tokens / step / cl.gpus, 1),
+                model_tflops_per_gpu=round(model_tf, 2), mfu=round(model_tf / cl.peak_tflops, 4),
+                hardware_tflops_per_gpu=round(hw_tf, 2), hfu=round(hw_tf / cl.peak_tflops, 4))

@@ -96,7 +96,7 @@ def test_fsdp_gathers_fp8_weights_where_the_backend_offers_it():
     shape = Shape(8, 4096, 32, 32, 32000, 4096, 16384)
     cl = make_cluster(get_preset("h100"), 64, "fp8")
     deg = Degrees.of(d=64, b=1, m=1, zero=3)
-    comm = {be: float(step_costs(shape, cl, deg, kernels=Kernels(fp8=True, fp8_backend=be))["dp_comm_s"][()])
+    comm = {be: float(step_costs(shape, cl, deg, kernels=Kernels(fp8=True, fp8_backend=be)).dp_comm_s[()])
             for be in ("torchao", "te-fused")}
     assert BACKENDS["torchao"].fp8_all_gather and not BACKENDS["te-fused"].fp8_all_gather
     assert comm["torchao"] < comm["te-fused"]  # weight gathers at 1 byte instead of 2
@@ -138,7 +138,7 @@ def test_cached_fp8_weights_are_cast_once_per_step(monkeypatch):
     one, two = (step_costs(sh, cl, Degrees.of(m=m), kernels=te) for m in (1, 2))
     w = layer_times(sh, 1, 1, 1, te, rates_for(cl, te))["fp8_weights_per_step"]
     assert float(w) > 0
-    assert float(2 * one["compute_s"] - two["compute_s"] - one["optimizer_s"]) == pytest.approx(sh.layers * float(w))
+    assert float(2 * one.compute_s - two.compute_s - one.optimizer_s) == pytest.approx(sh.layers * float(w))
 
 
 def test_the_cost_records_are_the_priced_backends_of_the_shared_names():

@@ -13,6 +13,7 @@ from planner import plan
 from planner.search.choose import CP_MIN_SEQ
 from planner.search.search import default_batch
 from planner.model.stacks import PYTORCH
+from planner.search.records import Plan
 
 AT_SCALE = Path(plan.__file__).resolve().parent.parent / "parallel-3d" / "results" / "at_scale.csv"
 KEYS = ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute", "global_batch")
@@ -23,8 +24,9 @@ def cli(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def same(a: dict, b: dict) -> bool:
-    return all(a[k] == b[k] for k in KEYS)
+def same(printed: dict, plan: Plan) -> bool:
+    """The CLI's --json plan and a Plan agree on every degree, knob and batch."""
+    return all(printed[k] == getattr(plan, k) for k in KEYS)
 
 
 def rules_hold(best: dict, seq: int, domain: int = 8):

@@ -2,6 +2,7 @@
 and the generated sections (validation.py)."""
 
 import shutil
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -59,7 +60,7 @@ def test_the_generated_sections():
 
 def _row(name, gpus, hidden, tp, published, predicted, group=None):
     return {"name": name, "gpus": gpus, "hidden": hidden, "group": group, "published": published,
-            "predicted": predicted, "error": predicted / published - 1, "config": {"tp": tp}}
+            "predicted": predicted, "error": predicted / published - 1, "config": SimpleNamespace(tp=tp)}
 
 
 def test_the_small_model_regime_by_hand():

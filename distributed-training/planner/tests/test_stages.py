@@ -107,5 +107,5 @@ def test_the_uneven_interleaved_layout_plans():
     shape = Shape(126, 16384, 128, 8, 128256, 8192, 53248 * 3 // 2)
     res = search(Workload(shape, 2048), make_cluster(get_preset("h100"), 2048),
                  Pins(tp=8, pp=8, cp=1, interleave=8, recompute="full"), top=1)
-    assert res.best is not None and res.best["interleave"] == 8
-    assert res.best["layers_per_stage"] == "15+16x6+15"
+    assert res.best is not None and res.best.interleave == 8
+    assert res.best.layers_per_stage == "15+16x6+15"
