@@ -23,6 +23,7 @@ One concept per module:
     testing    run a function on N forked gloo ranks (tests only)
     cuda_env   nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
     fp8_names  the FP8 backends' names, shared by fp8-train's registry and the planner's cost records
+    at_commit  run a module of an older commit's tree (git archive, python -m there): before/after studies
 
 Import the submodule you need (`from common.dist import distributed`); this file imports
 nothing so that `import common` stays cheap.

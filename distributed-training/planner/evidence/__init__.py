@@ -13,6 +13,7 @@ Published runs
     accuracy.py               the planner against published runs, as markdown: errors, SC21's choices, memory
     before_after.py           issue 15: the planner at an older commit and now, on the published runs
     regimes_before_after.py   issue 29: the same, per regime (one node, 64-1024 GPUs, more)
+    old_planner.py            the older planner asked through its own interface: runs inside the older tree
 This repository's runs
     own_runs.py               every lab's GPU rows, one Run each, read from the rows' own columns
     explain_rows.py           the cost model's prediction for every Run: the one function that prices a measured row

@@ -3,8 +3,8 @@
     PYTHONPATH=distributed-training python -m planner.before_after                     # before = 2fbc6b4, writes the CSV
     PYTHONPATH=distributed-training python -m planner.before_after --before <commit>
 
-The older planner is exported from git history into a temporary folder (`git archive`) and run in a
-subprocess on every run of published.py, translated to its interface: the same pins and batch, its
+The older planner is exported from git history into a temporary folder and run there (common/at_commit.py) on
+every run of published.py, asked through its own interface (old_planner.py's issue15): the same pins and batch, its
 own flags for what it knew (fp32 gradients, sequence parallelism, FlashAttention, dropout), nothing for
 what it did not (eager kernels, FA2, overlap switches, per-op recompute: it chose recompute itself, as its
 own published.py let it for torchtitan's runs; the `h100-gt` GPU: its `h100` row with 96 GB). Runs it
@@ -17,40 +17,19 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import at_commit
 from common.config import parse_config
 
 from . import accuracy, published
 from .fit_compute import commit
 
 PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ lies there
-REPO = PLANNER.parents[1]
 OUT = PLANNER / "results" / "before_after.csv"
-
-# Runs in the old planner's process: read cases as JSON on stdin, print one JSON result per case.
-OLD_RUNNER = r"""
-import json, sys
-from cluster import make_cluster
-from common.hardware import get_preset
-from search import Pins, Workload, search
-from shapes import Shape
-out = []
-for c in json.load(sys.stdin):
-    w = Workload(Shape(*c["shape"]), c["batch"], grad_bytes=c["grad_bytes"], sequence_parallel=c["sp"],
-                 flash_attention=c["flash"], dropout=c["dropout"])
-    cl = make_cluster(get_preset(c["gpu"]), c["gpus"], memory_gb=c["memory_gb"], inter_node_gbps=c["net"])
-    try:
-        best = search(w, cl, Pins(**c["pins"]), top=1, max_rejected=0).best
-    except Exception as e:  # the old planner refuses what it cannot plan
-        best = None
-    out.append(None if best is None else {k: best[k] for k in (c["metric"], "tp", "pp")})
-print(json.dumps(out))
-"""
+ADAPTER = Path(__file__).with_name("old_planner.py")  # runs in the older tree, as its old_planner module
 
 
 def old_case(case: published.Case, free_sc21: bool = False) -> dict:
@@ -68,19 +47,17 @@ def old_case(case: published.Case, free_sc21: bool = False) -> dict:
             "pins": pins, "metric": "step_s" if case.metric == "step_s" else case.metric}
 
 
-def run_old(commit: str, cases: list[dict], runner: str = OLD_RUNNER, prog: str = "before_after.py"):
-    """`runner`'s JSON output, run by the planner exported at `commit`; one line and exit 1 if it fails."""
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", commit, "distributed-training"], cwd=REPO, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        planner = Path(tmp) / "distributed-training" / "planner"
-        proc = subprocess.run([sys.executable, "-c", runner], cwd=planner, input=json.dumps(cases), text=True,
-                              capture_output=True, env={"PYTHONPATH": f"{planner.parent}:{planner}", "PATH": ""},
-                              timeout=600, check=False)
-        if proc.returncode:
-            raise SystemExit(f"{prog}: the planner at {commit} failed: {proc.stderr.strip().splitlines()[-1]}")
-        return json.loads(proc.stdout)
+def run_old(commit: str, study: str, cases: list[dict], prog: str = "before_after.py"):
+    """The planner at `commit` on `cases`, asked as old_planner.py's `study` does; one line and exit 1 if it fails.
+    Its folder is on PYTHONPATH beside distributed-training/, as the planner's scripts were run before it became
+    a package."""
+    try:
+        out = at_commit.run_module(commit, "old_planner", args=[study], stdin=json.dumps(cases),
+                                   add={"distributed-training/old_planner.py": ADAPTER},
+                                   path=("distributed-training", "distributed-training/planner"))
+    except at_commit.Failed as e:
+        raise SystemExit(f"{prog}: the planner at {commit} failed: {e.line}") from None
+    return json.loads(out)
 
 
 def error(case: published.Case, value: float | None) -> float | None:
@@ -96,13 +73,15 @@ class BeforeAfterConfig:
     def __post_init__(self):
         if not self.before.strip():
             raise ValueError("--before must name a commit")
+        if not at_commit.is_commit(self.before):
+            raise ValueError(f"--before {self.before!r} is not a commit of this repository")
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(BeforeAfterConfig, argv, description=__doc__.split("\n\n")[0], prog="before_after.py")
     cases = published.cases()
     sc21 = [c for c in cases if c.source == published.SC21]
-    old = run_old(cfg.before, [old_case(c) for c in cases] + [old_case(c, free_sc21=True) for c in sc21])
+    old = run_old(cfg.before, "issue15", [old_case(c) for c in cases] + [old_case(c, free_sc21=True) for c in sc21])
     now = {r["name"]: r for r in published.compare()}
     after_commit = commit()
     rows = []

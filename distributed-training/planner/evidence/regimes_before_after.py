@@ -3,8 +3,8 @@
     PYTHONPATH=distributed-training python -m planner.regimes_before_after                  # before = 22e175f
     PYTHONPATH=distributed-training python -m planner.regimes_before_after --before <commit>
 
-Every run of published.py and published_small.py is priced by the planner at `--before` (exported from git history,
-before_after.run_old, in a subprocess) and by this one, each with the run's pins and stack flags through the Workload
+Every run of published.py and published_small.py is priced by the planner at `--before` (exported from git history
+and run there: before_after.run_old, old_planner.py's issue29) and by this one, each with the run's pins and stack flags through the Workload
 interface of 22e175f (Workload(shape, batch, **flags), make_cluster(..., gpus_per_node=), search(..., rules=False)).
 A stack flag of today's Software that the older Workload lacks is left out (that planner did not model it) and the
 tool says which; 22e175f's Workload takes all of them. Writes results/regimes_before_after.csv, one row per run: its
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import csv
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from common import at_commit
 from common.config import parse_config
 
 from . import published, published_small, validation
@@ -36,26 +36,6 @@ PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ 
 OUT = PLANNER / "results" / "regimes_before_after.csv"
 COLUMNS = ["source", "run", "regime", "gpu", "gpus", "hidden", "group", "metric", "published", "before_tp", "before",
            "before_error", "after_tp", "after", "after_error", "before_commit", "after_commit"]
-
-# Prices each case with the planner of the exported commit; prints {"results": [[value, tp] | None], "dropped": [...]}.
-RUNNER = r"""
-import json, sys
-from dataclasses import fields
-from common.hardware import get_preset
-from planner.cluster import make_cluster
-from planner.search import Pins, Workload, search
-from planner.shapes import Shape
-known = {f.name for f in fields(Workload)}
-out, dropped = [], set()
-for c in json.load(sys.stdin):
-    dropped |= set(c["software"]) - known
-    w = Workload(Shape(*c["shape"]), c["batch"], **{k: v for k, v in c["software"].items() if k in known})
-    cl = make_cluster(get_preset(c["gpu"]), c["gpus"], memory_gb=c["memory_gb"], inter_node_gbps=c["net"],
-                      gpus_per_node=c["domain"])
-    best = search(w, cl, Pins(**c["pins"]), top=1, max_rejected=0, rules=False).best
-    out.append(None if best is None else [best[c["metric"]], best["tp"]])
-print(json.dumps({"results": out, "dropped": sorted(dropped)}))
-"""
 
 
 def as_json(case: published.Case) -> dict:
@@ -86,10 +66,6 @@ def spread(errors: list[float]) -> Spread | None:
     return Spread(len(errors), statistics.median(abs(e) for e in errors), max(errors, key=abs))
 
 
-def git_ok(*args: str) -> bool:
-    return subprocess.run(["git", *args], cwd=PLANNER, capture_output=True, timeout=30, check=False).returncode == 0
-
-
 @dataclass(frozen=True)
 class RegimesConfig:
     before: str = field(default="22e175f", metadata={"help": "commit of the planner before (issue 29's physics)"})
@@ -97,9 +73,9 @@ class RegimesConfig:
     def __post_init__(self):
         if not self.before.strip() or self.before.startswith("-"):
             raise ValueError(f"--before must name a commit, got {self.before!r}")
-        if not git_ok("rev-parse", "--verify", "--quiet", f"{self.before}^{{commit}}"):
+        if not at_commit.is_commit(self.before):
             raise ValueError(f"--before {self.before!r} is not a commit of this repository")
-        if not git_ok("cat-file", "-e", f"{self.before}:distributed-training/planner/search.py"):
+        if not at_commit.has_path(self.before, "distributed-training/planner/search.py"):
             raise ValueError(f"--before {self.before!r} has no planner (distributed-training/planner/search.py)")
 
 
@@ -116,7 +92,7 @@ def rank_lines(rows: list[dict], key: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(RegimesConfig, argv, description=__doc__.split("\n\n")[0], prog="regimes_before_after.py")
     cases = published.cases()
-    old = run_old(cfg.before, [as_json(c) for c in cases], runner=RUNNER, prog="regimes_before_after.py")
+    old = run_old(cfg.before, "issue29", [as_json(c) for c in cases], prog="regimes_before_after.py")
     now = published.compare()
     after_commit = commit()
     rows = []
