@@ -5,7 +5,7 @@
 t_compute is the measured one-rank step time of the same strategy and model (scaling_<hw>*.csv,
 world size 1: no collective runs there), scaled linearly with tokens per rank: the run's measured MFU
 carried to every GPU count. Where no run of that model was measured on that GPU, it is the planner's
-compute model for the same one-rank step (planner/explain_rows.py, the function that prices every
+compute model for the same one-rank step (planner/evidence/explain_rows.py, the function that prices every
 measured GPU row beside its measurement in the reports), and every row says which it is. t_comm sums, over the
 collectives of one optimizer step (memory_model.comm_plan, the plan the fake-PG study and the
 tests check count for count and byte for byte), the cost of common/collective_cost.py: the model the

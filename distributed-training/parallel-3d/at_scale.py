@@ -16,7 +16,7 @@ schedule with bf16 MixedPrecisionPolicy. Measured on that step, per rank:
     peak bytes       the most the step allocates at once beyond what existed before it (footprint.PeakTracker):
                      gathered parameters, gradients, activations, communication buffers; the rank's peak is
                      its parameters and optimizer state plus this (the gradients are allocated during the
-                     step), against the planner's pytorch-stack memory (planner/torch_memory.py) and, for
+                     step), against the planner's pytorch-stack memory (planner/model/torch_memory.py) and, for
                      contrast, its megatron-stack memory (Korthikanti's activations, ZeRO's accounting)
     collectives      count, payload and bus bytes per mesh dimension (comms.CollectiveLog) against the
                      planner's bus bytes (planner_bridge.predict) and the design's counts (design.py)

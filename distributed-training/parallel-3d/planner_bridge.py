@@ -10,7 +10,7 @@ the two compare with no formula copied here.
 
 Precision and stack. The lab runs PyTorch's stack as the planner's stacks.PYTORCH record describes it (eager
 kernels, FlashAttention-2 through SDPA, DTensor TP without async overlap, FSDP2 with bf16 MixedPrecisionPolicy and
-fp32 reduction, AdamW foreach): its memory is planner/torch_memory.py's, the terms this lab's at-scale study
+fp32 reduction, AdamW foreach): its memory is planner/model/torch_memory.py's, the terms this lab's at-scale study
 measures, and its data-parallel schedule FSDP2's. FSDP2 reduces gradients in fp32, so the comparison passes
 grad_bytes = 4 (the planner's --grad-bytes 4). Context parallelism is priced too: the ring's bytes are
 common/ring_bytes.py's, the formula this lab's design counts.
@@ -34,7 +34,7 @@ GRAD_BYTES = 4  # FSDP2 reduces in fp32
 
 
 def _stack() -> dict:
-    """PyTorch's stack as this lab runs it (planner.stacks.PYTORCH), in step_costs' keywords."""
+    """PyTorch's stack as this lab runs it (planner.model.stacks.PYTORCH), in step_costs' keywords."""
     w = search.Workload.of(stacks.PYTORCH, shapes.Shape(1, 8, 1, 1, 8, 8, 32), 1)
     return {"kernels": w.kernels, "tp_overlap": w.tp_overlap, "dp_overlap": w.dp_overlap,
             "tp_layout_copies": w.tp_layout_copies, "dp_schedule": stacks.PYTORCH.dp_schedule}

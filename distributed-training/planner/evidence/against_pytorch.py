@@ -7,7 +7,7 @@ the lab's CSVs, never its code; SCHEMAS holds every parallel-3d CSV, so the lab'
 with the same `read`. Standard library and common.markdown only (no torch, no pandas), so the guide stays
 quick to generate.
 
-    PYTHONPATH=distributed-training python -m planner.against_pytorch    # the section, on stdout
+    PYTHONPATH=distributed-training python -m planner.evidence.against_pytorch    # the section, on stdout
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ SCHEMAS = {
                                                             "world": int, "cp": int, "param_bytes": float,
                                                             "cp_payload_bytes": float, "ring_formula_bytes": float},
                           finite=True),
-    "ranking_calibration_": RANKING_CALIBRATION,  # the ranking set (parallel-3d/ranking.py, planner/ranking.py)
+    "ranking_calibration_": RANKING_CALIBRATION,  # the ranking set (parallel-3d/ranking.py, evidence/ranking.py)
     "ranking_": RANKING_ROWS,
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
                                                       "dp": int, "param_bytes": float}, finite=True),

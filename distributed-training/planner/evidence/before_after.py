@@ -1,7 +1,7 @@
 """Issue 15's before/after: the planner as it was (an older commit) and as it is, on the same published runs.
 
-    PYTHONPATH=distributed-training python -m planner.before_after                     # before = 2fbc6b4, writes the CSV
-    PYTHONPATH=distributed-training python -m planner.before_after --before <commit>
+    PYTHONPATH=distributed-training python -m planner.evidence.before_after     # before = 2fbc6b4, writes the CSV
+    PYTHONPATH=distributed-training python -m planner.evidence.before_after --before <commit>
 
 The older planner is exported from git history into a temporary folder and run there (common/at_commit.py) on
 every run of published.py, asked through its own interface (old_planner.py's issue15): the same pins and batch, its

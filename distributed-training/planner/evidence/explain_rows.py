@@ -1,7 +1,7 @@
 """The planner beside what this repository measured: every GPU row with the cost model's prediction.
 
-    PYTHONPATH=distributed-training python -m planner.explain_rows            # every lab's GPU rows, measured vs predicted
-    PYTHONPATH=distributed-training python -m planner.explain_rows fp8-train  # one lab
+    PYTHONPATH=distributed-training python -m planner.evidence.explain_rows            # every lab's GPU rows
+    PYTHONPATH=distributed-training python -m planner.evidence.explain_rows fp8-train  # one lab
 
 `predict` is the one function that prices a measured row: own_runs.py reads each row's own columns
 (model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) into a Run, and

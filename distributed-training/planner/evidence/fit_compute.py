@@ -1,7 +1,7 @@
 """Fit the compute model's three free constants on the `fit` published runs, once; report every run's error.
 
-    PYTHONPATH=distributed-training python -m planner.fit_compute            # fit, write results/compute_fit.csv, print
-    PYTHONPATH=distributed-training python -m planner.fit_compute --no-fit   # the frozen constants' errors only
+    PYTHONPATH=distributed-training python -m planner.evidence.fit_compute           # fit, write the CSV, print
+    PYTHONPATH=distributed-training python -m planner.evidence.fit_compute --no-fit  # the frozen constants' errors
 
 The constants (calibration.py: sustained_clock, hbm_efficiency, kernel_us) are fitted by minimising
 the mean squared log error of per-GPU throughput over the runs published.py marks `fit`, each

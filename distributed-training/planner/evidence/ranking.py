@@ -1,7 +1,7 @@
 """The planner as it is used: does it rank measured layouts in their measured order, and is its pick near the best?
 
-    PYTHONPATH=distributed-training python -m planner.ranking      # each layout measured and predicted, the verdict
-    section()                                                      # the markdown the validation document embeds
+    PYTHONPATH=distributed-training python -m planner.evidence.ranking  # layouts measured and predicted, the verdict
+    section()                                                          # the markdown the validation document embeds
 
 parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 22 layouts at
 4 and 8 gloo ranks on this repository's CPU machine and measures, in the same session, what the planner may know of

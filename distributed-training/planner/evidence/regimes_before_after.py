@@ -1,7 +1,7 @@
 """Issue 29's regimes before and after: the planner at an older commit and as it is now, on today's published runs.
 
-    PYTHONPATH=distributed-training python -m planner.regimes_before_after                  # before = 22e175f
-    PYTHONPATH=distributed-training python -m planner.regimes_before_after --before <commit>
+    PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after     # before = 22e175f
+    PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after --before <commit>
 
 Every run of published.py and published_small.py is priced by the planner at `--before` (exported from git history
 and run there: before_after.run_old, old_planner.py's issue29) and by this one, each with the run's pins and stack flags through the Workload
@@ -75,7 +75,7 @@ class RegimesConfig:
             raise ValueError(f"--before must name a commit, got {self.before!r}")
         if not at_commit.is_commit(self.before):
             raise ValueError(f"--before {self.before!r} is not a commit of this repository")
-        if not at_commit.has_path(self.before, "distributed-training/planner/search.py"):
+        if not at_commit.has_path(self.before, "distributed-training/planner/search.py"):  # the interface of 22e175f
             raise ValueError(f"--before {self.before!r} has no planner (distributed-training/planner/search.py)")
 
 

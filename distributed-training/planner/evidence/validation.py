@@ -4,7 +4,7 @@
                       |error| and worst against the targets (median <= 5% in every regime, none beyond +-20%)
     own_rows()        this repository's GPU rows against their targets (BF16 within 5%, FP8 within 8%, at most 2 rows
                       set apart by rule)
-    ranking()         parallel-3d's ranking set on CPU: rank correlation and the pick (planner/ranking.py)
+    ranking()         parallel-3d's ranking set on CPU: rank correlation and the pick (planner/evidence/ranking.py)
     small_models()    the first regime in detail (issue 29: small models on one node were priced far too fast): its
                       error by TP degree and by hidden size, and each group of alternatives a source measured for one
                       job ranked against the planner (rank correlation, the pick within 5% of the measured best)
@@ -12,7 +12,7 @@
 Each function returns markdown computed now from the planner and the committed CSVs, so the claims move with the
 model. Every planner number is a projection; measured numbers are the CSVs' own.
 
-    PYTHONPATH=distributed-training python -m planner.validation     # print the three sections
+    PYTHONPATH=distributed-training python -m planner.evidence.validation     # print the three sections
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def own_rows(cal: explain_rows.Calibration | None = None) -> str:
 
 
 def ranking() -> str:
-    """parallel-3d's ranking set (planner/ranking.py)."""
+    """parallel-3d's ranking set (planner/evidence/ranking.py)."""
     return ranking_set.section()
 
 

@@ -1,6 +1,6 @@
-"""Generate ../PARALLELISM_GUIDE.md, the decision guide (guide_template.md: its answer, the matrix, the recipe as
-a flowchart, worked scenarios, rules of thumb, what its MFU assumes, calibration), and beside it
-../PLANNER_VALIDATION.md, the evidence the guide links (validation_template.md: more matrices, one experiment per
+"""Generate PARALLELISM_GUIDE.md in distributed-training/, the decision guide (guide_template.md: its answer, the
+matrix, the recipe as a flowchart, worked scenarios, rules of thumb, what its MFU assumes, calibration), and beside
+it PLANNER_VALIDATION.md, the evidence the guide links (validation_template.md: more matrices, one experiment per
 rule, the cost model term by term, accuracy against published runs and this repository's GPU rows, the planner
 against PyTorch), around tables and sentences the planner computes now.
 

@@ -88,7 +88,7 @@ class ComputeConstants:
         return self.sustained_ampere if generation(preset) == "ampere" else self.sustained_hopper
 
 
-# Frozen output of `python -m planner.fit_compute` (see results/compute_fit.csv).
+# Frozen output of `python -m planner.evidence.fit_compute` (see results/compute_fit.csv).
 FITTED = ComputeConstants(sustained_ampere=0.749, sustained_hopper=0.674, hbm_efficiency=0.818)
 
 

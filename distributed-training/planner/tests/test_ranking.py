@@ -1,5 +1,5 @@
-"""The ranking set (planner/ranking.py): predictions from the machine's calibration alone, Spearman by hand, the pick,
-and the generated sections (validation.py)."""
+"""The ranking set (planner/evidence/ranking.py): predictions from the machine's calibration alone, Spearman by hand,
+the pick, and the generated sections (validation.py)."""
 
 import shutil
 from types import SimpleNamespace
