@@ -257,7 +257,7 @@ def conclusions(results: Path) -> list[str]:
                    f"({ap._pct(torch_, peak)}), where Korthikanti's activations and ZeRO's accounting (its megatron "
                    f"stack) say {megatron / ap.GB:.1f} GB ({ap._pct(megatron, peak)}): DTensor keeps the gathered "
                    "projection inputs at full length, pipelining holds fp32 gradients unsharded, the LM head's logits "
-                   "are all-gathered vocabulary-wide with an fp32 loss (planner/torch_memory.py).")
+                   "are all-gathered vocabulary-wide with an fp32 loss (planner/model/torch_memory.py).")
     return out
 
 

@@ -211,7 +211,7 @@ def render(results: Path = RESULTS) -> str:
         "Memory at the step's peak: PyTorch's parameters and optimizer state plus the most its step holds at once "
         "(gathered parameters, gradients, unsharded under a pipeline, activations of the micro-batches in flight, "
         "the loss and kept logits, pipeline buffers), on the busier of the measured ranks, beside the planner's "
-        "memory for the pytorch stack (`planner/torch_memory.py`, its busiest rank) and, for contrast, for the "
+        "memory for the pytorch stack (`planner/model/torch_memory.py`, its busiest rank) and, for contrast, for the "
         "megatron stack (Korthikanti's activations with sequence parallelism, ZeRO's accounting), both less the "
         "1 GB of CUDA context a fake world does not allocate:", "",
         *peak_lines(rows)]

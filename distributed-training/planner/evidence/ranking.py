@@ -170,7 +170,8 @@ def section(results: Path = RESULTS, heading: str = "###") -> str:
     hw = rows["hardware"].iloc[0]
     lines = [head, "", verdict, "",
              f"Measured on {hw}, torch {rows['torch_version'].iloc[0]}, commit {rows['git_commit'].iloc[0]} "
-             "(`parallel-3d/results/ranking_cpu.csv`); predicted by [`planner/ranking.py`](../planner/ranking.py) "
+             "(`parallel-3d/results/ranking_cpu.csv`); predicted by "
+             "[`planner/evidence/ranking.py`](../planner/evidence/ranking.py) "
              "from this machine's calibration alone (`ranking_calibration_cpu.csv`: allreduce-bench's fit per world "
              f"size, a GEMM rate, a memory rate, the fixed cost of an op and of a DTensor op). Median rank "
              f"correlation {rho:.2f}.", "",

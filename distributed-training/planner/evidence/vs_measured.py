@@ -22,7 +22,8 @@ from .explain_rows import Compared
 
 TARGET = {"bf16": 0.05, "fp8": 0.08}  # |error| per row: BF16 within 5%, FP8 within 8% (issue 24)
 RATIO_TARGET = 0.05  # the FP8/BF16 speed ratio within 5%
-MODEL = ("[`planner/explain_rows.py`](../planner/explain_rows.py) prices every GPU row from its own columns "
+MODEL = ("[`planner/evidence/explain_rows.py`](../planner/evidence/explain_rows.py) prices every GPU row from its own "
+         "columns "
          "(model shape, precision, FP8 backend and recipe, torch.compile, degrees, micro-batch) with the cost model "
          "`make plan` uses; no row here was used to fit it. Error = predicted / measured throughput - 1 (+: the "
          "model is faster than measured).")
