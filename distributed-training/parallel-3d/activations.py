@@ -28,7 +28,6 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
-from planner.model import degrees, torch_memory
 from common.config import parse_config
 from common.dist import distributed, fail, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
@@ -36,6 +35,7 @@ from common.hardware import GPUPreset
 from common.model import GPT, GPTConfig
 from common.results import NoWriter, provenance
 from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
+from planner.model import degrees, torch_memory
 from footprint import PeakTracker
 from parallelize import apply_recompute, apply_tp
 from settings import RECOMPUTE, resolve

@@ -23,12 +23,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from common import zero_memory
 from common.hardware import get_preset
 from common.model import GPTConfig
-from common import zero_memory
+from planner import plan
 from planner.model import cluster, costs, degrees, memory, shapes, stacks, stages, torch_memory
 from planner.search import launch, records, search
-from planner import plan
 
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 

@@ -35,7 +35,6 @@ from typing import NamedTuple
 
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
-
 from planner.calibrate import calibrate
 from planner.evidence import from_run
 from planner.model.cluster import Cluster, make_cluster

@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
-
 from planner.model.calibration import ComputeConstants, generation
 from planner.model.cluster import Cluster
 from planner.model.compute import gemm_efficiency, sm_count, tensor_rate

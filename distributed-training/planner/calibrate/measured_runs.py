@@ -18,7 +18,6 @@ import statistics
 from dataclasses import replace
 
 from common.csvread import has_columns
-
 from planner.model.cluster import Cluster
 
 COLUMNS = {"step_time_ms", "planner_step_s", "preset"}

@@ -20,15 +20,15 @@ from __future__ import annotations
 from functools import lru_cache
 
 from common.hardware import get_preset
-
-from . import published, published_fp8, vs_measured
-from .prose import prose, table
 from planner.model.calibration import FITTED
 from planner.model.cluster import make_cluster
 from planner.model.compute import tensor_rate
 from planner.model.degrees import NONE, SELECTIVE, Degrees
 from planner.model.memory import memory_breakdown, model_state_bytes
 from planner.search.search import Pins, Workload, search
+
+from . import published, published_fp8, vs_measured
+from .prose import prose, table
 
 GIB = 2**30
 # torchtitan's published memory (GiB, max reserved; llama3_h100_202412_torchtitan.md Tables 1 and 3): what a

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from common import markdown
 from common.csvread import Schema, read_rows
-
 from planner.model.memory import CONTEXT_BYTES
+
 from .ranking import CALIBRATION as RANKING_CALIBRATION, ROWS as RANKING_ROWS
 
 RESULTS = Path(__file__).resolve().parents[2] / "parallel-3d" / "results"

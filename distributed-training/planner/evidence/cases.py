@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.search.search import Pins
 from planner.model.shapes import Shape
+from planner.search.search import Pins
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,16 @@ import numpy as np
 
 from common.collective_cost import collective_time_s, members_per_domain
 from common.hardware import get_preset
-
 from planner.calibrate import gemm_rates
-from . import own_runs
 from planner.model.calibration import FITTED, ComputeConstants
 from planner.model.cluster import Cluster, make_cluster
 from planner.model.compute import Kernels, gemm_time, layer_times
 from planner.model.costs import StepCosts, rates_for, step_costs
 from planner.model.degrees import RECOMPUTE, Degrees
-from .own_runs import Run
 from planner.model.stages import StageSplit
+
+from . import own_runs
+from .own_runs import Run
 
 # How this repository's labs run: PyTorch's SDPA (FlashAttention-2 kernels on Hopper), learned positions, no
 # dropout; DTensor / hand-rolled TP without asynchronous overlap; FSDP2 and DDP overlap their collectives.

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from common.config import parse_config
+from planner.model.calibration import FIT_BOUNDS, FITTED, ComputeConstants
 
 from . import published
-from planner.model.calibration import FIT_BOUNDS, FITTED, ComputeConstants
 
 PLANNER = Path(__file__).resolve().parents[1]  # the planner's folder: results/ lies there
 OUT = PLANNER / "results" / "compute_fit.csv"

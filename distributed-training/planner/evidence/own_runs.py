@@ -35,7 +35,6 @@ from typing import NamedTuple
 from common.csvread import Schema, read_json, read_table
 from common.hardware import preset_for
 from common.runs import results_path
-
 from planner.model.shapes import Shape
 
 LABS = Path(__file__).resolve().parents[2]

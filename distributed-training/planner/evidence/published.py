@@ -60,14 +60,14 @@ import statistics
 from dataclasses import replace
 
 from common.hardware import get_preset
-
-from . import published_small
 from planner.model.calibration import FITTED, ComputeConstants
-from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 from planner.model.cluster import make_cluster
+from planner.model.shapes import Shape
 from planner.search.records import Plan
 from planner.search.search import Pins, Workload, search
-from planner.model.shapes import Shape
+
+from . import published_small
+from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 
 SC21 = "Megatron SC21 Table 1"
 KORTHIKANTI = "Korthikanti Table 5"

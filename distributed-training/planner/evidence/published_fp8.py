@@ -24,13 +24,13 @@ from typing import NamedTuple
 import numpy as np
 
 from common.hardware import get_preset
-
 from planner.model.cluster import make_cluster
 from planner.model.compute import Kernels, layer_times
 from planner.model.costs import rates_for
-from .published import TORCHTITAN, llama
-from planner.search.search import Pins, Workload, search
 from planner.model.shapes import Shape
+from planner.search.search import Pins, Workload, search
+
+from .published import TORCHTITAN, llama
 
 
 class Pair(NamedTuple):

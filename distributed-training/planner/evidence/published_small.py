@@ -39,9 +39,10 @@ Everything the planner prints here is a projection; nothing was measured on a GP
 
 from __future__ import annotations
 
-from .cases import Case, Software, gpt
-from planner.search.search import Pins
 from planner.model.shapes import Shape
+from planner.search.search import Pins
+
+from .cases import Case, Software, gpt
 
 NANOTRON = "nanotron / Ultra-Scale Playbook"
 NANOTRON_TP = "nanotron TP series"

@@ -39,12 +39,12 @@ import pandas as pd
 from common import markdown
 from common.collective_cost import Network
 from common.csvread import Schema, read_table
-
 from planner.model.calibration import ComputeConstants
 from planner.model.cluster import Cluster
 from planner.model.compute import Kernels, Rates, head_times, layer_times
 from planner.model.costs import step_costs
 from planner.model.degrees import RECOMPUTE, Degrees
+
 from .own_runs import LABS, parse_model
 
 RESULTS = LABS / "parallel-3d" / "results"

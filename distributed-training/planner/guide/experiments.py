@@ -14,14 +14,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from common.hardware import get_preset
-
 from planner.calibrate import calibrate
 from planner.evidence.prose import prose, table
-from planner.search.choose import NEAR_TIE
 from planner.model.cluster import make_cluster
-from planner.search.search import Pins, Workload, default_batch, search
 from planner.model.shapes import model_flops_per_token, parse_count, standard_shape
 from planner.model.stacks import MEGATRON, Stack
+from planner.search.choose import NEAR_TIE
+from planner.search.search import Pins, Workload, default_batch, search
 
 SEQ, VOCAB = 4096, 51200
 

@@ -24,13 +24,13 @@ from pathlib import Path
 from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
 from common.hardware import get_preset
-
+from planner.calibrate import calibrate
 from planner.evidence import accuracy, against_pytorch, own_runs, validation
 from planner.evidence.prose import prose, table
-from . import experiments, guide_answer
-from planner.calibrate import calibrate
 from planner.model import stacks
 from planner.model.cluster import make_cluster
+
+from . import experiments, guide_answer
 from .experiments import degrees, no_fit, plan, shape_of
 
 HERE = Path(__file__).resolve().parent  # the templates lie here; the documents two folders up

@@ -20,10 +20,10 @@ from pathlib import Path
 from common.findings import Finding, Sentences, block, listing
 from common.hardware import get_preset
 from common.plotting import new_figure, save
-
-from . import experiments
 from planner.evidence import explain_rows, own_runs, published, unexplained
 from planner.evidence.prose import prose
+
+from . import experiments
 from .experiments import degrees, plan, shape_of
 
 HERE = Path(__file__).resolve().parent

@@ -36,7 +36,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .choose import CP_MIN_SEQ, decide
 from planner.model.cluster import Cluster
 from planner.model.compute import Kernels
 from planner.model.costs import StepCosts, step_costs
@@ -46,6 +45,7 @@ from planner.model.shapes import Shape, hardware_flops_per_token, model_flops_pe
 from planner.model.stacks import MEGATRON, Stack
 from planner.model.stages import interleave_fits
 
+from .choose import CP_MIN_SEQ, decide
 from .records import Plan, Rejection, Result, fewest_degrees_first
 
 MAX_MICROBATCH = 16

@@ -7,8 +7,8 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
-from planner.evidence import explain_rows as explain, own_runs, unexplained, vs_measured
 from planner.calibrate import gemm_rates
+from planner.evidence import explain_rows as explain, own_runs, unexplained, vs_measured
 from planner.model.calibration import FITTED
 
 LABS = own_runs.LABS

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.guide import experiments
 from planner import plan
-from planner.search.choose import CP_MIN_SEQ
-from planner.search.search import default_batch
+from planner.guide import experiments
 from planner.model.stacks import PYTORCH
+from planner.search.choose import CP_MIN_SEQ
 from planner.search.records import Plan
+from planner.search.search import default_batch
 
 AT_SCALE = Path(plan.__file__).resolve().parent.parent / "parallel-3d" / "results" / "at_scale.csv"
 KEYS = ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute", "global_batch")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from planner.evidence import accuracy, published, published_small
-from planner.model.calibration import FIT_BOUNDS, FITTED
 from planner.evidence.cases import gpt
+from planner.model.calibration import FIT_BOUNDS, FITTED
 from planner.model.shapes import model_flops_per_token
 
 FIT_CSV = Path(__file__).resolve().parents[1] / "results" / "compute_fit.csv"

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from common.hardware import get_preset
-from planner.search.choose import NEAR_TIE
 from planner.calibrate.network import calibrate_from_sweeps
 from planner.model.cluster import make_cluster
 from planner.model.memory import MEMORY_HEADROOM
+from planner.model.shapes import Shape, standard_shape
+from planner.search.choose import NEAR_TIE
 from planner.search.records import Plan
 from planner.search.search import BATCH_TOLERANCE, Pins, Structures, Workload, evaluate, search
-from planner.model.shapes import Shape, standard_shape
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sweep_fixture.csv"
 SHAPES = {"gqa-odd": Shape(layers=12, hidden=1536, heads=12, kv_heads=4, vocab=32000, seq=2048, ffn=6144),
