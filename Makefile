@@ -132,35 +132,43 @@ doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP
 reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md, the guide and README.md's findings from the CSVs
 	@$(PYRUN) -m common.readme_findings
 
-# One short GPU lease (15 minutes, no network): the FP8 question answered in priority order under BUDGET_S,
-# the kit installed first, the archive always written (provision/gpu_quick.py). GPU=cpu rehearses it.
+# One short GPU lease (15 minutes, no network): what results/<preset>_ws1 lacks, by priority, under BUDGET_S
+# (RUNS=te-fused,native sets the list; ARGS=--dry-run prints it with estimates, no GPU needed), the kit installed
+# first, the archive, closing table and whole log always written to ARCHIVE_DIR (default $OUT; never the
+# checkout): provision/gpu_quick.py. A GPU target: without a usable GPU one line, exit 2, nothing written;
+# GPU=cpu REHEARSAL=1 rehearses it on CPU stand-ins (into fp8-train/runs/rehearsal). provision/gpu_slot.sh is
+# the whole command for a lent machine. BUNDLE_MIB: the tree and the kit together, what a lent machine takes.
 BUDGET_S ?= 480
+RUNS ?=
+REHEARSAL ?=
 KIT ?=
 KIT_PYTHON ?= 3.12
 KIT_TORCH ?= 2.11.0+cu130
 KIT_ARCHS ?= 90
-KIT_MAX_MB ?= 60
-ARCHIVE_DIR ?= .
+BUNDLE_MIB ?= 64
+ARCHIVE_DIR ?=
 .PHONY: gpu-quick offline-kit offline-install
-gpu-quick: $(SETUP) ## one short GPU slot: kit, doctor, fp8-train by priority, a bench size, archive (BUDGET_S=480)
-	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --archive-dir $(ARCHIVE_DIR) \
-	  --site $(abspath $(KIT_SITE)) $(if $(KIT),--kit $(KIT)) $(ARGS)
+gpu-quick: $(SETUP) ## one short GPU slot: what results/ lacks, by priority, under BUDGET_S=480 (RUNS=..., ARGS=--dry-run)
+	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --site "$(abspath $(KIT_SITE))" \
+	  $(if $(ARCHIVE_DIR),--archive-dir "$(ARCHIVE_DIR)") $(if $(KIT),--kit "$(KIT)") $(if $(RUNS),--runs "$(RUNS)") \
+	  $(if $(filter-out 0,$(REHEARSAL)),--rehearsal) $(ARGS)
 
-offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), checked (~15 min)
+offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), tree + kit <= BUNDLE_MIB
 	@test -n "$(KIT)" || { echo "error: offline-kit needs KIT=dir (the folder to fill)" >&2; exit 2; }
-	@$(PYRUN) -m provision.offline_kit build --kit $(KIT) --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
-	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --max-mb $(KIT_MAX_MB)
+	@$(PYRUN) -m provision.offline_kit build --kit "$(KIT)" --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
+	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --bundle-mib $(BUNDLE_MIB)
 
 offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) with no network; every target sees it
 	@test -n "$(KIT)" || { echo "error: offline-install needs KIT=dir (made by make offline-kit)" >&2; exit 2; }
-	@$(PYRUN) -m provision.offline_kit install --kit $(KIT) --site $(abspath $(KIT_SITE))
+	@$(PYRUN) -m provision.offline_kit install --kit "$(KIT)" --site "$(abspath $(KIT_SITE))"
 
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
 # interrupted run again), writes its own CSVs and reports, and a failure in one step does not cancel the
-# next. `make gpu-suite` runs all five; `make gpu-suite PART=2` one of them. Times on one H100 80GB:
-#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); then
-#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        not run yet
+# next. `make gpu-suite` runs all six, in the order 1 2 5 3 4 6; `make gpu-suite PART=2` one of them.
+# Times on one H100 80GB:
+#   1  doctor, the GPU-only tests, tp-attention and allreduce-bench GPU targets       167 s (4215329); with
+#      cp-attention and parallel-3d (1 GPU: baseline + activations; 8+ GPUs also        them: not timed yet
 #      TP2 x PP2 x DP2)
 #   2  fp8-train preset, first half: BF16 x3 seeds, torchao, the native layer, and     not run yet (the two
 #      the FP8 bound; its run folder stays unpublished until part 5                    halves: 404 s for 4
@@ -178,7 +186,7 @@ FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
 .PHONY: gpu-suite results-archive results-import wheelhouse \
         gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
-gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
+gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+cp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
 	@case "$(PART)" in all|1|2|3|4|5|6) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, 6, all" >&2; exit 2;; esac
 	@failed=""; for p in $(GPU_PARTS); do \
@@ -227,8 +235,8 @@ gpu-suite-part-6:
 	$(MAKE) fp8-train-bench ARGS="--hidden 8192 --parts step,gemm,monitor --promote merge"
 	$(MAKE) fp8-train-report
 
-results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=...), commit recorded
-	@$(PYRUN) -m provision.archive create --out $(ARCHIVE_DIR)
+results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=., ...), commit recorded
+	@$(PYRUN) -m provision.archive create --out "$(or $(ARCHIVE_DIR),.)"
 
 results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then regenerate every report
 	@test -n "$(ARCHIVE)" || { echo "error: results-import needs ARCHIVE=path/to/results_*.tar.gz" >&2; exit 2; }

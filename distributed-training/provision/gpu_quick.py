@@ -1,74 +1,98 @@
-"""`make gpu-quick`: one short GPU lease answers the FP8 question, most important measurement first, and always
-brings what it measured home.
+"""`make gpu-quick`: one short GPU lease measures what the committed results still lack, most important first,
+and always brings what it measured home.
 
 Why. A rented GPU by the hour, a slot on a shared node, or the lent one these results come from (15 minutes in
-all, its start included, 10 per command, no network): the full GPU suite needs half an hour, and a step cut off
-by a time limit used to lose the report or the archive. Here a deadline (BUDGET_S) orders everything:
+all, its start included, 10 per command, no network): a slot that re-measures what results/ holds buys
+nothing, and a step cut off by a time limit used to lose the report or the archive. So:
 
-    0  the offline kit installed (KIT=...), if one is given
-    1  doctor: what the node has, in the log
-    2  fp8-train's preset, one run per step, in priority order: bf16-s0 and the measured FP8 bound, then
-       torchao, native, te, te-fused (a backend the node lacks is skipped with its reason)
-    3  fp8-train-bench at one hidden size: each mode's step time beside the GPU's busy time (gpu_busy_ms)
-    4  the other BF16 seeds (the noise band), if time remains
+    the run list   what fp8-train/results/<preset>_ws1 lacks, read from its CSVs (provision/slot_plan.py): on
+                   h200_ws1 today bf16-s0 (+ the FP8 bound), te-fused, native (its FP8 record is damaged),
+                   bf16-s1, bf16-s2, then the GEMM rates (gemm) and the bench (bench); --runs sets it
+    --dry-run      that list for a GPU, with each step's estimated seconds from the committed step times (a
+                   guess where none exist, said so) and what the budget holds; no GPU needed
+    the time box   BUDGET_S orders everything: the kit installed (KIT=...), doctor, fp8-train's plan (a TE run
+                   whose library does not import here is dropped with one line, the rest goes on), then each
+                   step if its estimate fits in what is left (else skipped with its reason and the next tried),
+                   under a timeout of what is left minus a reserve for the end (provision/timebox.py)
+    the end        always (a failed or stopped step, Ctrl-C or SIGTERM included): whatever finished is merged
+                   into results/, the closing table (tokens/s, vs BF16, the bound, MFU, GPU busy ms, what was
+                   skipped and why) printed and saved, the results archive written; ARCHIVE_DIR (default $OUT)
+                   then holds the whole log too. `make results-import ARCHIVE=...` takes it home.
 
-Each step runs under a timeout of what is left before the deadline minus a reserve for the end, and is skipped
-with a one-line reason when less than its minimum is left. The end always runs (a failed or stopped step, Ctrl-C
-or SIGTERM included): whatever finished is published into results/ by merging (a partial plan keeps its
-identity, <preset>_ws1, and the seeds it has), the closing table (tokens/s, vs BF16, the bound, % of bound, MFU,
-GPU busy ms; what was skipped and why) is printed and saved beside the archive, and the results archive is
-written to ARCHIVE_DIR. `make results-import ARCHIVE=...` takes it home.
+A GPU target: with no CUDA GPU, an nvidia-smi that hangs or fails, or GPUs this torch cannot use, it is one
+line and exit 2 before anything is written. GPU=cpu REHEARSAL=1 rehearses it on CPU stand-ins, into
+fp8-train/runs/rehearsal (or --out outside every results/ folder), never into committed results.
 
     make gpu-quick PYTHON=python3 KIT=kit ARCHIVE_DIR=$OUT DT_GIT_COMMIT=$(git rev-parse --short=12 HEAD)
-    make gpu-quick BUDGET_S=300                            # a shorter slot: fewer steps, the same priorities
-    PYTHONPATH=distributed-training python -m provision.gpu_quick --help
+    make gpu-quick GPU=h200 ARGS=--dry-run                 # what a slot would do here, in order, with estimates
+    make gpu-quick RUNS=te-fused,native BUDGET_S=300       # a shorter slot, the caller's priorities
+    make gpu-quick GPU=cpu REHEARSAL=1 ARCHIVE_DIR=/tmp/q  # the rehearsal
+    bash distributed-training/provision/gpu_slot.sh        # the whole command for a lent machine
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from common.config import parse_config
-from common.cuda_env import read_driver, refusal
-from common.hardware import CHOICES, get_preset
-from common.runs import MANIFEST, RunError, data_rows, promote_run, read_manifest, run_dir_for
+from common.csvread import BadResults
+from common.cuda_env import probe_driver, refusal
+from common.hardware import CHOICES, GPUPreset, get_preset
+from common.runs import run_dir_for
 
-from . import archive, offline_kit
+from . import quick_run, slot_plan, timebox
+from .slot_plan import Guesses, Item
 
 LABS = Path(__file__).resolve().parents[1]
+ROOT = LABS.parent
 FP8 = LABS / "fp8-train"
 
 
 @dataclass(frozen=True)
 class QuickConfig:
-    gpu: str = field(default="auto", metadata={"help": "preset (cpu: a rehearsal with CPU stand-ins)",
+    gpu: str = field(default="auto", metadata={"help": "preset (cpu: the rehearsal, with --rehearsal)",
                                                "choices": CHOICES})
+    runs: tuple[str, ...] = field(default=(), metadata={
+        "help": "the steps in priority order: fp8-train runs (bf16-s0, te-fused, native, bf16-s1, ... or run names), "
+                "gemm (the GEMM rates), bench; none: what the committed results for this GPU lack"})
+    dry_run: bool = field(default=False, metadata={"help": "print the steps, their estimates and what the budget "
+                                                           "holds, and stop (no GPU needed: name --gpu)"})
+    rehearsal: bool = field(default=False, metadata={"help": "GPU=cpu only: the rehearsal on CPU stand-ins, into "
+                                                             "fp8-train/runs/rehearsal or --out, never results/"})
     budget_s: float = field(default=480.0, metadata={"help": "seconds for everything, the end included"})
-    reserve_s: float = field(default=40.0, metadata={"help": "seconds kept for publishing, the table and the "
-                                                             "archive"})
+    reserve_s: float = field(default=60.0, metadata={"help": "seconds kept for the end: publish, table, archive (the "
+                                                             "H200 slot at cd873fd overran a 40 s reserve)"})
     grace_s: float = field(default=20.0, metadata={"help": "after a step's SIGTERM, seconds before SIGKILL"})
     kit: str = field(default="", metadata={"help": "an offline kit to install first (make offline-kit)"})
-    site: str = field(default=str(LABS.parent / ".kit-site"), metadata={"help": "where the kit is installed"})
-    archive_dir: str = field(default=str(LABS.parent), metadata={"help": "where the results archive goes"})
+    site: str = field(default=str(ROOT / ".kit-site"), metadata={"help": "where the kit is installed"})
+    archive_dir: str = field(default="", metadata={"help": "where the archive, the closing table and the log go "
+                                                           "(default: $OUT; never the checkout)"})
     bench_hidden: int = field(default=4096, metadata={"help": "the bench's one hidden size"})
-    # Minimum seconds a step needs to finish, from the committed H100 runs (68dffd9: 200 steps of 0.14-0.23 s,
-    # compiles of 25-54 s; the bound ~20 s) plus reading the initial weights: started with less, it would only
-    # be cut off. The plan's first run draws the weights (~34 s) and measures the bound (~20 s).
-    min_first_s: float = field(default=100.0, metadata={"help": "skip the plan's first run with less than this left"})
-    min_train_s: float = field(default=60.0, metadata={"help": "skip another training run with less than this left"})
-    min_bench_s: float = field(default=45.0, metadata={"help": "skip the bench with less than this left"})
-    bench_limit_s: float = field(default=150.0, metadata={"help": "the bench's own cap: the least important step, "
-                                                                  "and open-ended (rows of finished modes stay)"})
+    bench_limit_s: float = field(default=150.0, metadata={"help": "the bench's cap and estimate (rows of finished "
+                                                                  "modes stay)"})
+    gemm_limit_s: float = field(default=120.0, metadata={"help": "the GEMM rates' cap"})
+    # Guesses, used where no committed row measures a step (the dry run says which estimates are guesses).
+    guess_first_s: float = field(default=100.0, metadata={"help": "guess: the first training run, no rows on this GPU"})
+    guess_train_s: float = field(default=60.0, metadata={"help": "guess: another training run, no rows on this GPU"})
+    guess_start_s: float = field(default=30.0, metadata={"help": "guess: a run's start and end, where no two "
+                                                                 "committed runs measure it"})
+    guess_weights_s: float = field(default=35.0, metadata={"help": "guess: drawing the initial weights (first run)"})
+    guess_gemm_s: float = field(default=40.0, metadata={"help": "guess: the GEMM rates (a start, 16 GEMMs)"})
+    guess_doctor_s: float = field(default=20.0, metadata={"help": "guess: doctor and fp8-train's plan"})
+    guess_install_s: float = field(default=20.0, metadata={"help": "guess: installing the kit"})
     train_args: str = field(default="", metadata={"help": "extra fp8-train arguments (rehearsals: a tiny model)"})
     bench_args: str = field(default="", metadata={"help": "extra fp8-train-bench arguments"})
-    out: str = field(default="", metadata={"help": "fp8-train's results folder (default: results/<preset>_ws1)"})
+    out: str = field(default="", metadata={"help": "fp8-train's results folder (default: results/<preset>_ws1; the "
+                                                   "rehearsal's: runs/rehearsal/cpu_ws1)"})
+    fp8_lab: str = field(default=str(FP8), metadata={"help": "the folder whose train.py, bench.py and "
+                                                             "quick_summary.py run (a rehearsal's stand-in)"})
 
     def __post_init__(self):
         if self.budget_s <= self.reserve_s or self.reserve_s < 0 or self.grace_s < 0:
@@ -76,189 +100,106 @@ class QuickConfig:
                              "both >= 0")
         if self.bench_hidden < 16 or self.bench_hidden % 16:
             raise ValueError(f"--bench-hidden must be a multiple of 16, got {self.bench_hidden}")
+        if self.rehearsal != (self.gpu == "cpu"):
+            raise ValueError("--rehearsal takes GPU=cpu, its CPU stand-ins" if self.rehearsal else
+                             "gpu-quick measures a GPU; GPU=cpu only rehearses it: add REHEARSAL=1 (--rehearsal), "
+                             "which writes under fp8-train/runs/rehearsal, never into results/")
+        if self.dry_run and self.gpu == "auto":
+            raise ValueError("--dry-run plans for a named GPU: --gpu h100, h200, ... (GPU=...)")
+        guesses = {f.name: getattr(self, f.name) for f in self.__dataclass_fields__.values() if f.name.endswith("_s")}
+        bad = [k for k, v in guesses.items() if v < 0 or v != v or v == float("inf")]
+        if bad:
+            raise ValueError(f"--{bad[0].replace('_', '-')} takes seconds >= 0, got {guesses[bad[0]]}")
+
+    @property
+    def guesses(self) -> Guesses:
+        return Guesses(self.guess_first_s, self.guess_train_s, self.guess_gemm_s, self.bench_limit_s,
+                       self.guess_start_s, self.guess_weights_s)
 
 
-class Step(NamedTuple):
-    name: str
-    argv: list[str]
-    needs_s: float  # less left than this: skipped
-    limit_s: float = float("inf")  # its own cap, whatever is left
+class Prepared(NamedTuple):
+    """Everything checked before launch: the GPU, where results and the archive go, the run list."""
+    preset: GPUPreset
+    results: Path
+    archive: Path | None  # None in a dry run
+    plan: slot_plan.PresetPlan
+    items: list[Item]
 
 
-class Outcome(NamedTuple):
-    step: str
-    status: str  # done | failed (exit N) | cut off at the deadline / at its limit | skipped | stopped
-    seconds: float
-    note: str = ""
-
-
-class Stopped(Exception):
-    """SIGTERM or Ctrl-C on gpu-quick itself: the end still runs."""
-
-
-def plan(cfg: QuickConfig, train: list[str], left_s: float) -> tuple[list[str], list[Outcome]]:
-    """The preset's runs in its order (base seed first), and one skipped outcome per run it cannot do here."""
-    r = subprocess.run(train + ["--list-runs"], capture_output=True, text=True, timeout=max(left_s, 1))
-    if r.returncode:
-        raise RuntimeError((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])
-    lines = r.stdout.splitlines()
-    runs = [line[4:] for line in lines if line.startswith("run ")]
-    skipped = [Outcome(*line[8:].split(": ", 1)[:1], "skipped", 0.0, line[8:].split(": ", 1)[-1])
-               for line in lines if line.startswith("skipped ")]
-    return runs, skipped
-
-
-def steps(cfg: QuickConfig, results: Path, runs: list[str]) -> list[Step]:
-    """The fp8-train runs one per step (the base seed's first), the bench after them, the other seeds last."""
-    run_dir = run_dir_for(results.parent, results.name)
-    fresh = not (run_dir / MANIFEST).is_file()  # a second attempt in the same slot continues the first
-    train = train_argv(cfg)
-    base = runs[0].rsplit("-", 1)[-1] if runs else ""
-    first = [r for r in runs if r.endswith(f"-{base}")]
-    out = []
-    for i, run in enumerate(first):
-        needs = cfg.min_first_s if i == 0 else cfg.min_train_s
-        out.append(Step(run, train + ["--only", run] + ([] if fresh and i == 0 else ["--resume"]), needs))
-    bench = [sys.executable, str(FP8 / "bench.py"), "--gpu", cfg.gpu, "--hidden", str(cfg.bench_hidden),
-             "--parts", "step", "--promote", "merge", *cfg.bench_args.split()]
-    out.append(Step("bench", bench + (["--out", cfg.out] if cfg.out else []), cfg.min_bench_s, cfg.bench_limit_s))
-    out += [Step(run, train + ["--only", run, "--resume"], cfg.min_train_s) for run in runs if run not in first]
-    return out
-
-
-def train_argv(cfg: QuickConfig) -> list[str]:
-    argv = [sys.executable, str(FP8 / "train.py"), "--gpu", cfg.gpu, "--no-progress", *cfg.train_args.split()]
-    return argv + (["--out", cfg.out] if cfg.out else [])
-
-
-def run_step(step: Step, left_s: float, grace_s: float) -> Outcome:
-    """One step under a deadline (or its own cap): SIGTERM when reached (the labs keep their rows), SIGKILL
-    after grace_s."""
-    print(f"== gpu-quick: {step.name} ({left_s:.0f} s left)", flush=True)
-    t0 = time.monotonic()
-    limit = min(left_s, step.limit_s)
-    proc = subprocess.Popen(step.argv, start_new_session=True)  # its own group: the signal reaches its children
+def unwritable(path: Path) -> str | None:
+    """Why nothing can be written at `path` (the folder, or the nearest one above it that exists), else None."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{path}: {probe} is not a folder"
     try:
-        code = proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        _signal(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            proc.wait()
-        why = "at its limit" if step.limit_s < left_s else "at the deadline"
-        return Outcome(step.name, f"cut off {why}", time.monotonic() - t0, f"after {limit:.0f} s")
-    except BaseException:
-        _signal(proc, signal.SIGTERM)
-        proc.wait()
-        raise
-    status = "done" if code == 0 else f"failed (exit {code})"
-    return Outcome(step.name, status, time.monotonic() - t0)
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        return f"{probe} is not writable ({e.strerror})"
+    return None
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve() == folder.resolve() or folder.resolve() in path.resolve().parents
 
 
-def run_all(cfg: QuickConfig, plan: list[Step], deadline: float, done: list[Outcome]) -> None:
-    """Every step in order, each outcome appended to `done` as it ends (a stop keeps the ones before)."""
-    for step in plan:
-        left = deadline - time.monotonic()
-        if left < step.needs_s:
-            done.append(Outcome(step.name, "skipped", 0.0, f"needs >= {step.needs_s:.0f} s, {max(left, 0):.0f} s left"))
-            print(f"== gpu-quick: skipped {step.name}: {done[-1].note}", flush=True)
-            continue
-        done.append(run_step(step, left, cfg.grace_s))
-
-
-def publish(cfg: QuickConfig, results: Path) -> list[str]:
-    """Whatever finished, merged into results/ by key: fp8-train's finished runs (it drops a run cut off mid-way)
-    and the bench's measured modes (each row is a whole measurement)."""
-    lines = []
-    if (run_dir_for(results.parent, results.name) / MANIFEST).is_file():
-        r = subprocess.run(train_argv(cfg) + ["--publish-finished"], capture_output=True, text=True)
-        lines += r.stdout.strip().splitlines() + r.stderr.strip().splitlines()[-1:]
-    bench = run_dir_for(results.parent, f"{results.name}-bench")
-    try:
-        state = read_manifest(bench).get("state")
-    except (RunError, OSError, ValueError):
-        return lines  # the bench never started
-    if state in ("promoted", "merged"):
-        return lines + [f"{bench.name}: published by its own run"]
-    if data_rows(bench) == 0:  # stopped before its first mode finished: headers alone are no result
-        return lines + [f"{bench.name}: no mode finished; nothing published"]
-    try:
-        lines.append(f"{bench.name}: merged {len(promote_run(bench, merge=True))} file(s) into results/ ({state})")
-    except RunError as e:
-        lines.append(f"{bench.name}: not published ({e})")
-    return lines
-
-
-def outcome_lines(outcomes: list[Outcome]) -> list[str]:
-    rows = [f"{o.step:16s} {o.status:24s} {o.seconds:6.0f} s  {o.note}".rstrip() for o in outcomes]
-    return ["step             status                   time", *rows]
-
-
-def finish(cfg: QuickConfig, outcomes: list[Outcome], results: Path, started: float) -> int:
-    """The end: publish, the closing table, the archive. Runs whatever happened before."""
-    lines = outcome_lines(outcomes) + [""] + publish(cfg, results)
-    table = subprocess.run([sys.executable, str(FP8 / "quick_summary.py"), "--results", str(results)],
-                           capture_output=True, text=True)
-    lines += ["", *(table.stdout.strip().splitlines() or [f"closing table: failed ({table.stderr.strip()[-200:]})"])]
-    lines.append(f"gpu-quick: {time.monotonic() - started:.0f} s of a {cfg.budget_s:.0f} s budget")
-    text = "\n".join(lines)
-    print(text, flush=True)
-    out = Path(cfg.archive_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"gpu_quick_{results.name}.txt").write_text(text + "\n")
-    path = archive.create(out)
-    print(f"gpu-quick: wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)", flush=True)
-    # A step cut off by the time box is the design working; a step that failed, or a stop, is not.
-    return 1 if any(o.status.startswith(("failed", "stopped")) for o in outcomes) else 0
+def prepare(cfg: QuickConfig) -> Prepared:
+    """Every input checked before anything is written or launched; ValueError (one line) otherwise."""
+    if not cfg.dry_run and not cfg.rehearsal:
+        why = refusal("gpu-quick", "make gpu-quick GPU=cpu REHEARSAL=1 (a rehearsal on CPU stand-ins)",
+                      probe_driver())
+        if why:
+            raise ValueError(why)
+    preset = get_preset(cfg.gpu)  # auto on a GPU node: the GPU's preset
+    lab = Path(cfg.fp8_lab)
+    default = lab / "runs" / "rehearsal" if cfg.rehearsal else lab / "results"
+    results = Path(cfg.out) if cfg.out else default / preset.run_tag(1)
+    if cfg.rehearsal and any(_inside(results, p) for p in LABS.glob("*/results")):
+        raise ValueError(f"--out {results}: a rehearsal never writes into committed results; name a folder under "
+                         "runs/ or outside the checkout")
+    plan = slot_plan.preset_plan(lab / "train.py", cfg.gpu)
+    items = slot_plan.items_for(list(cfg.runs) or None, plan, results, cfg.bench_hidden, cfg.guesses)
+    if cfg.dry_run:
+        return Prepared(preset, results, None, plan, items)
+    given = cfg.archive_dir or os.environ.get("OUT", "")
+    if not given:
+        raise ValueError("gpu-quick needs ARCHIVE_DIR=<folder> for its archive, closing table and log (a lent "
+                         "machine's $OUT is the default), outside the checkout")
+    where = Path(given)
+    if _inside(where, LABS) or where.resolve() == ROOT.resolve():
+        raise ValueError(f"ARCHIVE_DIR={given} is inside the checkout's {'labs' if _inside(where, LABS) else 'root'}: "
+                         "name a folder outside it ($OUT on a lent machine)")
+    checked = [(results, "the results folder"), (run_dir_for(results.parent, results.name).parent, "the runs folder"),
+               (where, "ARCHIVE_DIR")] + ([(Path(cfg.site), "KIT_SITE")] if cfg.kit else [])
+    for path, what in checked:
+        if problem := unwritable(path):
+            raise ValueError(f"{what} cannot be written: {problem}")
+    return Prepared(preset, results, where, plan, items)
 
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     cfg = parse_config(QuickConfig, argv, description=__doc__, prog="gpu-quick")
-    preset = get_preset(cfg.gpu)
-    if preset.name != "cpu":
-        why = refusal("gpu-quick", "make gpu-quick GPU=cpu (a rehearsal with CPU stand-ins)", read_driver())
-        if why:
-            print(f"error: {why}", file=sys.stderr)
-            return 2
-    results = Path(cfg.out) if cfg.out else FP8 / "results" / preset.run_tag(1)
-    deadline = started + cfg.budget_s - cfg.reserve_s
-    outcomes: list[Outcome] = []
-    before = signal.signal(signal.SIGTERM, _stop)
     try:
-        if cfg.kit:
-            t0 = time.monotonic()
-            try:
-                outcomes.append(Outcome("offline-install", "done", time.monotonic() - t0,
-                                        offline_kit.install(Path(cfg.kit), Path(cfg.site))))
-            except offline_kit.KitError as e:
-                outcomes.append(Outcome("offline-install", "failed", time.monotonic() - t0, str(e)))
-        run_all(cfg, [Step("doctor", [sys.executable, "-m", "provision.doctor", "--gpu", cfg.gpu], 5.0)], deadline,
-                outcomes)
-        runs, skipped = plan(cfg, train_argv(cfg), deadline - time.monotonic())
-        outcomes += skipped
-        run_all(cfg, steps(cfg, results, runs), deadline, outcomes)
-    except (Stopped, KeyboardInterrupt):
-        outcomes.append(Outcome("gpu-quick", "stopped", time.monotonic() - started, "SIGTERM or Ctrl-C"))
-    except (RuntimeError, subprocess.TimeoutExpired) as e:  # fp8-train could not list its plan
-        outcomes.append(Outcome("fp8-train plan", "failed", time.monotonic() - started, str(e)))
-    finally:
-        signal.signal(signal.SIGTERM, before)
-        code = finish(cfg, outcomes, results, started)
-    return code
-
-
-def _stop(signum, frame) -> None:
-    raise Stopped
+        p = prepare(cfg)
+    except (ValueError, BadResults, subprocess.TimeoutExpired) as e:  # BadResults: a damaged committed CSV
+        print(f"error: {e}" if str(e).startswith("gpu-quick") else f"gpu-quick: error: {e}", file=sys.stderr)
+        return 2
+    if cfg.dry_run:
+        untimed = "guess: no committed timing of this step"
+        pre = ([Item("offline-install", "", -1, "the kit's wheels into KIT_SITE", cfg.guess_install_s, untimed)]
+               if cfg.kit else [])
+        pre.append(Item("doctor", "", -1, "what the node has, in the log; fp8-train's plan", cfg.guess_doctor_s,
+                        untimed))
+        print("\n".join(slot_plan.dry_run_lines(pre + p.items, p.results, p.plan, cfg.budget_s, cfg.reserve_s)))
+        return 0
+    p.archive.mkdir(parents=True, exist_ok=True)
+    with timebox.teed(p.archive / f"gpu_quick_{p.results.name}.log"):
+        print(f"gpu-quick: {p.preset.name}, {cfg.budget_s:.0f} s; the steps: "
+              f"{', '.join(i.label for i in p.items) or 'none (nothing is lacking)'}", flush=True)
+        return quick_run.run(cfg, p, started)
 
 
 if __name__ == "__main__":

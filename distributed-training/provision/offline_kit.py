@@ -13,9 +13,11 @@ internet, for the node's exact Python, torch build and GPU architectures, and ch
     transformer_engine_torch    TE's PyTorch extension, compiled here against the node's torch in a build
                                 environment of the node's Python (`.kit-build/`, kept for the next kit)
 
-Checks: the kit's size against KIT_MAX_MB (the bundle also carries the checkout, ~13 MB); every wheel's tags
-against the target with `pip install --dry-run` (one wrong tag stops the whole install on the node); the
-reduced library listed by `cuobjdump --list-elf` (NVIDIA's, from the nvidia-cuda-cuobjdump wheel). MANIFEST.json
+Checks: what reaches the node, the checkout's tree (what `git ls-files --cached --others --exclude-standard`
+lists: tracked files and untracked ones git does not ignore, about 19.4 MiB) plus the kit, against BUNDLE_MIB
+(64 MiB, all a lent machine takes), before the build (the tree alone) and after it; every wheel's tags against
+the target with `pip install --dry-run` (one wrong tag stops the whole install on the node); the reduced
+library listed by `cuobjdump --list-elf` (NVIDIA's, from the nvidia-cuda-cuobjdump wheel). MANIFEST.json
 records the target, each file's size and hash, the kept architectures and how long each step took.
 
     make offline-kit KIT=kit                                      # the lent node: 3.12, 2.11.0+cu130, sm_90
@@ -46,6 +48,7 @@ from pathlib import Path
 from common.results import git_commit
 
 from . import fatbin, wheel_edit
+from .bundle import BundleError, bundle_problem, kit_bytes, tree_bytes
 from .wheelhouse import PLATFORMS, pip_download
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,11 +166,11 @@ def kept_archs(kit: Path, t: Target, build: Path) -> list[str]:
     return sorted(set(re.findall(r"\.(sm_\d+a?)\.cubin", out)))
 
 
-def check(kit: Path, t: Target, max_mb: float) -> list[str]:
-    """Problems with the kit, each one line (none: it installs on the target)."""
+def check(kit: Path, t: Target, limit_mib: float) -> list[str]:
+    """Problems with the kit, each one line (none: it installs on the target and fits beside the tree)."""
     wheels = sorted(kit.glob("*.whl"))
-    size_mb = sum(w.stat().st_size for w in wheels) / 2**20
-    problems = [f"{size_mb:.1f} MB of wheels is over KIT_MAX_MB={max_mb:g}"] if size_mb > max_mb else []
+    too_big = bundle_problem(tree_bytes(leave_out=kit), kit_bytes(kit), limit_mib)
+    problems = [too_big] if too_big else []
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-deps", "--target", tmp,
                "--only-binary=:all:", "--python-version", t.python, "--implementation", "cp",
@@ -183,7 +186,10 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_kit(t: Target, kit: Path, build: Path, max_mb: float, python: str | None, jobs: int) -> dict:
+def build_kit(t: Target, kit: Path, build: Path, limit_mib: float, python: str | None, jobs: int) -> dict:
+    early = bundle_problem(tree_bytes(leave_out=kit), 0, limit_mib)
+    if early:  # before an hour of downloads and compiling
+        raise KitError(early)
     times: dict[str, float] = {}
     kit.mkdir(parents=True, exist_ok=True)
     for old in kit.glob("*.whl"):
@@ -206,7 +212,7 @@ def build_kit(t: Target, kit: Path, build: Path, max_mb: float, python: str | No
     ext = timed("compile transformer_engine_torch against it", compile_extension, t, py, build, jobs)
     shutil.copy2(ext, kit / ext.name)
     archs = timed("list the kept code (cuobjdump)", kept_archs, kit, t, build)
-    problems = timed("check size and tags (pip install --dry-run)", check, kit, t, max_mb)
+    problems = timed("check size and tags (pip install --dry-run)", check, kit, t, limit_mib)
     manifest = {"target": asdict(t), "kept_cubins": archs, "commit": git_commit(),
                 "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "seconds": times,
                 "files": {w.name: {"bytes": w.stat().st_size, "sha256": _sha256(w)} for w in sorted(kit.glob("*.whl"))}}
@@ -262,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archs", default=",".join(map(str, d.archs)), help="the node's GPU architectures (90 Hopper)")
     ap.add_argument("--te", default=d.te, help="TransformerEngine version")
     ap.add_argument("--torchao", default=d.torchao, help="torchao version")
-    ap.add_argument("--max-mb", type=float, default=60.0, help="the kit's size budget (KIT_MAX_MB)")
+    ap.add_argument("--bundle-mib", type=float, default=64.0, help="the tree and the kit together, at most "
+                    "(BUNDLE_MIB: what a lent machine takes)")
     ap.add_argument("--build", type=Path, default=ROOT / ".kit-build", help="build environments and downloads")
     ap.add_argument("--build-python", default=None, help="interpreter for the build environment (default: found)")
     ap.add_argument("--max-jobs", type=int, default=2, help="parallel compile jobs for the extension")
@@ -275,16 +282,20 @@ def main(argv: list[str] | None = None) -> int:
         archs = tuple(int(a) for a in args.archs.replace(";", ",").split(",") if a)
         t = Target(args.python, args.torch, archs, args.te, args.torchao)
         if args.cmd == "check":
-            problems = check(args.kit, t, args.max_mb)
+            problems = check(args.kit, t, args.bundle_mib)
             if problems:
                 raise KitError("; ".join(problems))
-            print(f"offline-kit: {args.kit} installs on Python {t.python} and fits {args.max_mb:g} MB")
+            total = (tree_bytes(leave_out=args.kit) + kit_bytes(args.kit)) / 2**20
+            print(f"offline-kit: {args.kit} installs on Python {t.python}; tree + kit {total:.1f} MiB of "
+                  f"{args.bundle_mib:g}")
             return 0
-        m = build_kit(t, args.kit, args.build, args.max_mb, args.build_python, args.max_jobs)
+        m = build_kit(t, args.kit, args.build, args.bundle_mib, args.build_python, args.max_jobs)
         mb = sum(f["bytes"] for f in m["files"].values()) / 2**20
-        print(f"offline-kit: {len(m['files'])} wheels, {mb:.1f} MB in {args.kit} for Python {t.python}, "
-              f"torch {t.torch}, {', '.join(m['kept_cubins'])}; checked with pip install --dry-run")
-    except (KitError, ValueError) as e:
+        tree = tree_bytes(leave_out=args.kit) / 2**20
+        print(f"offline-kit: {len(m['files'])} wheels, {mb:.1f} MiB in {args.kit} for Python {t.python}, "
+              f"torch {t.torch}, {', '.join(m['kept_cubins'])}; checked with pip install --dry-run; tree + kit "
+              f"{tree + kit_bytes(args.kit) / 2**20:.1f} MiB of {args.bundle_mib:g}")
+    except (KitError, BundleError, ValueError) as e:
         print(f"offline-kit: error: {e}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as e:

@@ -1,6 +1,6 @@
 """The driver as nvidia-smi reports it, the torch build that fits it, and every GPU target's refusal.
 
-Drivers are faked (common.testing.fake_nvidia_smi prints what drivers 535/550/570/580 print, or fails like a
+Drivers are faked (testkit.fake_nvidia_smi prints what drivers 535/550/570/580 print, or fails like a
 machine without one); the GPU targets are driven through make itself, with this interpreter as PYTHON.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from common import cuda_env
 from common.cuda_env import Driver, mismatch, preferred_builds, read_driver, refusal
-from common.testing import fake_nvidia_smi, no_gpu_mark, tree_state
+from testkit import fake_nvidia_smi, no_gpu_mark, tree_state
 
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "distributed-training"

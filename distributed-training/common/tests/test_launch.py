@@ -161,7 +161,7 @@ def test_a_job_of_several_nodes_checks_once(phase, checked, started, tmp_path, m
 def test_a_multi_node_launch_says_what_it_waits_for_and_gives_up_in_time():
     """NNODES=2 and no second node: where and for how many it waits, how many joined, then one line (exit 4) after
     DT_RDZV_TIMEOUT_S, not torchrun's 600 s in silence."""
-    from common.testing import free_port
+    from testkit import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_PHASE": "ranks",

@@ -2,7 +2,7 @@
 
 import math
 
-from alerts import AlertEngine, PlateauDetector, ScaleJumpDetector, SpikeDetector, Thresholds, nonfinite
+from health.alerts import AlertEngine, PlateauDetector, ScaleJumpDetector, SpikeDetector, Thresholds, nonfinite
 
 T = Thresholds(warmup=20, spike_window=128)
 
@@ -106,8 +106,8 @@ def test_an_alert_is_printed_once_for_the_job_not_once_per_rank(capsys):
 
     from tqdm import tqdm
 
-    from alerts import Alert
-    from runloop import RunLoop
+    from health.alerts import Alert
+    from training.runloop import RunLoop
 
     alert = Alert(12, "grad_spike", "warning", "grad_norm", 9.0, 3.0, "grad norm 9.0 > 3.0")
     for rank, disabled in ((1, True), (1, False), (0, True)):

@@ -4,11 +4,11 @@ names, auto's order, provenance per record, and a name outside the shared list r
 import pytest
 import torch
 
-import backends
-from backend import backend_version, named
 from common.fp8_names import FP8_BACKENDS, NAMES, PRICED
 from planner.model import fp8_cost
-from precision import BACKENDS
+from precision import backends
+from precision.backend import backend_version, named
+from precision.modes import BACKENDS
 
 
 def test_the_registry_and_the_planner_cover_exactly_the_shared_names():

@@ -12,6 +12,7 @@ On a GPU the same code adds kernels per step and bench_bound.csv (tests/test_te.
 import pandas as pd
 
 import bench
+from benchmarks import step_cost
 
 TOY = ["--gpu", "cpu", "--hidden", "32", "--n-layers", "1", "--batch", "2", "--seq-len", "16", "--warmup", "1",
        "--iters", "2", "--monitor-hidden", "32", "--monitor-iters", "3", "--threads", "1", "--promote", "replace"]
@@ -35,5 +36,5 @@ def test_every_part_writes_its_rows(tmp_path):
 
 def test_gpu_busy_time_merges_overlapping_kernels():
     """Kernels on two streams overlap: busy time is the union of their intervals, not the sum."""
-    assert bench.merged_us([(0, 10), (5, 12), (6, 8), (20, 25)]) == 17
-    assert bench.merged_us([]) == 0
+    assert step_cost.merged_us([(0, 10), (5, 12), (6, 8), (20, 25)]) == 17
+    assert step_cost.merged_us([]) == 0

@@ -8,7 +8,7 @@
 
 import pytest
 
-import bound
+from training import bound
 
 
 def test_fp8able_gemms_are_recognised_by_their_dimensions():

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-import dashboard
 import report
+from health import dashboard
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

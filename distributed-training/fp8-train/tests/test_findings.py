@@ -10,6 +10,7 @@ import pytest
 
 import report
 from common.findings import read_block
+from reporting import sections
 
 LAB = Path(report.__file__).resolve().parent
 
@@ -20,12 +21,12 @@ def _copy(tmp_path: Path) -> Path:
     return res
 
 
-def _report(res: Path) -> tuple[dict[str, str], str, report.Context]:
+def _report(res: Path) -> tuple[dict[str, str], str, sections.Context]:
     out = res.parent / "REPORT.md"
     assert report.main(["--results", str(res), "--out", str(out)]) == 0
     text = out.read_text()
     assert text.splitlines().index("<!-- /findings -->") < 15
-    return {f.label: f.text for f in read_block(out)}, text, report.load(res, res.parent)
+    return {f.label: f.text for f in read_block(out)}, text, sections.load(res, res.parent)
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,12 @@ def committed(tmp_path_factory):
     return _report(_copy(tmp_path_factory.mktemp("committed")))
 
 
-def _primary(ctx: report.Context):
+def _primary(ctx: sections.Context):
     """The comparison the answer is about: a GPU one with a BF16 band and the most FP8 runs."""
     return max(ctx.facts, key=lambda x: (x.gpu, len(x.band.seeds) >= 2, sum(r.fp8 for r in x.runs)))
 
 
-def _finals(ctx: report.Context, key) -> pd.DataFrame:
+def _finals(ctx: sections.Context, key) -> pd.DataFrame:
     """Per run of the answer's model, recomputed from steps.csv: final val loss, precision, seed, first timestamp."""
     rows = []
     for f in ctx.models[key]:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import mx
-from formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
+from precision import mx
+from precision.formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
 
 ONE = torch.tensor(1.0)
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from fp8_linear import Fp8Linear, update_scales
-from formats import E4M3, E5M2, quantize
-from scaling import DelayedScaling
+from precision.formats import E4M3, E5M2, quantize
+from precision.fp8_linear import Fp8Linear, update_scales
+from precision.scaling import DelayedScaling
 
 
 def sqnr_db(ref: torch.Tensor, y: torch.Tensor) -> float:
@@ -93,7 +93,7 @@ def test_current_scaling_and_nan(batch):
 
 def test_native_gemm_operands_have_the_layouts_cublaslt_wants(batch, monkeypatch):
     """cuBLASLt's FP8 GEMM on Hopper takes `a` row-major and `b` column-major only: check every call."""
-    import fp8_linear
+    from precision import fp8_linear
     seen = []
     real = fp8_linear.scaled_mm
 
@@ -116,7 +116,7 @@ def test_scale_update_is_one_batched_operation_for_any_number_of_layers():
     """All FP8 linears of a model share one state: the update dispatches as many ops for 6 layers as for 1."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from fp8_linear import share_scaling_state
+    from precision.fp8_linear import share_scaling_state
 
     class Count(TorchDispatchMode):
         def __init__(self):
@@ -142,7 +142,7 @@ def test_scale_update_is_one_batched_operation_for_any_number_of_layers():
 
 
 def test_shared_state_gives_the_same_training_as_separate_states(batch):
-    from fp8_linear import share_scaling_state
+    from precision.fp8_linear import share_scaling_state
     x, dy = batch
     outs = []
     for shared in (False, True):

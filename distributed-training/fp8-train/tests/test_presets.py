@@ -5,9 +5,8 @@ import dataclasses
 
 import pytest
 
-import settings
-import train
 from common.hardware import PRESETS as HARDWARE
+from training import runner, settings
 
 
 def test_every_hardware_preset_has_a_complete_config():
@@ -47,4 +46,4 @@ def test_fp8_backend_alone_keeps_the_high_precision_runs():
 ])
 def test_experiment_or_preset(argv, flags):
     cfg, hardware, _ = settings.parse(argv)
-    assert train.experiment(cfg, hardware) == flags
+    assert runner.experiment(cfg, hardware) == flags

@@ -14,15 +14,14 @@ import pandas as pd
 import pytest
 import torch
 
-import checkpoint
-import runloop
 import train
 from common.dist import distributed
 from common.failures import PREEMPTED
 from common.model import GPTConfig
-from faults import Fault
-from precision import RunSpec
-from trainer import Trainer, lr_at
+from precision.modes import RunSpec
+from training import checkpoint, runloop, runner
+from training.faults import Fault
+from training.trainer import Trainer, lr_at
 
 LAB = Path(train.__file__).resolve().parent
 
@@ -77,12 +76,12 @@ def test_stop_policy(tmp_path, tiny):
 
 
 def test_rollback_restores_fp8_scaling_state(tmp_path):
-    cfg = dataclasses.replace(train.preset("cpu"), steps=10, batch=4, seq_len=16, d_model=32, n_layers=1,
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=10, batch=4, seq_len=16, d_model=32, n_layers=1,
                               n_heads=2, lr=1e-2, warmup=1, on_nan="rollback", ckpt_every=4)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     spec = RunSpec("fp8", "emulated", 0)
     with distributed(device="cpu") as env:
-        tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, train._load_data(None, 256 << 10), mcfg,
+        tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, runner._load_data(None, 256 << 10), mcfg,
                      ckpt_path=tmp_path / "ck.pt", faults=[Fault("nan", 6)])
 
         def fp8_state():
@@ -108,7 +107,8 @@ def test_rollback_restores_fp8_scaling_state(tmp_path):
 # run finished, however loaded the machine (a race the earlier poll-then-kill lost on a busy 2-core box).
 _PAUSING_CHILD = """
 import sys, time
-import runloop, train
+import train
+from training import runloop
 pause_after, args = int(sys.argv[1]), sys.argv[2:]
 one_step = runloop.RunLoop.one_step
 def paused(self, step):
@@ -197,7 +197,7 @@ def _assert_tensorboard_once_per_step(run_folder: Path, steps: pd.DataFrame) -> 
 
 
 def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
-    import runloop
+    from training import runloop
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3",
                         "--out", str(tmp_path / "results" / "r"), "--ckpt-dir", str(tmp_path / "c")]
     with pytest.raises(SystemExit):  # --resume with no earlier run says so, and starts nothing

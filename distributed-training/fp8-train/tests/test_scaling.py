@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-import scaling
-from fp8_linear import Fp8Linear, scrub_histories, update_scales
-from formats import E4M3, E5M2
+from precision import scaling
+from precision.formats import E4M3, E5M2
+from precision.fp8_linear import Fp8Linear, scrub_histories, update_scales
 
 AMAXES = [2.0, 8.0, 1.0, 0.5, 0.25]
 

@@ -15,20 +15,21 @@ import dataclasses
 import pytest
 import torch
 
-import train
-import trainer as trainer_mod
 from common.dist import distributed
 from common.model import GPTConfig
-from precision import RunSpec, prepare
+from precision.modes import RunSpec
+from precision.prepare import prepare
+from training import runner
+from training import trainer as trainer_mod
 
 MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
 
 
 def _trainer(env, spec: RunSpec, **cfg_kw):
-    cfg = dataclasses.replace(train.preset("cpu"), steps=8, batch=4, seq_len=16, d_model=32, n_layers=1,
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=8, batch=4, seq_len=16, d_model=32, n_layers=1,
                               n_heads=2, lr=1e-2, warmup=1, **cfg_kw)
-    prep = prepare(spec, MCFG, train.settings(cfg), env.device)
-    return trainer_mod.Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), MCFG)
+    prep = prepare(spec, MCFG, runner.settings(cfg), env.device)
+    return trainer_mod.Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), MCFG)
 
 
 def test_monitoring_reads_stay_outside_the_timed_region(monkeypatch):

@@ -17,9 +17,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-import scaling
-import te_adapter
-from formats import E4M3, E5M2
+from precision import scaling, te_adapter
+from precision.formats import E4M3, E5M2
 
 pytestmark = pytest.mark.gpu
 te = pytest.importorskip("transformer_engine.pytorch")
@@ -61,7 +60,7 @@ def test_recorded_scales_and_amaxes_are_tes_own():
 
 def test_te_linear_matches_the_native_layer_on_the_same_inputs():
     """Current scaling on both sides: the same per-tensor scales, the same FP8 operands."""
-    from fp8_linear import Fp8Linear
+    from precision.fp8_linear import Fp8Linear
     lin = _te_linear(256, 128)
     ref = nn.Linear(256, 128, bias=False, device="cuda")
     with torch.no_grad():
@@ -96,7 +95,8 @@ def test_nan_step_under_skip_keeps_te_histories_finite(tmp_path):
 def _gpt_pair(d=256, layers=2):
     """The same GPT twice on the GPU: BF16 autocast, and rebuilt from TE's fused modules (delayed scaling)."""
     from common.model import GPTConfig
-    from precision import PrecisionSettings, RunSpec, prepare
+    from precision.modes import PrecisionSettings, RunSpec
+    from precision.prepare import prepare
     cfg = GPTConfig(vocab_size=256, seq_len=128, d_model=d, n_layers=layers, n_heads=d // 64)
     dev = torch.device("cuda")
     ref = prepare(RunSpec("bf16", "torch", 0), cfg, PrecisionSettings(), dev)

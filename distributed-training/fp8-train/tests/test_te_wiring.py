@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import fake_te
-import te_adapter
 from common.model import GPT, GPTConfig
-from precision import DEFAULT_FP8_MODULES, select_modules
+from precision import te_adapter
+from precision.modes import DEFAULT_FP8_MODULES
+from precision.prepare import select_modules
 
 
 @pytest.fixture

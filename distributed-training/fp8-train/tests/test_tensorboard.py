@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import panels
+from health import panels
 
 EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
 RUN = "fp8-emulated-s0"
@@ -71,7 +71,7 @@ def test_a_writer_resumed_within_the_same_second_is_read_last(tmp_path, monkeypa
     sorts the resumed file first ("10" < "9"); the log waits for the next second so purge_step applies."""
     from tensorboard.summary.writer import event_file_writer
 
-    from tblog import TensorBoardLog
+    from health.tblog import TensorBoardLog
     monkeypatch.setattr(event_file_writer._global_uid, "_value", 9)
     first = TensorBoardLog(tmp_path, purge_step=0)
     for s in range(6):

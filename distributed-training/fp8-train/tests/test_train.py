@@ -14,7 +14,9 @@ import report
 import train
 from common.dist import distributed
 from common.model import GPT, GPTConfig
-from precision import DEFAULT_FP8_MODULES, RunSpec, parse_runs, select_modules
+from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
+from precision.prepare import select_modules
+from training import plan, runner
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -119,19 +121,19 @@ def _importable(name: str) -> bool:
 
 
 def _fsdp_run(env, spec, ckpt):
-    import checkpoint
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
+    from training import checkpoint
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=4, batch=4, seq_len=16, d_model=32, n_layers=1, n_heads=2,
                               lr=1e-2, warmup=1, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
-    data = train._load_data(None, 256 << 10)
-    tr = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    data = runner._load_data(None, 256 << 10)
+    tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     losses = [tr.train_step(0)["loss"]]
     first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
     losses += [tr.train_step(s)["loss"] for s in (1, 2)]
     tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
     losses.append(tr.train_step(3)["loss"])
-    again = Trainer(cfg, spec, train.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     again.restore(checkpoint.load(ckpt, again.fingerprint()))
     return losses, first_scales, again.train_step(3)["loss"]
 
@@ -139,8 +141,8 @@ def _fsdp_run(env, spec, ckpt):
 def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
     import torch.distributed.checkpoint.state_dict  # noqa: F401 - imported before forking, so that the
     import common.fsdp  # noqa: F401 - ranks do not each import FSDP and DCP (seconds on 2 cores)
-    from common.testing import run_ranks
-    train._load_data(None, 256 << 10)  # likewise the corpus
+    from testkit import run_ranks
+    runner._load_data(None, 256 << 10)  # likewise the corpus
     spec = RunSpec("fp8", "native", 0)
     (one_loss, one_scales, _), = run_ranks(_fsdp_run, 1, spec, tmp_path / "one.pt")
     (l0, s0, r0), (l1, s1, r1) = run_ranks(_fsdp_run, 2, spec, tmp_path / "two.pt")
@@ -156,9 +158,10 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
     block apart; past its 8 recompiles the run went eager (the native layer at 0.79x BF16 on one H200)."""
     from torch._dynamo.utils import counters
 
-    from precision import PrecisionSettings, prepare
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
+    from precision.modes import PrecisionSettings
+    from precision.prepare import prepare
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=6, batch=4, seq_len=16, d_model=32, n_layers=3, n_heads=2,
                               lr=1e-2, warmup=1, health_every=0, stats_every=1, fractions_every=2,
                               val_batches=1)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=3, n_heads=2)
@@ -166,7 +169,7 @@ def test_compiled_fp8_blocks_share_their_graphs_whatever_the_depth():
     counters.clear()
     with distributed(device="cpu") as env:
         prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
-        tr = Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), mcfg)
+        tr = Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), mcfg)
         for s in range(4):  # steps 0 and 2 count fractions; an evaluation runs without grad
             tr.train_step(s)
         tr.evaluate()
@@ -179,16 +182,17 @@ def test_activation_ranges_are_measured_under_compile():
 
     aot_eager traces exactly what Inductor would compile (Dynamo + AOTAutograd) without generating code.
     """
-    from precision import PrecisionSettings, prepare
-    from trainer import Trainer
-    cfg = dataclasses.replace(train.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
+    from precision.modes import PrecisionSettings
+    from precision.prepare import prepare
+    from training.trainer import Trainer
+    cfg = dataclasses.replace(runner.preset("cpu"), steps=12, batch=4, seq_len=16, d_model=32, n_layers=2, n_heads=2,
                               lr=1e-2, warmup=1, health_every=5, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=2, n_heads=2)
     spec = RunSpec("fp8", "native", 0)
     with distributed(device="cpu") as env:
         prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
         assert prep.compiled
-        tr = Trainer(cfg, spec, prep, env, train._load_data(None, 256 << 10), mcfg)
+        tr = Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), mcfg)
         seen = {}
         for s in range(11):
             tr.train_step(s)
@@ -203,9 +207,9 @@ def test_completed_runs_keep_only_the_newest_checkpoints(tmp_path):
     paths = [tmp_path / f"run{i}.pt" for i in range(3)]
     for p in paths:
         p.write_bytes(b"x")
-    train.prune_checkpoints(paths, keep=1)
+    runner.prune_checkpoints(paths, keep=1)
     assert [p.exists() for p in paths] == [False, False, True]
-    train.prune_checkpoints(paths, keep=0)
+    runner.prune_checkpoints(paths, keep=0)
     assert not any(p.exists() for p in paths)
 
 
@@ -236,8 +240,8 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(ckpt)]
     assert train.main(args + ["--only", "bf16"]) == 0
     built = []
-    real = train.build
-    monkeypatch.setattr(train, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
+    real = runner.build
+    monkeypatch.setattr(runner, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
     assert train.main(args + ["--resume"]) == 0
     assert built == ["fp8-emulated-s0"]  # bf16-s0 was complete: no model built for it
     assert not list(ckpt.glob("*.pt"))  # checkpoints off: none at the end of a resumed launch either
@@ -245,7 +249,7 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
 
 def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path, tiny, capsys, monkeypatch):
     """The end of a short GPU job: bf16-s0 finished, fp8 was cut off at step 2; only bf16-s0 reaches results/."""
-    import runloop
+    from training import runloop
     out = tmp_path / "results" / "slot"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "4", "--val-every", "0",
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
@@ -272,23 +276,23 @@ def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path,
 
 
 def test_initial_weights_are_drawn_once_per_plan_and_kept_for_its_next_launch(tmp_path, monkeypatch):
-    import precision
-    monkeypatch.setattr(precision, "DISK_MIN_PARAMS", 0)  # the disk copy is for big models; any model here
+    import precision.prepare
+    monkeypatch.setattr(precision.prepare, "DISK_MIN_PARAMS", 0)  # the disk copy is for big models; any model here
     cfg = GPTConfig(vocab_size=64, seq_len=8, d_model=16, n_layers=1, n_heads=2)
-    precision.forget_initial_weights(tmp_path)
-    first = precision.initial_gpt(cfg, 3, torch.device("cpu"), tmp_path).state_dict()
+    precision.prepare.forget_initial_weights(tmp_path)
+    first = precision.prepare.initial_gpt(cfg, 3, torch.device("cpu"), tmp_path).state_dict()
     assert len(list(tmp_path.glob("initial-s3-*.pt"))) == 1
-    precision._initial_state.cache_clear()  # the next launch: a new process
-    monkeypatch.setattr(precision, "GPT", lambda c: pytest.fail("drew the weights again"))
-    again = precision._initial_state(cfg, 3, tmp_path)
+    precision.prepare._initial_state.cache_clear()  # the next launch: a new process
+    monkeypatch.setattr(precision.prepare, "GPT", lambda c: pytest.fail("drew the weights again"))
+    again = precision.prepare._initial_state(cfg, 3, tmp_path)
     assert all(torch.equal(first[k], again[k]) for k in first)
-    precision.forget_initial_weights(tmp_path)  # a fresh plan
+    precision.prepare.forget_initial_weights(tmp_path)  # a fresh plan
     assert not list(tmp_path.glob("initial-*"))
 
 
 def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, capsys, monkeypatch):
     """--ckpt-every 0 (the GPU presets): a run killed mid-way starts again; its partial rows are replaced."""
-    import runloop
+    from training import runloop
     out = tmp_path / "results" / "killed"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "1", "--steps", "4", "--val-every", "0",
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
@@ -313,7 +317,7 @@ def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, 
 
 def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, tiny, capsys, monkeypatch):
     """A short job on a node without one backend still runs the rest; a run it cannot do is named with why."""
-    import backends
+    from precision import backends
     real = backends.resolve
 
     def no_native(precision, backend, device):
@@ -330,8 +334,8 @@ def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, 
 
 
 def test_only_takes_run_names_and_keeps_the_plans_order(tiny):
-    specs = train.parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
-    pick = lambda *items: [s.name for s in train.selected(specs, items)]  # noqa: E731
+    specs = parse_runs(("bf16", "fp8:te", "fp8:te-fused", "fp8:torchao"), "auto", 0, 3)
+    pick = lambda *items: [s.name for s in plan.selected(specs, items)]  # noqa: E731
     assert pick("fp8:torchao", "bf16-s0") == ["bf16-s0", "fp8-torchao-s0"]  # the plan's order, not the items'
     assert pick("fp8:te") == ["fp8-te-s0"]  # a backend is matched whole: te is not te-fused
     assert pick("fp8") == ["fp8-te-s0", "fp8-te-fused-s0", "fp8-torchao-s0"]

@@ -2,7 +2,7 @@
 and the results' names by world size.
 
 The check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2, with
-nothing written (common.testing.check_pass runs the launcher's check pass): the batch must split over
+nothing written (testkit.check_pass runs the launcher's check pass): the batch must split over
 the ranks, e.g. the h100 preset's 8 sequences on 2 nodes x 8 GPUs (16 ranks) do not.
 
 Device before CUDA: the backend probes (backends.status: a capability query and a probe tensor for
@@ -17,7 +17,8 @@ import torch
 
 import train
 from common.hardware import get_preset
-from common.testing import WORLDS, check_pass
+from testkit import WORLDS, check_pass
+from training import runner
 
 LAB = Path(train.__file__).resolve().parent
 
@@ -86,4 +87,4 @@ def test_results_are_named_by_world_size_and_nodes(world, nnodes, name, monkeypa
     """An 8-GPU run never replaces the committed 1-GPU results/h100_ws1/."""
     monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
     monkeypatch.setenv("DT_PLANNED_LOCAL", str(world // nnodes))
-    assert train.out_dir(train.preset("h100"), get_preset("h100")) == LAB / "results" / name
+    assert runner.out_dir(runner.preset("h100"), get_preset("h100")) == LAB / "results" / name

@@ -5,7 +5,7 @@ import pytest
 import planner_bridge as pb
 from common.model import GPTConfig
 from pipeline_stages import split_layers
-from settings import Config, check, gpt_config, variants
+from settings import PRESET_KEYS, Config, check, gpt_config, preset, variants
 
 G = GPTConfig(vocab_size=1024, seq_len=128, d_model=64, n_layers=8, n_heads=4, d_ff=256)
 
@@ -52,9 +52,9 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     cmd = planner_cli.run_commands(w, cl, res)
     flags = cmd.torchrun.split(launch.RUNNER)[1].split()
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    from common.config import parse_config
+    from common.config import parse_preset
 
-    run = parse_config(Config, [f.replace("--gpu=h100", "--gpu=cpu") for f in flags])
+    run = parse_preset(Config, [f.replace("--gpu=h100", "--gpu=cpu") for f in flags], preset, PRESET_KEYS)
     layout = check(run, gpt_config(run), gpus)
     best = res.best
     assert (layout.tp, layout.pp, layout.dp, layout.microbatch, layout.num_microbatches) == \

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from common.testing import expect_bad_input, keep_tracked_files
+from testkit import expect_bad_input, keep_tracked_files
 from planner import plan
 from planner.guide import guide
 

@@ -4,7 +4,7 @@ the file and exit 2 from the guide, never a traceback or a number made of garbag
 import pytest
 
 from common.csvread import guard_report
-from common.testing import damaged_inputs_problems
+from testkit import damaged_inputs_problems
 from planner.evidence import own_runs
 
 

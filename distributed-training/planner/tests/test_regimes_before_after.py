@@ -4,7 +4,7 @@ is not run here: common/tests/test_at_commit.py runs a module of an older commit
 from pathlib import Path
 
 import pytest
-from common.testing import expect_bad_input
+from testkit import expect_bad_input
 from planner.evidence import before_after
 from planner.evidence import regimes_before_after as rba
 from planner.evidence import validation
