@@ -4,8 +4,9 @@
     PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after --before <commit>
 
 Every run of published.py and published_small.py is priced by the planner at `--before` (exported from git history
-and run there: before_after.run_old, old_planner.py's issue29) and by this one, each with the run's pins and stack flags through the Workload
-interface of 22e175f (Workload(shape, batch, **flags), make_cluster(..., gpus_per_node=), search(..., rules=False)).
+and run there: before_after.run_old, old_planner.py's issue29) and by this one, each with the run's pins and stack
+flags through the Workload interface of 22e175f (Workload(shape, batch, **flags), make_cluster(..., gpus_per_node=),
+search(..., rules=False)).
 A stack flag of today's Software that the older Workload lacks is left out (that planner did not model it) and the
 tool says which; 22e175f's Workload takes all of them. Writes results/regimes_before_after.csv, one row per run: its
 regime (validation.REGIMES), GPU, hidden size, both TP degrees, published value, both predictions and both

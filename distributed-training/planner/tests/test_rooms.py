@@ -29,7 +29,8 @@ def test_every_room_lists_what_it_holds():
 def test_the_map_check_sees_a_missing_and_a_stale_line(tmp_path):
     room = tmp_path / "room"
     room.mkdir()
-    (room / "__init__.py").write_text('"""A room.\n\n    a.py   the first\n    gone.py   moved away\n\nImport one.\n"""\n')
+    (room / "__init__.py").write_text('"""A room.\n\n    a.py   the first\n    gone.py   moved away\n\n'
+                                      'Import one.\n"""\n')
     for name in ("a.py", "b.py", "notes.md"):
         (room / name).write_text("")
     listed, held = map_of(room)
