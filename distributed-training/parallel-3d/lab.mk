@@ -52,7 +52,7 @@ parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/
 
 # The ranking set (CPU, gloo, any machine): this machine's calibration (allreduce-bench's fit, a GEMM rate, a
 # memory rate, a per-op fixed cost), then 22 layouts of the tiny GPT at world sizes 4 and 8, each trained by train.py;
-# rows appended as measured, --resume continues. The planner predicts them (python -m planner.ranking).
+# rows appended as measured, --resume continues. The planner predicts them (python -m planner.evidence.ranking).
 parallel-3d-ranking: $(SETUP) ## the ranking set: 22 layouts at 4 and 8 gloo ranks, measured for the planner's ranking
 	$(call check_vars,ARGS)
 	$(PYRUN) $(P3D_DIR)/ranking.py $(ARGS)
