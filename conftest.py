@@ -6,7 +6,8 @@ pytest collects or runs one lab's tests, that lab's folder (and its tests/ folde
 such as a stand-in library, as pytest's default import mode would) is first on sys.path and only
 its own modules are in sys.modules; the other labs' modules are parked and restored on return.
 `import common` always resolves to distributed-training/common itself, never a lab's symlink;
-`common` and `planner` are packages shared by every lab, imported by name, never parked.
+`common`, `planner` and `testkit` (the tests' support) are packages shared by every lab, imported by
+name, never parked.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _lab_of(path) -> Path | None:
         rel = Path(path).resolve().relative_to(LABS)
     except (ValueError, OSError):
         return None
-    if len(rel.parts) < 2 or rel.parts[0] in ("common", "planner"):
+    if len(rel.parts) < 2 or rel.parts[0] in ("common", "planner", "testkit"):
         return None
     return LABS / rel.parts[0]
 

@@ -28,10 +28,11 @@ every iteration instead (nccl-tests -z 1, ml-engineering's all_reduce_bench). A 
 stops answering ends the run after --timeout-s with one line and exit code 4 (common.failures); the
 rows measured so far stay in the run folder and --resume continues from there.
 
-Where results go (common.runs): the run writes into runs/sweep_<hw>_ws<N>[_n<nodes>]/ under a lock;
-a complete sweep with the preset's settings then replaces results/sweep_<...>.csv (and its config
-and topology_<hw>.md) atomically. A sweep with other settings (--max-bytes, --iters, ...) is an
-experiment: it stays in runs/ unless --promote merge|replace asks otherwise.
+Presets (cpu(), cuda()): the same sweep, to 64 MiB on CPU and 4 GiB on GPUs; --gpu picks one and every
+other flag overrides it (--help shows its values). Where results go (common.runner): the run writes into
+runs/sweep_<hw>_ws<N>[_n<nodes>]/ under a lock; a complete sweep with the preset's settings then replaces
+results/sweep_<...>.csv (and its config and topology_<hw>.md) atomically. A sweep with other settings
+(--max-bytes, --iters, ...) is an experiment: it stays in runs/ unless --promote merge|replace asks otherwise.
 """
 
 from __future__ import annotations
@@ -48,14 +49,14 @@ from tqdm import tqdm
 
 import collectives as C
 from common.collective_cost import COLLECTIVES, bus_bandwidth
-from common.config import config_dict, format_size, parse_config, parse_size
-from common.dist import (DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0,
-                         select_device)
+from common.config import format_size, parse_preset, parse_size
+from common.dist import DistInfo, distributed, fail, from_rank0, planned_world, print0, select_device
 from common.failures import PEER_LOST, classify, entrypoint, report, short
-from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
-from common.results import SchemaMismatch, check_resume, provenance
-from common.runs import (PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags,
-                         run_dir_for, shown)
+from common.hardware import GPUPreset, device_kind, get_preset
+from common.results import provenance
+from common.runner import (RESUME_MAY_CHANGE, RunFlags, RunPlan, Table, check_before_launch, experiment, open_run,
+                           saved_config)
+from common.runs import shown
 from common.timing import Timing, time_iterations
 
 BENCH_VERSION = "1"
@@ -66,32 +67,24 @@ COLUMNS = ["collective", "size_bytes", "count", "dtype", "world_size", "nnodes",
            "time_min_us", "time_max_us", "algbw_GBps", "busbw_GBps", "time_loop_us", "busbw_loop_GBps", "wrong",
            "warmup", "iters", "timing", "preset", "nccl_env", "moves_data", "note"]
 KEY = ["collective", "dtype", "size_bytes"]
-DEFAULT_MAX = {"cpu": "64M", "gpu": "4G"}
 ONE_RANK_NOTE = "1 rank: no byte crosses a link, busbw is 0 by definition"
 NO_TRANSFER_NOTE = "1 rank, in place: no byte moves at all; not a transfer (kept out of peaks and fits)"
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, kw_only=True)
+class Config(RunFlags):
     collectives: tuple[str, ...] = field(default=COLLECTIVES, metadata={"help": "collectives to sweep"})
     dtypes: tuple[str, ...] = field(default=("fp32",), metadata={"help": "dtypes: fp32, bf16, fp16"})
     min_bytes: str = field(default="1K", metadata={"help": "smallest message (nccl-tests -b; K/M/G binary)"})
-    max_bytes: str = field(default="auto", metadata={"help": "largest message (-e); auto = 64M on CPU, 4G on GPU"})
+    max_bytes: str = field(metadata={"help": "largest message (-e)"})
     step_factor: int = field(default=2, metadata={"help": "size multiplier between rows (-f)"})
     iters: int = field(default=20, metadata={"help": "most timed iterations per size (-n)"})
     min_iters: int = field(default=5, metadata={"help": "fewest timed iterations per size"})
     warmup: int = field(default=5, metadata={"help": "most warm-up calls per size, after the first call (-w)"})
     target_ms: float = field(default=150.0, metadata={"help": "timed work per size the iteration count aims at"})
     barrier: bool = field(default=False, metadata={"help": "barrier before every timed iteration (-z 1)"})
-    gpu: str = field(default="auto", metadata={"help": f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"})
     timeout_s: float = field(default=120.0, metadata={"help": "a collective waiting longer ends the run"})
-    out: str = field(default="", metadata={"help": "where the finished CSV goes; default results/sweep_<hw>_ws<N>"
-                                                  "[_n<nodes>].csv (the run writes into ../runs/<its stem>/ first)"})
-    resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: measured rows are skipped"})
     topology: bool = field(default=True, metadata={"help": "also write topology_<hw>.md beside the CSV (rank 0)"})
-    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
-                                                           "keep an experiment in runs/), replace, merge, no",
-                                                   "choices": PROMOTE_CHOICES})
 
     def __post_init__(self):
         bad = [c for c in self.collectives if c not in COLLECTIVES]
@@ -100,8 +93,7 @@ class Config:
         bad = [d for d in self.dtypes if d not in C.DTYPES]
         if bad or not self.dtypes:
             raise ValueError(f"unknown dtype {bad[0] if bad else '(none)'!r}; valid: {', '.join(C.DTYPES)}")
-        lo = parse_size(self.min_bytes)
-        if self.max_bytes != "auto" and parse_size(self.max_bytes) < lo:
+        if parse_size(self.max_bytes) < parse_size(self.min_bytes):
             raise ValueError(f"size range reversed: --min-bytes {self.min_bytes} > --max-bytes {self.max_bytes}")
         for flag, value in (("--iters", self.iters), ("--min-iters", self.min_iters)):
             if value < 1:
@@ -118,19 +110,33 @@ class Config:
                 raise ValueError(f"{flag} must be > 0, got {value:g}")
 
 
-# Not measurements: changing them does not make a run an experiment (see common.runs).
-OPERATIONAL = ("gpu", "timeout_s", "out", "resume", "topology", "promote")
+def cpu() -> Config:
+    """gloo ranks on CPU cores: 1 KiB to 64 MiB (a 4-rank sweep in about a minute on 2 cores)."""
+    return Config(gpu="cpu", max_bytes="64M")
+
+
+def cuda(name: str = "h100") -> Config:
+    """NCCL on GPUs: 1 KiB to 4 GiB, where the largest messages reach the links' asymptotic bandwidth."""
+    return Config(gpu=name, max_bytes="4G")
+
+
+def preset(gpu: str = "auto") -> Config:
+    """The preset --gpu picks (auto: this machine's hardware)."""
+    hw = get_preset(gpu)
+    return cpu() if hw.name == "cpu" else cuda(hw.name)
+
+
+# Not measurements: changing them does not make a run an experiment (common.runner.experiment).
+OPERATIONAL = ("timeout_s", "topology")
+CONFIG_IGNORE = (*RESUME_MAY_CHANGE, "timeout_s", "topology")
 
 
 def resolve(cfg: Config, local_ranks: int = 1) -> tuple[Config, GPUPreset]:
-    """Preset and default size range for this machine: bad input raises ValueError (exit 2)."""
-    preset = get_preset(cfg.gpu)
-    device_kind(preset)
-    max_bytes = DEFAULT_MAX["cpu" if preset.name == "cpu" else "gpu"] if cfg.max_bytes == "auto" else cfg.max_bytes
-    if parse_size(max_bytes) < parse_size(cfg.min_bytes):
-        raise ValueError(f"size range reversed: --min-bytes {cfg.min_bytes} > --max-bytes {max_bytes}")
-    check_memory(parse_size(max_bytes), preset, local_ranks)
-    return replace(cfg, max_bytes=max_bytes, gpu=preset.name), preset
+    """The hardware preset (--gpu auto named) and the memory the largest message needs: ValueError (exit 2)."""
+    hw = get_preset(cfg.gpu)
+    device_kind(hw)
+    check_memory(parse_size(cfg.max_bytes), hw, local_ranks)
+    return replace(cfg, gpu=hw.name), hw
 
 
 def _available_bytes(preset: GPUPreset) -> tuple[int, str]:
@@ -171,35 +177,20 @@ def check_sizes(cfg: Config, n: int) -> None:
 
 
 def changed(cfg: Config) -> list[str]:
-    """The measurement flags in which this (resolved) run differs from its preset's default sweep."""
-    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    """The measurement flags in which this (resolved) run differs from its preset's sweep."""
+    return experiment(cfg, preset(cfg.gpu), OPERATIONAL)
 
 
-def run_folder_path(path: Path) -> Path:
-    """Where the sweep that ends in `path` is written while it runs: ../runs/<stem>/."""
-    return run_dir_for(path.parent, path.stem)
+def sweep_path(cfg: Config, env: DistInfo, hw: GPUPreset) -> Path:
+    """Where the finished sweep goes (what the report reads): <results>/sweep_<hw>_ws<N>[_n<nodes>].csv."""
+    return cfg.results_dir(LAB_DIR) / f"sweep_{hw.run_tag(env.world_size, env.nnodes)}.csv"
 
 
-def check_before_launch(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> None:
-    """What can be checked before any rank starts: run folder free, resume possible and compatible."""
-    env = DistInfo(0, 0, world, max(1, world // nnodes), torch.device("cpu"), "")
-    path = sweep_path(cfg, env, preset)
-    run_dir = run_folder_path(path)
-    check_free(run_dir)
-    if cfg.resume:
-        check_resumable(run_dir)
-        check_resume(run_dir / path.name, COLUMNS, {**config_dict(cfg), "nccl_env": comm_env()},
-                     ignore=CONFIG_IGNORE)
-
-
-CONFIG_IGNORE = ("resume", "promote", "timeout_s", "out", "topology")
-
-
-def sweep_path(cfg: Config, env: DistInfo, preset: GPUPreset) -> Path:
-    """Where the finished sweep goes (what the report reads)."""
-    if cfg.out:
-        return Path(cfg.out)
-    return LAB_DIR / "results" / f"sweep_{preset.run_tag(env.world_size, env.nnodes)}.csv"
+def run_plan(cfg: Config, env: DistInfo, hw: GPUPreset) -> RunPlan:
+    """The sweep's CSV, written first into runs/<its stem>/ beside the results folder."""
+    path = sweep_path(cfg, env, hw)
+    return RunPlan.beside(path.parent, path.stem, [Table(path.name, COLUMNS, KEY)],
+                          config={**saved_config(cfg), "nccl_env": comm_env()}, ignore=CONFIG_IGNORE)
 
 
 def comm_env() -> dict[str, str]:
@@ -285,51 +276,29 @@ def _sig(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def run(cfg: Config, env: DistInfo, preset: GPUPreset) -> int:
+def run(cfg: Config, env: DistInfo, hw: GPUPreset) -> int:
     """The sweep on every rank; rank 0 writes the run folder and publishes it. Returns the exit code."""
     # Our own group, so the timeout is --timeout-s whatever launched us (torchrun, tests).
     group = dist.new_group(timeout=timedelta(seconds=cfg.timeout_s))
-    path = sweep_path(cfg, env, preset)
     nccl = comm_env()
-    folder, writer, todo, error = None, None, None, None
-    if env.is_main:
-        try:
-            folder = RunFolder.open(run_folder_path(path), path.parent, "resume" if cfg.resume else "fresh")
-            writer = folder.writer(path.name, COLUMNS, KEY, provenance(env, BENCH_VERSION),
-                                   config={**config_dict(cfg), "nccl_env": nccl}, config_ignore=CONFIG_IGNORE)
-            todo = [r for r in sweep_plan(cfg, env.world_size) if not writer.done(r)]
-        except (SchemaMismatch, RunError) as e:
-            error = str(e)
-            if folder is not None:
-                folder.close()
-    todo, error = from_rank0((todo, error), group)
-    if error:
-        fail(error, 2)
-    if folder is not None:
-        for note in folder.notes:
-            print(note, file=sys.stderr, flush=True)
-    if env.is_main and cfg.topology:
-        from topology import write_topology
-        write_topology(folder.file(f"topology_{preset.tag}.md"), env)
-    if writer:
-        print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
-              f"{env.device.type}) -> {shown(folder.path)}" + (f" ({writer.n_done} already there)" if cfg.resume
-                                                                  else ""), flush=True)
-    if env.world_size == 1:
-        print0(f"note: {ONE_RANK_NOTE}; algbw is still measured")
-    try:
-        code = _sweep(cfg, env, group, todo, writer, nccl, preset)
-    except BaseException:
-        if folder is not None:
-            folder.finish(complete=False, changed=changed(cfg))
-        raise
-    if folder is not None:
-        for line in folder.finish(complete=code == 0, changed=changed(cfg), promote=cfg.promote):
-            print(line, flush=True)
+    with open_run(run_plan(cfg, env, hw), cfg, env, provenance(env, BENCH_VERSION), changed(cfg)) as run:
+        (writer,) = run.writers
+        todo = from_rank0([r for r in sweep_plan(cfg, env.world_size) if not writer.done(r)], group)
+        if run.folder is not None:
+            if cfg.topology:
+                from topology import write_topology
+                write_topology(run.folder.file(f"topology_{hw.tag}.md"), env)
+            print(f"allreduce-bench: {len(todo)} rows on {env.world_size} ranks ({env.nnodes} node(s), {env.backend}, "
+                  f"{env.device.type}) -> {shown(run.path)}" + (f" ({writer.n_done} already there)" if cfg.resume
+                                                               else ""), flush=True)
+        if env.world_size == 1:
+            print0(f"note: {ONE_RANK_NOTE}; algbw is still measured")
+        code = _sweep(cfg, env, group, todo, writer if run.folder is not None else None, nccl, hw)
+        run.complete = code == 0
     return code
 
 
-def _sweep(cfg: Config, env: DistInfo, group, todo: list[dict], writer, nccl: dict, preset: GPUPreset) -> int:
+def _sweep(cfg: Config, env: DistInfo, group, todo: list[dict], writer, nccl: dict, hw: GPUPreset) -> int:
     wrong_rows, header = 0, None
     for row in tqdm(todo, unit="row", disable=True if not env.is_main else None, leave=False):
         what = f"{row['collective']} of {format_size(row['size_bytes'])} {row['dtype']}"
@@ -343,7 +312,7 @@ def _sweep(cfg: Config, env: DistInfo, group, todo: list[dict], writer, nccl: di
             report(f"{what} failed: {short(e)}. A rank died or stopped answering (--timeout-s {cfg.timeout_s:g}); "
                    f"the run folder keeps the {kept} measured before; rerun with --resume to continue", code, kind)
             return code
-        result.update(preset=preset.name, nccl_env=";".join(f"{k}={v}" for k, v in nccl.items()) or "default")
+        result.update(preset=hw.name, nccl_env=";".join(f"{k}={v}" for k, v in nccl.items()) or "default")
         wrong_rows += result["wrong"] > 0
         if writer:
             writer.write(result)
@@ -368,18 +337,17 @@ def _line(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__, prog="bench.py")
+    cfg = parse_preset(Config, argv, preset, description=__doc__, prog="bench.py")
     world, local, nnodes = planned_world()
     try:
-        cfg, preset = resolve(cfg, local)
+        cfg, hw = resolve(cfg, local)
         check_sizes(cfg, world)
-        if not launched_by_torchrun():  # the check pass (or a 1-rank run); inside ranks rank 0 decides
-            check_before_launch(cfg, preset, world, nnodes)
-    except (ValueError, RunError) as e:  # SchemaMismatch is a ValueError
+        check_before_launch(run_plan(cfg, DistInfo(0, 0, world, max(1, world // nnodes), None, ""), hw), cfg)
+    except ValueError as e:  # RunError and SchemaMismatch are ValueErrors
         print(f"bench.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
-    with distributed(device="cpu" if preset.name == "cpu" else "cuda", timeout_s=cfg.timeout_s) as env:
-        return run(cfg, env, preset)
+    with distributed(device="cpu" if hw.name == "cpu" else "cuda", timeout_s=cfg.timeout_s) as env:
+        return run(cfg, env, hw)
 
 
 if __name__ == "__main__":

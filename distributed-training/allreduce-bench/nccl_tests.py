@@ -23,13 +23,13 @@ import sys
 
 import torch
 
-from bench import LAB_DIR, Config, changed, resolve, run_folder_path, sizes
-from common.config import config_dict, parse_config, parse_size
+from bench import LAB_DIR, Config, changed, preset, resolve, sizes
+from common.config import parse_preset, parse_size
 from common.dist import DistInfo
 from common.failures import entrypoint
 from common.hardware import device_kind, get_preset
 from common.results import provenance
-from common.runs import RunError, RunFolder
+from common.runner import RunPlan, Table, check_before_launch, open_run, saved_config
 
 BINARY = "all_reduce_perf"
 NCCL_TYPES = {"fp32": "float", "bf16": "bfloat16", "fp16": "half"}  # nccl-tests -d names
@@ -58,7 +58,7 @@ def parse_perf_output(text: str) -> tuple[str, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="nccl_tests.py")
+    cfg = parse_preset(Config, argv, preset, description=__doc__.split("\n\n")[0], prog="nccl_tests.py")
     binary = shutil.which(BINARY)
     problem = None if binary else \
         f"{BINARY} is not on PATH (build github.com/NVIDIA/nccl-tests and add its build/ folder to PATH)"
@@ -73,38 +73,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ngpus = torch.cuda.device_count()
     try:
-        cfg, preset = resolve(cfg)
-        path = LAB_DIR / "results" / f"nccl_tests_{preset.run_tag(ngpus)}.csv"
+        cfg, hw = resolve(cfg)
+        name = f"nccl_tests_{hw.run_tag(ngpus)}"  # the tool runs its whole sweep again: a fresh run folder each time
+        plan = RunPlan.beside(cfg.results_dir(LAB_DIR), name,
+                              [Table(f"{name}.csv", COLUMNS, ["dtype", "size_bytes", "placement"])],
+                              config={**saved_config(cfg), "tool": BINARY})
+        check_before_launch(plan, cfg, mode="fresh")
         if os.environ.get("DT_CHECK_ARGS") == "1":  # make checks this before the sweep it follows
             return 0
-        folder = RunFolder.open(run_folder_path(path), path.parent)
-    except (ValueError, RunError) as e:
+    except ValueError as e:  # RunError is a ValueError
         print(f"nccl_tests.py: error: {e}", file=sys.stderr)
         raise SystemExit(2)
     env = DistInfo(0, 0, ngpus, ngpus, torch.device("cuda", 0), "nccl")
-    writer = folder.writer(path.name, COLUMNS, ["dtype", "size_bytes", "placement"], provenance(env, "1"),
-                           config={**config_dict(cfg), "tool": BINARY})
-    for dtype in cfg.dtypes:
-        cmd = [binary, "-b", str(parse_size(cfg.min_bytes)), "-e", str(parse_size(cfg.max_bytes)),
-               "-f", str(cfg.step_factor), "-g", str(ngpus), "-d", NCCL_TYPES[dtype], "-n", str(cfg.iters),
-               "-w", str(cfg.warmup), "-c", "1", "-z", "1" if cfg.barrier else "0"]  # -z 1 = our --barrier
-        print(" ".join([BINARY, *cmd[1:]]), flush=True)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cfg.timeout_s * len(sizes(cfg)))
-        except subprocess.TimeoutExpired:
-            print(f"nccl_tests.py: error: {BINARY} did not finish in {cfg.timeout_s * len(sizes(cfg)):.0f} s",
-                  file=sys.stderr)
-            folder.finish(complete=False, changed=changed(cfg))
-            return 1
-        version, rows = parse_perf_output(proc.stdout)
-        if proc.returncode != 0 or not rows:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            print(f"nccl_tests.py: error: {BINARY} exited {proc.returncode}: {tail[0]}", file=sys.stderr)
-            folder.finish(complete=False, changed=changed(cfg))
-            return 1
-        writer.write_many({**row, "preset": preset.name, "nccl_tests_version": version} for row in rows)
-    for line in folder.finish(complete=True, changed=changed(cfg), promote=cfg.promote):
-        print(line)
+    with open_run(plan, cfg, None, provenance(env, "1"), changed(cfg), mode="fresh") as run:
+        (writer,) = run.writers
+        for dtype in cfg.dtypes:
+            cmd = [binary, "-b", str(parse_size(cfg.min_bytes)), "-e", str(parse_size(cfg.max_bytes)),
+                   "-f", str(cfg.step_factor), "-g", str(ngpus), "-d", NCCL_TYPES[dtype], "-n", str(cfg.iters),
+                   "-w", str(cfg.warmup), "-c", "1", "-z", "1" if cfg.barrier else "0"]  # -z 1 = our --barrier
+            print(" ".join([BINARY, *cmd[1:]]), flush=True)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cfg.timeout_s * len(sizes(cfg)))
+            except subprocess.TimeoutExpired:
+                print(f"nccl_tests.py: error: {BINARY} did not finish in {cfg.timeout_s * len(sizes(cfg)):.0f} s",
+                      file=sys.stderr)
+                run.complete = False
+                return 1
+            version, rows = parse_perf_output(proc.stdout)
+            if proc.returncode != 0 or not rows:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                print(f"nccl_tests.py: error: {BINARY} exited {proc.returncode}: {tail[0]}", file=sys.stderr)
+                run.complete = False
+                return 1
+            writer.write_many({**row, "preset": hw.name, "nccl_tests_version": version} for row in rows)
     return 0
 
 

@@ -22,15 +22,15 @@ from common import measured_on
 from common.collective_cost import COLLECTIVES
 from common.collective_fit import PLATEAU, fit_alpha_beta, wire_factor
 from common.config import parse_config
-from common.csvread import BadResults, Schema, check_configs, guard_report, read_tables, read_text, results_folder
-from common.findings import block
+from common.csvread import Schema, check_configs, guard_report, read_tables, read_text, report_path, results_folder
+from common.findings import block, fill
 from common.hardware import PRESETS
 from common.markdown import number, table
 from common.plotting import describe_runs, log2_size_axis, new_figure, save
 import collectives as C
 import findings
+from findings import S, size_str
 from topology import without_colours
-from planner import vs_measured
 from published import matching
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -53,13 +53,6 @@ OVERHEAD = Schema("allreduce-bench overhead", {**_RUN_KINDS, "collective": str, 
 class Config:
     results: str = field(default=str(LAB_DIR / "results"), metadata={"help": "folder with sweep_*.csv"})
     out: str = field(default=str(LAB_DIR / "REPORT.md"), metadata={"help": "report to write (plots beside the CSVs)"})
-
-
-def size_str(nbytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 def num(x: float) -> str:
@@ -184,36 +177,24 @@ def nccl_tests_section(df: pd.DataFrame, nt: pd.DataFrame) -> list[str]:
     """all_reduce_perf's in-place busbw beside ours computed with its statistic (loop time / iterations,
     mean over ranks); our own statistic (median of the per-iteration max over ranks) beside both."""
     if nt.empty:
-        return ["No nccl-tests run is stored (`make allreduce-bench NCCL_TESTS=1` on a GPU node adds one)."]
+        return [S("nccl_tests.none")]
     keys = ["hardware", "world_size", "dtype", "size_bytes"]
     ours = df[df.collective == "all_reduce"].reindex(columns=keys + ["busbw_loop_GBps", "busbw_GBps"])
     theirs = nt[nt.placement == "in-place"][keys + ["busbw_GBps"]].rename(columns={"busbw_GBps": "theirs"})
     m = ours.merge(theirs, on=keys)
     m = m[m.size_bytes >= 2**20]
     if m.empty:
-        return ["nccl-tests rows exist but none matches a run of ours (same hardware, ranks, dtype and size >= 1 MiB)."]
+        return [S("nccl_tests.unmatched")]
     rows = [[r.hardware, r.world_size, r.dtype, size_str(r.size_bytes), r.busbw_loop_GBps, r.theirs,
              r.busbw_loop_GBps / r.theirs if r.theirs else float("nan"), r.busbw_GBps] for r in m.itertuples()]
-    return ["Like with like: nccl-tests reports one timer around its loop divided by the iterations, averaged over "
-            "ranks; `ours, same statistic` is computed that way from the same run as `ours, median of max` "
-            "(our headline: the median over iterations of the slowest rank's time, which is lower when one "
-            "iteration or one rank lags).", "",
+    return [S("nccl_tests.lead"), "",
             table(["hardware", "ranks", "dtype", "size", "ours, same statistic (GB/s)", "all_reduce_perf (GB/s)",
                    "ours / theirs", "ours, median of max (GB/s)"], rows, fmt=lambda v: number(v, ".3g"))]
 
 
 def overhead_section(ov: pd.DataFrame) -> list[str]:
     if ov.empty:
-        return ["Not measured yet: `make allreduce-bench-overhead` writes results/overhead_<hw>_ws<N>.csv."]
-    lines = ["overhead.py times each size both ways in one job: ratio = bare time / our time, the median over "
-             "rounds; the rounds' spread says how much of the gap is the machine's noise.", "",
-             ""]
-    if (ov.backend == "gloo").any():
-        lines[2:2] = ["On CPUs the ratio measures the machine more than the harness: with more ranks than cores each "
-                     "iteration's max over ranks catches whichever rank the scheduler had just paused, which the "
-                     "loop average smooths out, and repeated rounds disagree by tens of percent. The target is for "
-                     "GPU runs, where CUDA events time the device and ranks do not share cores"
-                     + ("" if (ov.backend == "nccl").any() else "; none has been measured yet") + ".", ""]
+        return [S("overhead.none")]
     rows = []
     for (run, coll), g in ov[ov.moves_data].groupby(["run", "collective"], sort=False):
         g = g.sort_values("size_bytes")
@@ -222,14 +203,9 @@ def overhead_section(ov: pd.DataFrame) -> list[str]:
         rows.append([run.rsplit(",", 1)[0], coll, f"{size_str(g.size_bytes.min())}..{size_str(g.size_bytes.max())}",
                      f"{g.ratio.median():.3f}", f"{worst.ratio:.3f} at {size_str(worst.size_bytes)}",
                      size_str(ok[0]) if ok else "never", f"{g.ratio_min.min():.2f}..{g.ratio_max.max():.2f}"])
-    lines = lines[:-1] + [table(["run", "collective", "sizes", "median ratio", "worst size", ">= 0.97 from",
-                                 "rounds' spread"], rows)]
-    idle = ov[~ov.moves_data]
-    if len(idle):
-        lines += ["", "Left out: " + ", ".join(sorted(set(f"{c} on {n} rank" for c, n in zip(idle.collective,
-                                                                                            idle.world_size))))
-                  + " (in place on one rank: no data moves, so both timings are launch overhead, not a transfer)."]
-    return lines
+    return [" ".join(x for x in (S("overhead.lead"), findings.overhead_sentence(ov)) if x), "",
+            table(["run", "collective", "sizes", "median ratio", "worst size", ">= 0.97 from", "rounds' spread"], rows),
+            "", findings.idle_sentence(ov)]
 
 
 def fit_row(r) -> list:
@@ -244,108 +220,54 @@ def fit_row(r) -> list:
 
 
 def report(cfg: Config) -> str:
-    results, out = results_folder(cfg.results), Path(cfg.out)
-    if not out.parent.is_dir():
-        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    results, out = results_folder(cfg.results), report_path(cfg.out)
     df = load(results, required=True)
     nccl_tests, overhead = load(results, "nccl_tests_*.csv", NCCL_TESTS), load(results, "overhead_*.csv", OVERHEAD)
     topologies = [read_text(p, "a topology section (topology.py)") for p in sorted(results.glob("topology_*.md"))]
     check_configs(results)  # every input checked before anything is drawn
     summ = summary(df)
     rel = lambda p: Path(os.path.relpath(p.resolve(), out.resolve().parent)).as_posix()  # noqa: E731 (--out anywhere)
-    L = ["# allreduce-bench: how fast collectives move data, and the alpha-beta model behind it", ""]
-    L += block(findings.opening(df, summ, nccl_tests))
-    if plot_bandwidth(df, results / "busbw.png"):
-        L += [f"![busbw vs size]({rel(results / 'busbw.png')})", "",
-              "*What to see:* bus bandwidth (busbw, nccl-tests' definition: comparable across collectives and rank "
-              "counts) against message size, one panel per collective: flat and low on the left where latency "
-              "dominates, rising to a plateau where bandwidth does. Only runs with two or more ranks: one rank "
-              "has no bus.", ""]
     multi = summ[summ.ws > 1] if len(summ) else summ
-    L += ["## Peak bandwidth and the alpha-beta fit", "",
-          "Per run and collective (definitions in the appendix; `beyond the sweep` marks a fitted B or n_1/2 that "
-          "lies outside the sizes measured):", "",
-          table(["run", "collective", "peak busbw (GB/s)", "at size", "B fit (GB/s)", "alpha (us)",
-                 "alpha/step (us)", "n_1/2", "fit err", "beyond the sweep", "link fraction", "wrong"],
-                [fit_row(r) for r in multi.itertuples()]) if len(multi) else "No run with two or more ranks."]
-    plot_time_fit(df, summ, results / "time_fit.png") if len(multi) else (results / "time_fit.png").unlink(
-        missing_ok=True)
+    busbw, fit = [], ["No run with two or more ranks."]
+    if plot_bandwidth(df, results / "busbw.png"):
+        busbw = [f"![busbw vs size]({rel(results / 'busbw.png')})", "", findings.busbw_caption(df)]
     if len(multi):
-        L += ["", f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "",
-              "*What to see:* the measured time per call (dots: median, bars: min to max over iterations) and the "
-              "fitted line alpha + factor(n) S / B: where the dots leave the line, the collective changes regime "
-              "(a protocol or algorithm switch) and one line cannot follow it."]
-    if plot_one_rank(df, results / "one_rank.png"):
-        L += ["", "## One rank: a local copy, not a link", "", findings.one_rank_sentence(df, summ), "",
-              f"![one-rank algbw]({rel(results / 'one_rank.png')})", "",
-              "*What to see:* algbw = S / t of collectives on one GPU, which copy the buffer in device memory; "
-              "no byte crosses a link, so this is not a bandwidth of NVLink or the network.", "",
-              table(["run", "collective", "peak algbw (GB/s)", "at size"],
-                    [[r.run, r.collective, num(r.peak), r.peak_at] for r in summ[summ.ws == 1].itertuples()])]
-    L += ["", "## Published figures for the same hardware", ""]
-    refs = [(r, p) for r in summ.itertuples() for p in matching(r.preset, r.collective, r.ws, r.nnodes)]
-    if refs:
-        L += ["Published figures are large-message plateaus (1-16 GiB); ours is the peak over the sizes swept.", "",
-              table(["run", "collective", "ours peak (GB/s)", "at size", "published (GB/s)", "setting", "source"],
-                    [[r.run, r.collective, num(r.peak), r.peak_at, num(p.busbw_GBps), p.setting, p.source]
-                     for r, p in refs])]
+        plot_time_fit(df, summ, results / "time_fit.png")
+        fit = [S("fit.lead"), "", table(["run", "collective", "peak busbw (GB/s)", "at size", "B fit (GB/s)",
+                                         "alpha (us)", "alpha/step (us)", "n_1/2", "fit err", "beyond the sweep",
+                                         "link fraction", "wrong"], [fit_row(r) for r in multi.itertuples()]),
+               "", f"![time vs size with the alpha-beta fit]({rel(results / 'time_fit.png')})", "", S("fit.caption")]
     else:
-        L.append("None: published busbw figures exist for 8-GPU A100/H100/H200/B200 nodes (published.py), and no run "
-                 "here is on such hardware. gloo on loopback has no published reference.")
-    L += ["", "## nccl-tests beside ours (all_reduce in place, as torch does it)", ""] + nccl_tests_section(
-        df, nccl_tests)
-    L += ["", "## Harness overhead (ours / bare loop, sizes >= 1 MiB; target >= 0.97)", ""] + overhead_section(
-        overhead)
-    L += ["", "The machines' links are in [TOPOLOGY.md](TOPOLOGY.md).", ""]
-    L += appendix(df, results)
-    text = "\n".join(L).rstrip() + "\n"
-    out.write_text(text)
-    write_topology_index(topologies, out.parent / "TOPOLOGY.md")
-    return text
-
-
-def appendix(df: pd.DataFrame, results: Path) -> list[str]:
-    """The audit: provenance and runs, the metrics' definitions, CPU caveats, the planner's predictions."""
-    L = ["## Appendix: the audit behind the answer", "", "### Provenance", "",
-         "Generated by `make allreduce-bench-report` from `results/sweep_*.csv` alone; regenerate it, do not edit it; "
-         "the opening lines' wording is `findings_template.md`, picked by `findings.py` from what the CSVs show.", ""]
-    L += measured_on.paragraph(results, ["sweep_*.csv", "overhead_*.csv", "nccl_tests_*.csv"],
-                               "`make allreduce-bench-gpu` (or `make allreduce-bench`)")
+        (results / "time_fit.png").unlink(missing_ok=True)
+    one_rank = []
+    if plot_one_rank(df, results / "one_rank.png"):
+        one_rank = ["## One rank: a local copy, not a link", "", S("one_rank.lead"), "",
+                    table(["run", "collective", "peak algbw (GB/s)", "at size"],
+                          [[r.run, r.collective, num(r.peak), r.peak_at] for r in summ[summ.ws == 1].itertuples()]),
+                    "", f"![one-rank algbw]({rel(results / 'one_rank.png')})", "", S("one_rank.caption")]
+    refs = [(r, p) for r in summ.itertuples() for p in matching(r.preset, r.collective, r.ws, r.nnodes)]
+    published = [S("published.some"), "", table(
+        ["run", "collective", "ours peak (GB/s)", "at size", "published (GB/s)", "setting", "source"],
+        [[r.run, r.collective, num(r.peak), r.peak_at, num(p.busbw_GBps), p.setting, p.source] for r, p in refs])] \
+        if refs else [S("published.none")]
     runs = [[run, g.hardware.iloc[0], g.timing.iloc[0], g.torch_version.iloc[0], g.nccl_version.iloc[0],
              g.git_commit.iloc[0], str(g.timestamp_utc.min())[:16], len(g), int(g.wrong.sum())]
             for run, g in df.groupby("run", sort=False)]
-    L += [table(["run", "hardware", "timing", "torch", "NCCL", "commit", "measured (UTC)", "rows", "wrong"], runs), "",
-          "### Definitions", "",
-          "Metrics as nccl-tests defines them (common/collective_cost.py): algbw = S/t, busbw = algbw x 2(n-1)/n for "
-          "all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all (S = the whole n-part buffer), 1 for "
-          "broadcast and send_recv; GB = 1e9 bytes. Time is the median over iterations of the max over ranks; "
-          "nccl-tests' own statistic (loop time / iterations, mean over ranks) is recorded beside it (time_loop_us, "
-          "busbw_loop_GBps) and used where ours is set beside all_reduce_perf.", "",
-          "Fit: time = alpha + factor(n) S / B by least squares on relative residuals over every size of the run "
-          "(common/collective_fit.py, after Hockney; ring cost forms of Thakur, Rabenseifner & Gropp 2005), so B is "
-          "the asymptotic busbw. n_1/2 is the size at which busbw reaches B/2; alpha/step divides alpha by the "
-          "ring's latency steps (2(n-1) for all_reduce, n-1 for the others). A large fit error means the curve has "
-          "regimes (protocol or algorithm switches) that one line cannot follow. `beyond the sweep` flags an "
-          f"extrapolation: n_1/2 larger than the largest size measured, or B not reached there (the fitted busbw at "
-          f"the largest size below {PLATEAU:.0%} of B); such a B or n_1/2 is the line's, not a measurement. "
-          "fsdp-scaling's projection and the planner's --calibrate use exactly these fits of the all_reduce rows. "
-          "Link fraction: peak busbw over the per-direction NVLink rate in common/hardware.py (single-node GPU runs "
-          "only).", ""]
-    if (df.backend == "gloo").any():
-        L += ["### CPU caveats", "",
-              "On a CPU machine every rank is a process sharing a few cores, and gloo moves bytes over TCP on "
-              "loopback: memory copies and the kernel's socket stack, no link. These curves show the harness works "
-              "and the shape of latency- vs bandwidth-bound regimes; their values measure core contention (more "
-              "ranks than cores take turns), not an interconnect, and do not predict a GPU cluster. A CPU run with "
-              "nnodes = 2 made by `make allreduce-bench-2agents` is two torchrun agents on one machine: a test of "
-              "the multi-node path, not of a network.", ""]
-    if (df.world_size == 1).any():
-        L += ["### One-rank rows", "",
-              "One-rank runs: no byte crosses a link, so busbw is 0 by definition; their table and plot show algbw "
-              "(a local copy). In-place all_reduce and broadcast on one rank move no data at all (NCCL returns at "
-              "once): those rows are launch overhead, kept in the CSV as `moves_data` = false and left out of peaks, "
-              "fits and plots.", ""]
-    return L + [vs_measured.section("allreduce-bench", results, "###")]
+    text = fill(LAB_DIR / "report_template.md",
+                findings=block(findings.opening(df, summ, nccl_tests), one_screen=True), busbw=busbw, fit=fit,
+                one_rank=one_rank, published=published, nccl_tests=nccl_tests_section(df, nccl_tests),
+                overhead=overhead_section(overhead),
+                provenance=[S("provenance"), "", *measured_on.paragraph(
+                    results, ["sweep_*.csv", "overhead_*.csv", "nccl_tests_*.csv"],
+                    "`make allreduce-bench-gpu` (or `make allreduce-bench`)"),
+                    table(["run", "hardware", "timing", "torch", "NCCL", "commit", "measured (UTC)", "rows",
+                           "wrong"], runs)],
+                definitions=S("definitions", plateau=PLATEAU),
+                caveats=["### CPU caveats", "", S("caveat.cpu")] if (df.backend == "gloo").any() else [],
+                predicted=S("predicted"))
+    out.write_text(text)
+    write_topology_index(topologies, out.parent / "TOPOLOGY.md")
+    return text
 
 
 def write_topology_index(topologies: list[str], path: Path) -> None:

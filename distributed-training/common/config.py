@@ -15,6 +15,18 @@ and what is allowed, exit code 2, nothing written.
                 raise ValueError(f"--iters must be positive, got {self.iters}")
 
     cfg = parse_config(Config, description=__doc__)
+
+A lab's presets are functions that return a complete Config; `parse_preset` reads the command line as
+overrides on the one its choosing flags pick (--gpu, and whatever else a preset depends on), so --help
+shows the values that will run:
+
+    def preset(gpu: str = "auto") -> Config:
+        return cpu() if get_preset(gpu).name == "cpu" else h100()
+
+    cfg = parse_preset(Config, argv, preset, description=__doc__)
+
+A field whose metadata names a "group" is listed under that heading in --help (common.runner's run-folder
+flags: the same in every lab).
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import os
 import sys
 import types
 import typing
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -109,9 +121,12 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
         formatter_class=lambda prog: HelpFormatter(prog, max_help_position=36, width=110),
     )
     hints = typing.get_type_hints(cls)
+    groups: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if not f.init or f.metadata.get("cli") is False:
             continue
+        title = f.metadata.get("group")
+        where = groups.setdefault(title, parser.add_argument_group(title)) if title else parser
         tp = hints[f.name]
         base = _base_type(tp)
         optional = base is not tp
@@ -142,21 +157,26 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
             kw["type"] = _optional(conv) if optional and not literal_none else conv
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unsupported config type {tp!r}")
-        parser.add_argument(_flag(f.name), **kw)
+        where.add_argument(_flag(f.name), **kw)
     return parser
+
+
+def _quiet():
+    """Under torchrun every rank parses the same argv and exits the same way, but only global rank 0 prints
+    (the error line, or --help), so a mistake is reported once, not once per rank."""
+    if os.environ.get("RANK", "0") == "0":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    return stack
 
 
 def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: str | None = None,
                  prog: str | None = None, defaults: T | None = None) -> T:
     """Parse argv into `cls`; bad input exits 2 with one line on stderr and nothing else done. `defaults`
-    (an instance of `cls`) supplies the value of every flag not given, in place of the fields' defaults.
-
-    Under torchrun every rank parses the same argv and exits the same way, but only global rank 0
-    prints (the error line, or --help), so a mistake is reported once, not once per rank.
-    """
-    quiet = os.environ.get("RANK", "0") != "0"
-    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext(), \
-            contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
+    (an instance of `cls`) supplies the value of every flag not given, in place of the fields' defaults."""
+    with _quiet():
         parser = build_parser(cls, description, prog, defaults)
         ns = parser.parse_args(argv)
         try:
@@ -164,6 +184,37 @@ def parse_config(cls: type[T], argv: Sequence[str] | None = None, description: s
         except (ValueError, TypeError) as e:
             print(f"{parser.prog}: error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(BAD_INPUT)
+
+
+def parse_preset(cls: type[T], argv: Sequence[str] | None, preset: Callable[..., T], keys: Sequence[str] = ("gpu",),
+                 description: str | None = None, prog: str | None = None) -> T:
+    """Parse argv as overrides on a preset: `preset(**choice)`, where `choice` holds the values of the flags
+    `keys` (as given, else the field's default, else None), is the Config every flag not given keeps, and what
+    --help shows. A ValueError from `preset` (an unknown --gpu) is bad input: one line, exit 2.
+
+    A key is a flag the preset depends on: the hardware (--gpu), and e.g. a model size or the pipeline degree
+    where the preset's other values follow from it. The keys are read first, alone (a malformed one reads as not
+    given: the full parse then says what is wrong with it)."""
+    hints = typing.get_type_hints(cls)
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    choice: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in keys:
+            choice[f.name] = f.default if f.default is not dataclasses.MISSING else None
+            base = _base_type(hints[f.name])
+            peek.add_argument(_flag(f.name), dest=f.name, type=base if base in (int, float, str) else str)
+    try:
+        given, _ = peek.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        choice.update({k: v for k, v in vars(given).items() if v is not None})
+    except argparse.ArgumentError:
+        pass
+    with _quiet():
+        try:
+            defaults = preset(**choice)
+        except ValueError as e:
+            print(f"{prog or os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(BAD_INPUT)
+    return parse_config(cls, argv, description, prog, defaults)
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from common.runs import shown
+from common.failures import shown
 
 BAD_INPUT = 2
 ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read as text whatever the schema
@@ -318,6 +318,28 @@ def results_folder(folder: str | Path, hint: str = "") -> Path:
     if not folder.is_dir():
         raise BadResults(f"results folder {shown(folder)} does not exist" + (f"; {hint}" if hint else ""))
     return folder
+
+
+def report_path(out: str | Path) -> Path:
+    """Where a report is written (--out): its folder must exist (one line, exit 2, nothing written, otherwise)."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise BadResults(f"--out {out}: the folder {out.parent} does not exist")
+    return out
+
+
+def tables_by_tag(folder: Path, kind: str, schema: Schema) -> dict[str, pd.DataFrame]:
+    """Every <kind>_<tag>.csv in `folder`, checked, by its result set's tag (cpu_ws4, h100_ws1), in name order."""
+    return {p.stem.removeprefix(f"{kind}_"): read_table(p, schema) for p in sorted(Path(folder).glob(f"{kind}_*.csv"))}
+
+
+def sweep_results(folder: Path, correctness: Schema, bench: Schema, hint: str) -> tuple[dict, dict]:
+    """An attention sweep's result sets (common.attention_sweep): every correctness_<tag>.csv, then every
+    bench_<tag>.csv, checked, by tag; a folder with neither is refused (what would the report show?)."""
+    corrs, benches = tables_by_tag(folder, "correctness", correctness), tables_by_tag(folder, "bench", bench)
+    if not benches and not corrs:
+        raise BadResults(f"no correctness_*.csv or bench_*.csv in {folder}; {hint}")
+    return corrs, benches
 
 
 def read_tables(folder: str | Path, pattern: str, schema: Schema, required: bool = True,

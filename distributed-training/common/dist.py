@@ -1,7 +1,7 @@
 """The torchrun environment contract, implemented once for every lab.
 
 A process is part of a distributed job if and only if torchrun (or anything that speaks its
-contract: Slurm + torchrun, the test helper in `common.testing`) set RANK, LOCAL_RANK and
+contract: Slurm + torchrun, the test helper in `testkit`) set RANK, LOCAL_RANK and
 WORLD_SIZE. Otherwise it runs as a single process, still inside a one-rank process group so
 that lab code can call collectives unconditionally.
 

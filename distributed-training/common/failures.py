@@ -32,6 +32,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 OK, FAILED, BAD_INPUT, STOPPED, PEER_LOST, PREEMPTED, INTERRUPTED = 0, 1, 2, 3, 4, 75, 130
@@ -41,6 +42,15 @@ OK, FAILED, BAD_INPUT, STOPPED, PEER_LOST, PREEMPTED, INTERRUPTED = 0, 1, 2, 3, 
 _TIMEOUT = re.compile(r"timed out|timeout|deadline")
 _PEER = re.compile(r"connection (closed|reset|refused)|broken pipe|peer|socket|ecconnreset|econnreset|"
                    r"communicator was aborted|nccl error|failed to recv|failed to send|read error|write error")
+
+
+def shown(path: Path) -> str:
+    """A path as a one-line message shows it: relative to the working directory when it lies below it, else as
+    given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _rank() -> int:

@@ -59,6 +59,27 @@ def save(fig, path: str | Path, footer: str = "") -> Path:
     return path
 
 
+STYLES = ("-o", "--s", "-.^", ":D", "-v", "--P", "-.X", ":*")  # line and marker differ, so no series hides another
+
+
+def gapped(ax, x, y, fmt: str = "-o", max_step: float = 2.0, label: str | None = None, **kwargs) -> None:
+    """Points at every x measured, joined by a line only where neighbours lie within max_step of each other:
+    a line across x never measured (1 GPU to 8) would draw values no run had."""
+    pts = sorted(zip(x, y))
+    runs: list[list[tuple[float, float]]] = []
+    for p in pts:
+        if runs and p[0] <= runs[-1][-1][0] * max_step:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    longest = max(range(len(runs)), key=lambda i: len(runs[i])) if runs else 0
+    for i, run in enumerate(runs):
+        alone = len(run) == 1 and not any(m in fmt for m in "os^vD*PXdph<>+x")  # a lone point of a line style:
+        line, = ax.plot([p[0] for p in run], [p[1] for p in run], fmt + ("_" if alone else ""),  # a short dash
+                        label=label if i == longest else None, **({"ms": 14} if alone else {}), **kwargs)
+        kwargs.setdefault("color", line.get_color())
+
+
 def describe_runs(df, held: dict[str, object] | None = None,
                   columns: Iterable[str] = ("hardware", "world_size", "backend", "torch_version", "cuda_version",
                                             "nccl_version")) -> str:

@@ -11,6 +11,8 @@ A document without a findings block is named as such (regenerate it), never skip
 
 from __future__ import annotations
 
+import posixpath
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +44,20 @@ class Config:
     readme: str = field(default=str(ROOT / "README.md"), metadata={"help": "the README to update in place"})
 
 
+def rebased(text: str, doc: str) -> str:
+    """The answer's relative links, rewritten from the document's folder to the README's (the repository root)."""
+    def fix(m: re.Match) -> str:
+        target = m.group(1)
+        if re.match(r"^[a-z]+:|^#|^/", target):  # a URL, an anchor or an absolute path: as it is
+            return m.group(0)
+        return f"]({posixpath.normpath(posixpath.join(posixpath.dirname(doc), target))})"
+    return re.sub(r"\]\(([^)]*)\)", fix, text)
+
+
 def lines(root: Path) -> list[str]:
     out = []
     for name, question, rel in DOCUMENTS:
-        answer = next((f.text for f in read_block(root / rel) if f.label == "Answer"), None)
+        answer = next((rebased(f.text, rel) for f in read_block(root / rel) if f.label == "Answer"), None)
         out.append(f"- **[{name}]({rel})**, {question} " + (answer if answer else
                                                               "No findings block yet: `make reports` regenerates it."))
     return out

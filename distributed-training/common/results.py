@@ -240,6 +240,9 @@ class NoWriter:
     def write_many(self, rows: Iterable[dict[str, Any]]) -> None:
         pass
 
+    def discard(self, column: str, value: Any) -> int:
+        return 0
+
 
 def check_resume(path: Path, columns: Iterable[str], config: dict[str, Any] | None,
                  ignore: Iterable[str] = ("resume",)) -> None:

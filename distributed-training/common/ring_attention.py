@@ -109,7 +109,9 @@ def _step_slices(i: int, rank: int, size: int, s_local: int) -> tuple[slice, sli
     return slice(half, s_local), slice(0, s_local), False  # from a later rank: our second chunk, all its keys
 
 
-class RingAttention(torch.autograd.Function):
+class RingAttentionFunction(torch.autograd.Function):
+    """The ring as one autograd op: forward merges the K/V blocks as they arrive, backward sends dK/dV home."""
+
     @staticmethod
     def forward(ctx, q, k, v, group, scale, kernel):
         ring = _Ring(group)
@@ -170,4 +172,4 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: dis
     scale = default_scale(q.shape[-1]) if scale is None else scale
     if q.shape[2] % 2 and dist.get_world_size(group) > 1:
         raise ValueError(f"the local sequence ({q.shape[2]}) must be two equal chunks (balanced_positions)")
-    return RingAttention.apply(q, k, v, group, scale, kernel)
+    return RingAttentionFunction.apply(q, k, v, group, scale, kernel)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .config import changed_flags
+from .failures import shown
 
 MANIFEST = "run.json"
 PROMOTE_CHOICES = ("auto", "replace", "merge", "no")
@@ -60,14 +61,6 @@ class RunError(ValueError):
 
 def _stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
-
-
-def shown(path: Path) -> str:
-    """A path as a message shows it: relative to the working directory when it lies below it, else as given."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def results_path(given: str | Path | None, lab: Path, *default: str) -> Path:

@@ -33,47 +33,36 @@ CPU; ours calls them through common/attention_block.py), so the rows differ in t
 On CPU every rank is a process on a few shared cores and gloo runs over loopback TCP: the timings show
 contention and the shape of the curves, not CP's speedups or its overlap (that needs a GPU and its own
 copy engine). Bytes, correctness and saved memory are exact anywhere.
+
+The runner is tp-attention's too (common/attention_sweep.py: checks before launch, a mesh per degree, the run folder
+runs/<preset>_ws<N>/ -> results/, --resume); the presets are functions, cpu() and cuda() (--gpu picks one, every
+other flag overrides it; --help shows its values).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from tqdm import tqdm
+from torch.distributed.device_mesh import DeviceMesh
 
 import torch_cp
 import verify
 from common.attention_block import default_scale
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.attention_flags import SweepFlags, divisor_degrees
+from common.attention_sweep import Sweep, fill, for_hardware, run_sweep, time_interleaved
+from common.dist import DistInfo, from_rank0
 from common.failures import entrypoint
-from common.hardware import device_kind, get_preset
-from common.results import NoWriter, SchemaMismatch, check_resume, provenance
 from common.ring_attention import balanced_positions, check_cp_shape, ring_attention
-from common.runs import (PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags,
-                         run_dir_for)
-from common.timing import time_iterations
+from common.runner import Table
 
-BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
+LAB = Path(__file__).resolve().parent
 IMPLS = ("sdpa", "ours", "torch-allgather", "torch-alltoall")
-# CPU: small enough for 4 ranks on 2 cores in well under a minute. GPU: Llama-3-8B's attention (32 query heads,
-# 8 K/V heads of 128), bf16, sequences where CP is used.
-PRESETS = {
-    "cpu": dict(seq_lens=(256, 512, 1024), n_heads=8, n_kv_heads=2, head_dim=32, batch=1, dtype="float32",
-                warmup=1, iters=5),
-    "cuda": dict(seq_lens=(8192, 16384, 32768), n_heads=32, n_kv_heads=8, head_dim=128, batch=1, dtype="bfloat16",
-                 warmup=3, iters=10),
-}
 CORRECTNESS_COLUMNS = ["case", "impl", "kernel", "cp", "dtype", "n_heads", "n_kv_heads", "head_dim", "seq_len",
                        "batch", "err_output", "err_dq", "err_dk", "err_dv", "tolerance", "reference_vs_exact",
                        "fwd_calls", "fwd_sent_bytes", "bwd_calls", "bwd_sent_bytes", "formula_fwd_bytes",
@@ -85,49 +74,40 @@ BENCH_COLUMNS = ["impl", "cp", "seq_len", "n_heads", "n_kv_heads", "head_dim", "
 PUBLIC_COLUMNS = ["api", "device", "runs", "error"]
 
 
-@dataclass(frozen=True)
-class BenchConfig:
-    gpu: str = field(default="auto", metadata={"help": "preset (common/hardware.py); cpu = CPU + gloo"})
-    cp: tuple[int, ...] = field(default=(), metadata={"help": "CP degrees (default: 1, 2, 4, ... up to the ranks)"})
-    seq_lens: tuple[int, ...] = field(default=(), metadata={"help": "whole-sequence lengths s"})
-    n_heads: int | None = field(default=None, metadata={"help": "query heads"})
-    n_kv_heads: int | None = field(default=None, metadata={"help": "key/value heads (GQA when fewer)"})
-    head_dim: int | None = field(default=None, metadata={"help": "head size"})
-    batch: int | None = field(default=None, metadata={"help": "batch size b"})
-    dtype: Literal["float32", "bfloat16"] | None = field(default=None, metadata={"help": "dtype"})
-    warmup: int | None = field(default=None, metadata={"help": "untimed iterations per implementation"})
-    iters: int | None = field(default=None, metadata={"help": "timed iterations per implementation"})
-    correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
-    require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (make cp-attention-gpu)"})
-    out_dir: str = field(default="", metadata={"help": "where finished CSVs go (default: results/ in this lab; the "
-                                                      "run writes into ../runs/<preset>_ws<ranks>/ first)"})
-    resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: done rows are skipped"})
-    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
-                                                           "keep an experiment in runs/), replace, merge, no",
-                                                   "choices": PROMOTE_CHOICES})
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(SweepFlags):
+    DEGREE = "cp"
+    cp: tuple[int, ...] = field(metadata={"help": "CP degrees (the preset's: 1, 2, 4, ... up to the ranks)"})
+    n_heads: int = field(metadata={"help": "query heads"})
+    n_kv_heads: int = field(metadata={"help": "key/value heads (GQA when fewer)"})
 
     def __post_init__(self):
-        for name in ("n_heads", "n_kv_heads", "head_dim", "batch", "iters"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if any(s < 1 for s in self.seq_lens) or any(c < 1 for c in self.cp):
-            raise ValueError("--seq-lens and --cp take positive integers")
-        if self.warmup is not None and self.warmup < 0:
-            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
+        super().__post_init__()
+        if self.n_heads < 1 or self.n_kv_heads < 1:
+            raise ValueError(f"--n-heads and --n-kv-heads must be positive, got {self.n_heads}, {self.n_kv_heads}")
 
 
-def resolve(cfg: BenchConfig, kind: str, world: int) -> BenchConfig:
-    """Fill the preset's defaults and check every (N, s) of the sweep; ValueError on bad input."""
-    preset = PRESETS[kind]
-    filled = {k: (v if getattr(cfg, k) in (None, ()) else getattr(cfg, k)) for k, v in preset.items()}
-    cps = cfg.cp or tuple(c for c in (1, 2, 4, 8, 16, 32, 64) if world % c == 0)
-    cfg = dataclasses.replace(cfg, cp=cps, gpu=get_preset(cfg.gpu).name, out_dir=cfg.out_dir or str(RESULTS), **filled)
+# CPU: small enough for 4 ranks on 2 cores in well under a minute. GPU: Llama-3-8B's attention (32 query heads,
+# 8 K/V heads of 128), bf16, sequences where CP is used.
+def cpu(world: int) -> BenchConfig:
+    return BenchConfig(gpu="cpu", cp=divisor_degrees(world), seq_lens=(256, 512, 1024), n_heads=8, n_kv_heads=2,
+                       head_dim=32, batch=1, dtype="float32", warmup=1, iters=5)
+
+
+def cuda(world: int) -> BenchConfig:
+    return BenchConfig(gpu="h100", cp=divisor_degrees(world), seq_lens=(8192, 16384, 32768), n_heads=32, n_kv_heads=8,
+                       head_dim=128, batch=1, dtype="bfloat16", warmup=3, iters=10)
+
+
+def preset(gpu: str = "auto") -> BenchConfig:
+    return for_hardware(gpu, cpu, cuda)
+
+
+def check_shapes(cfg: BenchConfig, world: int) -> None:
+    """Every (N, s) of the sweep splits into the load-balanced chunks (ring_attention.check_cp_shape)."""
     for c in cfg.cp:
-        if world % c:
-            raise ValueError(f"--cp {c} must divide the number of ranks ({world}; NPROC x NNODES)")
         for s in cfg.seq_lens:
             check_cp_shape(s, c, cfg.n_heads, cfg.n_kv_heads)
-    return cfg
 
 
 class Saved:
@@ -204,18 +184,6 @@ class Impl:
         return saved.bytes, torch.cuda.max_memory_allocated(self.device) - base
 
 
-def time_interleaved(steps: dict[str, Callable[[], None]], cfg: BenchConfig, device: torch.device):
-    """Timing samples per implementation, timed in turn, one iteration each per round."""
-    for step in steps.values():
-        for _ in range(cfg.warmup):
-            step()
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(cfg.iters):
-        for name, step in steps.items():
-            samples[name] += time_iterations(step, warmup=0, iters=1, device=device).samples_s
-    return samples
-
-
 def one_kernel(device: torch.device):
     """The timed and measured steps of every implementation on the same attention kernel: on CUDA, SDPA held to
     FlashAttention-2 (what ours calls; left alone SDPA may pick cuDNN's on Hopper, and the rows would compare kernels,
@@ -239,7 +207,7 @@ def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: in
         public = stack.enter_context(torch_cp.PublicCP(mesh, *full)) if device.type == "cuda" else None
         impls = {n: Impl(n, vcfg, mesh, full, public) for n in names}
         memory = {n: impl.memory() for n, impl in impls.items()}
-        samples = time_interleaved({n: impl.step for n, impl in impls.items()}, cfg, device)
+        samples = time_interleaved({n: impl.step for n, impl in impls.items()}, cfg.warmup, cfg.iters, device)
     rows = []
     for n in names:
         res, ms = checks.get(n), [s * 1e3 for s in samples[n]]
@@ -270,98 +238,41 @@ def correctness_row(case: str, res: verify.CheckResult) -> dict:
             "bytes_ok": res.bytes_ok, "pass": res.passed}
 
 
-# Flags that change no row (common.runs.experiment_flags): any other makes the run an experiment, kept in runs/.
-# --no-correctness is not one of them: published, its bench rows would sit beside an older run's correctness grid.
-OPERATIONAL = ("gpu", "require_gpu", "out_dir", "resume", "promote")
-CONFIG_IGNORE = ("resume", "promote", "out_dir")
+def tables(cfg: BenchConfig, tag: str) -> list[Table | None]:
+    """correctness_<tag>.csv (not at N = 1 alone, nor with --no-correctness: a header without rows is not a result),
+    bench_<tag>.csv, public_api_<tag>.csv (whether PyTorch's public context_parallel runs here)."""
+    grid = cfg.correctness and max(cfg.cp) > 1
+    return [Table(f"correctness_{tag}.csv", CORRECTNESS_COLUMNS, CORRECTNESS_COLUMNS[:5]) if grid else None,
+            Table(f"bench_{tag}.csv", BENCH_COLUMNS, BENCH_COLUMNS[:3]),
+            Table(f"public_api_{tag}.csv", PUBLIC_COLUMNS, PUBLIC_COLUMNS[:2])]
 
 
-def tag_of(cfg: BenchConfig, world: int, nnodes: int = 1) -> str:
-    return get_preset(cfg.gpu).run_tag(world, nnodes)
+def measure(cfg: BenchConfig, env: DistInfo, meshes: dict[int, DeviceMesh], writers: list) -> None:
+    """Whether PyTorch's public API runs here, the correctness grid at every N > 1, then the rows of every (N, s)."""
+    corr, bench, public = writers
+    kind = env.device.type
+    if not from_rank0(public.done({"api": "context_parallel", "device": kind})):
+        # on CUDA the benchmark rows below run it (a failure stops the run); on CPU it is asked once and refuses
+        refusal = torch_cp.public_refusal_on_cpu(meshes[max(cfg.cp)]) if kind == "cpu" else ""
+        public.write({"api": "context_parallel", "device": kind, "runs": not refusal, "error": refusal})
+    if cfg.correctness:
+        fill(corr, [(c, case, v) for c in cfg.cp if c > 1 for case, v in verify.correctness_grid(c, kind)],
+             "correctness", key=lambda g: {"case": g[1], "impl": g[2].impl, "kernel": g[2].kernel, "cp": g[0],
+                                           "dtype": g[2].dtype},
+             rows=lambda g: [correctness_row(g[1], verify.check(g[2], meshes[g[0]], env.device))])
+    fill(bench, [(c, s) for s in cfg.seq_lens for c in cfg.cp], "timing",
+         key=lambda r: {"impl": "ours", "cp": r[0], "seq_len": r[1]},
+         rows=lambda r: bench_rows(cfg, meshes[r[0]], env.device, r[1]))
 
 
-def check_before_launch(cfg: BenchConfig, world: int, nnodes: int) -> None:
-    """Run folder free; a --resume has a run folder whose CSVs match this sweep's columns and config."""
-    tag = tag_of(cfg, world, nnodes)
-    run_dir = run_dir_for(Path(cfg.out_dir), tag)
-    check_free(run_dir)
-    if cfg.resume:
-        check_resumable(run_dir)
-        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}
-        for name, columns in (("correctness", CORRECTNESS_COLUMNS), ("bench", BENCH_COLUMNS),
-                              ("public_api", PUBLIC_COLUMNS)):
-            check_resume(run_dir / f"{name}_{tag}.csv", columns, saved, CONFIG_IGNORE)
+# --no-correctness is not among the flags that change no row: published, its bench rows would sit beside an older
+# run's correctness grid (common.runner.experiment).
+SWEEP = Sweep("cp-attention", LAB, "cp", BenchConfig, preset, check_shapes, tables, measure,
+              lambda cfg: f"CP in {cfg.cp}, s in {cfg.seq_lens}, {cfg.dtype}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(BenchConfig, argv, description=__doc__, prog="bench.py")
-    world, _, nnodes = planned_world()
-    try:
-        kind = device_kind(get_preset(cfg.gpu))
-        if cfg.require_gpu and kind != "cuda":
-            raise ValueError("this target measures a GPU and torch sees none (CPU runs: make cp-attention)")
-        changed = experiment_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
-                                   OPERATIONAL)
-        cfg = resolve(cfg, kind, world)
-        if not launched_by_torchrun():
-            check_before_launch(cfg, world, nnodes)
-    except (ValueError, RunError) as e:
-        fail(str(e), 2)
-    with distributed(device=kind) as env:
-        torch.set_float32_matmul_precision("highest")
-        tag = tag_of(cfg, env.world_size, env.nnodes)
-        prov, main_rank = provenance(env, BENCH_VERSION), env.rank == 0
-        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}
-        meshes = {c: init_device_mesh(kind, (env.world_size // c, c), mesh_dim_names=("replica", "cp"))["cp"]
-                  for c in cfg.cp}
-        folder, error, writers = None, None, {}
-        if main_rank:
-            try:
-                folder = RunFolder.open(run_dir_for(Path(cfg.out_dir), tag), Path(cfg.out_dir),
-                                        "resume" if cfg.resume else "fresh")
-                for name, columns, key in (("correctness", CORRECTNESS_COLUMNS, 5), ("bench", BENCH_COLUMNS, 3),
-                                           ("public_api", PUBLIC_COLUMNS, 2)):
-                    if name != "correctness" or (cfg.correctness and max(cfg.cp) > 1):  # N = 1: no grid
-                        writers[name] = folder.writer(f"{name}_{tag}.csv", columns, columns[:key], prov, config=saved,
-                                                      config_ignore=CONFIG_IGNORE)
-            except (SchemaMismatch, RunError) as e:
-                error = str(e)
-                if folder is not None:
-                    folder.close()
-        if (error := from_rank0(error)) is not None:
-            fail(error, 2)
-        print0(f"cp-attention: {env.world_size} ranks on {env.device} ({env.backend}), CP in {cfg.cp}, "
-               f"s in {cfg.seq_lens}, {cfg.dtype}" + (f" -> {folder.path}" if folder else ""))
-        try:
-            _measure(cfg, env, meshes, {n: writers.get(n, NoWriter()) for n in ("correctness", "bench", "public_api")},
-                     main_rank)
-        except BaseException:
-            if folder is not None:
-                folder.finish(complete=False, changed=changed)
-            raise
-        if folder is not None:
-            for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
-                print(line, flush=True)
-    return 0
-
-
-def _measure(cfg: BenchConfig, env, meshes: dict[int, DeviceMesh], out: dict, main_rank: bool) -> None:
-    quiet = True if not main_rank else None
-    kind = env.device.type
-    if not from_rank0(out["public_api"].done({"api": "context_parallel", "device": kind})):
-        # on CUDA the benchmark rows below run it (a failure stops the run); on CPU it is asked once and refuses
-        refusal = torch_cp.public_refusal_on_cpu(meshes[max(cfg.cp)]) if kind == "cpu" else ""
-        out["public_api"].write({"api": "context_parallel", "device": kind, "runs": not refusal, "error": refusal})
-    if cfg.correctness:
-        grid = [(c, case, v) for c in cfg.cp if c > 1 for case, v in verify.correctness_grid(c, env.device.type)]
-        for c, case, vcfg in tqdm(grid, desc="correctness", disable=quiet):
-            key = {"case": case, "impl": vcfg.impl, "kernel": vcfg.kernel, "cp": c, "dtype": vcfg.dtype}
-            if not from_rank0(out["correctness"].done(key)):
-                out["correctness"].write(correctness_row(case, verify.check(vcfg, meshes[c], env.device)))
-    runs = [(c, s) for s in cfg.seq_lens for c in cfg.cp]
-    for c, s in tqdm(runs, desc="timing", disable=quiet):
-        if not from_rank0(out["bench"].done({"impl": "ours", "cp": c, "seq_len": s})):
-            out["bench"].write_many(bench_rows(cfg, meshes[c], env.device, s))
+    return run_sweep(SWEEP, argv, __doc__)
 
 
 if __name__ == "__main__":

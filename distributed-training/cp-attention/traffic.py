@@ -6,10 +6,10 @@ context parallelism rotates K/V with.
     t.sent_bytes          # what this rank put on the wire
     t.counts              # {"send": 1, "recv": 1} per kind
 
-A TorchDispatchMode sees the c10d ops behind dist.batch_isend_irecv (send, recv_) and the functional
-collectives behind PyTorch's rotaters (all_gather_into_tensor, all_to_all_single), inside autograd
-Functions and DTensor's op handlers too (the mode steps aside for DTensor, as parallel-3d's footprint.py
-does, so the collectives inside context_parallel's SDPA handler are seen); comm_count.py in tp-attention and comms.py in parallel-3d count at the same place.
+Counted at the dispatcher (common/collective_calls.py): the c10d ops behind dist.batch_isend_irecv (send, recv_)
+and the functional collectives behind PyTorch's rotaters (all_gather_into_tensor, all_to_all_single), inside
+autograd Functions and DTensor's op handlers too (the mode steps aside for DTensor, as parallel-3d's footprint.py
+does, so the collectives inside context_parallel's SDPA handler are seen).
 
 What counts as sent, per rank:
     send                 the tensor, exactly (a receive sends nothing)
@@ -25,16 +25,9 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-# Entering a dispatch mode imports torch._dynamo lazily (seconds); importing it here once lets forked ranks share it.
-import torch._dynamo  # noqa: F401
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
-_KINDS = {"send": "send", "recv_": "recv", "recv_any_source_": "recv",
-          "all_gather_into_tensor": "all_gather", "_allgather_base_": "all_gather",
-          "all_to_all_single": "all_to_all", "alltoall_base_": "all_to_all"}
-_BOOKKEEPING = {"wait_tensor", "_wrap_tensor_autograd", "barrier"}
+from common.collective_calls import CollectiveCalls
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -56,9 +49,8 @@ def _all_to_all_sent(t: torch.Tensor, input_splits, group) -> int:
     return sum(rows * row for peer, rows in enumerate(splits) if peer != me)
 
 
-def sent_by(name: str, args) -> int:
+def sent_by(kind: str, name: str, args) -> int:
     """Bytes this rank sends for one c10d / functional-collective call (see the module docstring)."""
-    kind = _KINDS.get(name, name)
     if kind == "send":
         return sum(_nbytes(t) for t in args[0])
     if name == "all_gather_into_tensor":  # (input, group_size, group_name)
@@ -70,30 +62,18 @@ def sent_by(name: str, args) -> int:
     return 0
 
 
-class Traffic(TorchDispatchMode):
+class Traffic(CollectiveCalls):
     """Counts of every c10d / functional-collective call by kind, and the bytes this rank sends, while active."""
+
+    defer_to_dtensor = True
 
     def __init__(self):
         super().__init__()
-        self.counts: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(t is DTensor for t in types):  # let DTensor desugar first: the mode then sees the local ops and the
-            return NotImplemented             # collectives its handlers issue (context_parallel's ring, on CUDA)
-        out = func(*args, **(kwargs or {}))
-        if func.namespace in ("c10d", "_c10d_functional"):
-            name = func._overloadpacket.__name__
-            if name not in _BOOKKEEPING:
-                kind = _KINDS.get(name, name)
-                self.counts[kind] += 1
-                self.sent[kind] += sent_by(name, args)
-        return out
+    def seen(self, kind: str, name: str, args: tuple, kwargs: dict, out) -> None:
+        self.sent[kind] += sent_by(kind, name, args)
 
     @property
     def sent_bytes(self) -> int:
         return sum(self.sent.values())
-
-    def describe(self) -> str:
-        """e.g. 'recv:3 send:3': the counts in one cell."""
-        return " ".join(f"{k}:{v}" for k, v in sorted(self.counts.items())) or "none"

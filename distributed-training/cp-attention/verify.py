@@ -28,9 +28,6 @@ bounds their difference by that). Exit 0 when errors and bytes pass, 1 when not,
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -38,14 +35,15 @@ from typing import Literal, NamedTuple
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
 import torch_cp
 from common.attention_block import default_scale
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, planned_world, print0, reduce_across_ranks
+from common.attention_flags import VerifyFlags, ranks_started
+from common.attention_sweep import verify_main
+from common.config import config_dict
+from common.dist import reduce_across_ranks
 from common.failures import entrypoint
-from common.hardware import device_kind, get_preset
 from common.ring_attention import RingBytes, balanced_positions, check_cp_shape, ring_attention, ring_bytes
 from traffic import Traffic
 
@@ -53,32 +51,27 @@ IMPLS = ("ours", "torch-allgather", "torch-alltoall")
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 @dataclass(frozen=True)
-class VerifyConfig:
-    cp: int = field(default_factory=_world_size,
+class VerifyConfig(VerifyFlags):
+    cp: int = field(default_factory=ranks_started,
                     metadata={"help": "CP degree; default: the ranks torchrun started (more ranks: replicas)"})
-    n_heads: int = field(default=8, metadata={"help": "query heads"})
-    n_kv_heads: int = field(default=2, metadata={"help": "key/value heads (< n_heads: grouped-query attention)"})
     head_dim: int = field(default=16, metadata={"help": "head size D"})
-    seq_len: int = field(default=64, metadata={"help": "whole sequence s (a multiple of 2 x CP)"})
-    batch: int = field(default=2, metadata={"help": "batch size b"})
     dtype: Literal["float32", "float64", "bfloat16"] = field(default="float32", metadata={"help": "dtype"})
     kernel: Literal["math", "fused"] = field(default="fused", metadata={"help": "ours: block kernel "
                                                                              "(common/attention_block.py)"})
     impl: Literal["ours", "torch-allgather", "torch-alltoall"] = field(default="ours",
                                                                         metadata={"help": "implementation"})
-    seed: int = field(default=0, metadata={"help": "seed for Q, K, V and dO (same on every rank)"})
-    gpu: str = field(default="auto", metadata={"help": "preset (common/hardware.py); cpu = CPU + gloo"})
 
     def __post_init__(self):
-        for name in ("batch", "head_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        super().__post_init__()
+        if self.head_dim < 1:
+            raise ValueError(f"--head-dim must be positive, got {self.head_dim}")
         check_cp_shape(self.seq_len, self.cp, self.n_heads, self.n_kv_heads)
+
+
+def verify_preset() -> VerifyConfig:
+    """The verify command's defaults: 8 query heads over 2 K/V heads (grouped-query attention), N = the ranks."""
+    return VerifyConfig(n_heads=8, n_kv_heads=2)
 
 
 def torch_bytes(batch: int, seq_len: int, n_heads: int, head_dim: int, cp: int, elem_bytes: int) -> RingBytes:
@@ -220,24 +213,13 @@ def correctness_grid(cp: int, device_type: str) -> list[tuple[str, VerifyConfig]
     return grid
 
 
+def refuse(cfg: VerifyConfig, kind: str) -> None:
+    if kind == "cuda" and cfg.impl != "ours" and cfg.dtype == "float64":
+        raise ValueError("PyTorch's context_parallel on CUDA runs SDPA's fused kernels: --dtype float32 or bfloat16")
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
-    world = planned_world()[0]  # checked before any rank starts (common.launch's check pass)
-    try:
-        kind = device_kind(get_preset(cfg.gpu))
-        if world % cfg.cp:
-            raise ValueError(f"--cp {cfg.cp} must divide the number of ranks ({world}); the rest are replicas")
-        if kind == "cuda" and cfg.impl != "ours" and cfg.dtype == "float64":
-            raise ValueError("PyTorch's context_parallel on CUDA runs SDPA's fused kernels: --dtype float32 or "
-                             "bfloat16")
-    except ValueError as e:
-        fail(str(e), 2)
-    torch.set_float32_matmul_precision("highest")  # no TF32 on GPU: fp32 must mean fp32 here
-    with distributed(device=kind) as env:
-        mesh = init_device_mesh(kind, (env.world_size // cfg.cp, cfg.cp), mesh_dim_names=("replica", "cp"))
-        result = check(dataclasses.replace(cfg), mesh["cp"], env.device)
-        print0(json.dumps(result.as_json()))
-    return 0 if result.passed else 1
+    return verify_main(VerifyConfig, verify_preset, "cp", check, argv, __doc__, refuse)
 
 
 if __name__ == "__main__":

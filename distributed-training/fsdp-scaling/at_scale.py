@@ -30,15 +30,15 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
 import memory_model as mm
-from common.config import parse_config
+from common.config import parse_preset
 from common.dist import DistInfo, fail, print0
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.model import GPTConfig, count_params
-from common.results import SchemaMismatch, provenance
-from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
+from common.results import provenance
+from common.runner import RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from measure import instrumented_step
-from settings import CONFIG_IGNORE, OPERATIONAL, Config, describe_model, gpt_config, results_dir, saved_config
+from settings import CONFIG_IGNORE, LAB, OPERATIONAL, Config, describe_model, gpt_config, preset as sweep_preset
 from strategies import Trainer
 
 BENCH_VERSION = "1"
@@ -55,8 +55,9 @@ KEY = ["strategy", "world_size"]
 
 def measure_one(strategy: str, world: int, cfg: Config, gcfg: GPTConfig | None = None) -> dict:
     """Build the strategy as rank 0 of `world` fake ranks; two warm-up steps, then one instrumented step.
-    The model is --model (tiny for auto: sizes, not speed, matter here) unless `gcfg` is given."""
-    gcfg = gcfg or gpt_config(replace(cfg, model="tiny" if cfg.model == "auto" else cfg.model), on_gpu=False)
+    The model is --model (the preset's: tiny, whatever the GPU: sizes, not speed, matter here) unless `gcfg` is
+    given."""
+    gcfg = gcfg or gpt_config(cfg)
     mesh = (world // cfg.node_size, cfg.node_size) if strategy == "hsdp" else None
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
@@ -94,36 +95,32 @@ def measure_one(strategy: str, world: int, cfg: Config, gcfg: GPTConfig | None =
             "model_bus_bytes_per_rank": mm.bus_bytes(plan), "wall_s": round(time.perf_counter() - t0, 3)}
 
 
+def preset(gpu: str = "auto") -> Config:
+    """The sweep's preset for --gpu with the tiny model: one CPU process stands in for every rank at any GPU."""
+    return replace(sweep_preset(gpu), model="tiny")
+
+
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__, prog="at_scale.py")
+    cfg = parse_preset(Config, argv, preset, description=__doc__, prog="at_scale.py")
+    # --resume (given to the whole make sweep) continues this study's folder, or starts one
+    mode = "append" if cfg.resume else "fresh"
+    plan = RunPlan.beside(cfg.results_dir(LAB), "at_scale", [Table("at_scale.csv", COLUMNS, KEY)],
+                          config=saved_config(cfg), ignore=CONFIG_IGNORE)
+    try:
+        check_before_launch(plan, cfg, mode)
+    except ValueError as e:
+        fail(str(e), 2)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     # One CPU process stands in for every rank, whatever GPUs the machine has: say so in the hardware column.
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as rank 0 of a fake group"}
-    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
+    changed = experiment(cfg, preset(cfg.gpu), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
     try:
-        # --resume (given to the whole make sweep) continues this study's folder, or starts one
-        folder = RunFolder.open(run_dir_for(results_dir(cfg), "at_scale"), results_dir(cfg),
-                                "append" if cfg.resume else "fresh")
-        try:
-            writer = folder.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg),
-                                   config_ignore=CONFIG_IGNORE)
-        except SchemaMismatch:
-            folder.close()
-            raise
-    except (RunError, SchemaMismatch) as e:
-        torch.set_num_threads(threads)
-        fail(str(e), 2)
-    try:
-        _study(cfg, writer)
-    except BaseException:
-        folder.finish(complete=False, changed=changed)
-        raise
+        with open_run(plan, cfg, None, prov, changed, mode=mode) as run:
+            _study(cfg, run.writers[0])
     finally:
         torch.set_num_threads(threads)
-    for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
-        print(line)
     return 0
 
 

@@ -32,26 +32,26 @@ import gc
 import os
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 from tqdm import tqdm
 
 import overlap
-from common.config import parse_config
+from common.config import parse_preset
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, planned_world, print0, reduce_across_ranks
 from common.failures import entrypoint
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import count_params, mfu
-from common.results import NoWriter, SchemaMismatch, check_resume, provenance
-from common.runs import Lock, RunError, RunFolder, check_free, check_resumable, experiment_flags, hold, run_dir_for
+from common.results import NoWriter, provenance
+from common.runner import (Run as OpenRun, RunPlan, Table, check_before_launch, experiment, hold_open, open_run,
+                           saved_config)
 from common.timing import time_iterations
 from measure import CollectiveLog, instrumented_step
 from memory_model import comm_plan, precision_for
-from settings import (CONFIG_IGNORE, FSDP_STRATEGIES, OPERATIONAL, Config, check_world, describe_model, gpt_config,
-                      hsdp_mesh_shape, results_dir, saved_config)
+from settings import (CONFIG_IGNORE, FSDP_STRATEGIES, LAB, OPERATIONAL, Config, check_world, describe_model, gpt_config,
+                      hsdp_mesh_shape, preset)
 from strategies import Trainer, build_mesh, micro_batches
 
 BENCH_VERSION = "1"
@@ -67,10 +67,10 @@ COMM_KEY = ["strategy", "collective", "group_size", "world_size", "nnodes"]
 
 
 def resolve(cfg: Config) -> tuple[Config, GPUPreset]:
-    preset = get_preset(cfg.gpu)
-    device_kind(preset)
-    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
-    return replace(cfg, gpu=preset.name, precision=precision), preset
+    """--gpu's hardware preset (auto: this machine's), and the one line when torch cannot use its GPUs."""
+    hw = get_preset(cfg.gpu)
+    device_kind(hw)
+    return replace(cfg, gpu=hw.name), hw
 
 
 def sweep_tag(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> str:
@@ -79,80 +79,47 @@ def sweep_tag(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> str:
     return preset.run_tag(max(*cfg.worlds, world), nnodes)
 
 
-def run_dir(cfg: Config, preset: GPUPreset, world: int, nnodes: int) -> Path:
-    return run_dir_for(results_dir(cfg), f"scaling_{sweep_tag(cfg, preset, world, nnodes)}")
+def run_plan(cfg: Config, hw: GPUPreset, world: int, nnodes: int) -> RunPlan:
+    """The sweep's run folder, runs/scaling_<tag>/, and its two CSVs: one row per (strategy, mode, world size) and
+    the collectives of one step."""
+    tag = sweep_tag(cfg, hw, world, nnodes)
+    return RunPlan.beside(cfg.results_dir(LAB), f"scaling_{tag}", [Table(f"scaling_{tag}.csv", COLUMNS, KEY),
+                                                                    Table(f"comms_{tag}.csv", COMM_COLUMNS, COMM_KEY)],
+                          config=saved_config(cfg), ignore=CONFIG_IGNORE)
 
 
-def preflight(cfg: Config, preset: GPUPreset, then: list[str]) -> int:
-    """Check the plan for every world size make will launch, and the run folder; then prepare it (fresh
-    unless --resume) and run `then`, the sweep's launches, holding the folder's lock until they end: one
-    sweep is one run folder, and a second sweep is refused whichever launch the first is in (common.runs.hold).
-    results/ is not touched: a complete sweep is published by its last launch."""
+def preflight(cfg: Config, hw: GPUPreset, then: list[str]) -> int:
+    """Check the plan for every world size make will launch, then hand the sweep's run folder and its launches
+    (`then`) to common.runner.hold_open: one sweep is one run folder, prepared once and locked until its last launch
+    has ended, and a second sweep is refused whichever launch the first is in. A complete sweep is published by its
+    last launch."""
     # make passes NNODES: each launch spreads its world over the nodes (HSDP's automatic shard group is the
     # ranks of one node); on one node the sweep's launches have 1, 2, 4, ... ranks.
     nnodes = int(os.environ.get("NNODES", 1))
-    folder = run_dir(cfg, preset, 1, nnodes)
-    if os.environ.get("DT_LAUNCH_PHASE") == "ranks":  # a Slurm job checked and prepared it once, in its check phase
-        if nnodes > 1:  # every node runs this: the launch's rank 0 takes the lock
-            return hold(None, then) if then else 0
-        lock = Lock(folder)
-        lock.acquire()
-        return hold(lock, then) if then else _release(lock)
-    for world in cfg.worlds:
-        if world % nnodes:
-            raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
-        check_world(cfg, world, world // nnodes, nnodes)
-    tag = sweep_tag(cfg, preset, 1, nnodes)
-    check_free(folder)
-    if cfg.resume:
-        check_resumable(folder)
-        for name, columns in ((f"scaling_{tag}.csv", COLUMNS), (f"comms_{tag}.csv", COMM_COLUMNS)):
-            check_resume(folder / name, columns, saved_config(cfg), CONFIG_IGNORE)
-        lock = Lock(folder)
-        lock.acquire()
-    else:
-        run = RunFolder.open(folder, results_dir(cfg), "fresh")
-        for note in run.notes:
-            print(note, file=sys.stderr)
-        lock = run.lock
-    return hold(lock, then) if then else _release(lock)
-
-
-def _release(lock: Lock) -> int:
-    lock.release()
-    return 0
+    if os.environ.get("DT_LAUNCH_PHASE") != "ranks":  # under Slurm, the job's check phase checked the plan once
+        for world in cfg.worlds:
+            if world % nnodes:
+                raise ValueError(f"--worlds {world} does not spread evenly over {nnodes} nodes")
+            check_world(cfg, world, world // nnodes, nnodes)
+    return hold_open(run_plan(cfg, hw, 1, nnodes), cfg, then, nnodes)
 
 
 def changed(cfg: Config) -> list[str]:
     """Measurement flags that differ from the preset's sweep (then it is an experiment)."""
-    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    return experiment(cfg, resolve(preset(cfg.gpu))[0], OPERATIONAL)
 
 
 class Run:
     """One launch: the data, the writers, and a measurement per (strategy, mode)."""
 
-    def __init__(self, cfg: Config, preset: GPUPreset, env: DistInfo):
-        self.cfg, self.preset, self.env = cfg, preset, env
-        self.tag = sweep_tag(cfg, preset, env.world_size, env.nnodes)
+    def __init__(self, cfg: Config, hw: GPUPreset, env: DistInfo, out: OpenRun):
+        self.cfg, self.preset, self.env, self.out = cfg, hw, env, out
+        self.tag = sweep_tag(cfg, hw, env.world_size, env.nnodes)
         self.data = load_data(cfg.data or None, max_bytes=2 << 20)
-        self.gcfg = gpt_config(cfg, env.device.type == "cuda", self.data.vocab_size)
+        self.gcfg = gpt_config(cfg, self.data.vocab_size)
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.meshes: dict[tuple[int, ...], DeviceMesh] = {}
-        prov = provenance(env, BENCH_VERSION)
-        kw = dict(config=saved_config(cfg), config_ignore=CONFIG_IGNORE)
-        self.folder, self.rows, self.comms, error = None, NoWriter(), NoWriter(), None
-        if env.is_main:  # only rank 0 opens the files: it tells every rank whether that is possible
-            mode = "append" if (cfg.resume or cfg.append) else "fresh"
-            try:
-                self.folder = RunFolder.open(run_dir(cfg, preset, env.world_size, env.nnodes), results_dir(cfg), mode)
-                self.rows = self.folder.writer(f"scaling_{self.tag}.csv", COLUMNS, KEY, prov, **kw)
-                self.comms = self.folder.writer(f"comms_{self.tag}.csv", COMM_COLUMNS, COMM_KEY, prov, **kw)
-            except (SchemaMismatch, RunError) as e:
-                error = str(e)
-                if self.folder is not None:
-                    self.folder.close()
-        if (error := from_rank0(error)) is not None:
-            fail(error, code=2)
+        self.rows, self.comms = out.writers  # rank 0's; NoWriter on the others (rank 0 decides what is done)
 
     def mesh(self, strategy: str) -> tuple[int, int] | None:
         env = self.env
@@ -247,18 +214,12 @@ class Run:
         return all(self.rows.done({"strategy": s, "mode": m, "world_size": w, "nnodes": nnodes})
                    for w in sorted(set(self.cfg.worlds) | {self.env.world_size}) for s, m in self.plan(w))
 
-    def finish(self) -> None:
-        """Publish the sweep after its last launch; between launches the run folder just stays."""
-        if self.folder is None:
-            return
+    def outcome(self) -> bool | None:
+        """The sweep's outcome after this launch: complete (every launch's rows are in: publish), incomplete (the last
+        launch ran and rows are missing), or None between launches (the run folder just stays for the next)."""
         if self.complete():
-            for line in self.folder.finish(complete=True, changed=changed(self.cfg), promote=self.cfg.promote):
-                print(line, flush=True)
-        elif self.env.world_size >= max(self.cfg.worlds):
-            for line in self.folder.finish(complete=False, changed=changed(self.cfg)):
-                print(line, flush=True)
-        else:
-            self.folder.close()
+            return True
+        return False if self.env.world_size >= max(self.cfg.worlds) else None
 
     def run(self) -> None:
         env, cfg = self.env, self.cfg
@@ -281,8 +242,9 @@ class Run:
     def profile(self) -> None:
         """GPU: each strategy's overlap profile (overlap.py), prefetch off and (FSDP2) on -> overlap_<tag>.csv."""
         cfg, env = self.cfg, self.env
-        writer = self.folder.writer(f"overlap_{self.tag}.csv", overlap.COLUMNS, overlap.KEY,
-                                    provenance(env, "1")) if self.folder is not None else NoWriter()
+        folder = self.out.folder
+        writer = folder.writer(f"overlap_{self.tag}.csv", overlap.COLUMNS, overlap.KEY,
+                               provenance(env, "1")) if folder is not None else NoWriter()
         micro = self.micro_size("strong")
         plan = [(s, p) for s in cfg.strategies if not (s == "single" and env.world_size > 1)
                 for p in ((False, True) if s in FSDP_STRATEGIES else (False,))]
@@ -305,29 +267,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--preflight ... -- COMMAND`: make's sweep, run by the preflight under the run folder's lock
     argv, then = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    cfg = parse_config(Config, argv, description=__doc__, prog="bench.py")
+    cfg = parse_preset(Config, argv, preset, description=__doc__, prog="bench.py")
     world, local_world, nnodes = planned_world()
     try:
         if then and not cfg.preflight:
             raise ValueError("`-- COMMAND` (the sweep to run under the run folder's lock) goes with --preflight")
-        cfg, preset = resolve(cfg)
+        cfg, hw = resolve(cfg)
         if cfg.preflight:
-            return preflight(cfg, preset, then)
+            return preflight(cfg, hw, then)
         check_world(cfg, world, local_world, nnodes)
-        if "RANK" not in os.environ:  # the launcher's check pass (or one plain process)
-            check_free(run_dir(cfg, preset, world, nnodes))
-    except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
+        check_before_launch(run_plan(cfg, hw, world, nnodes), cfg, mode="append")  # the launcher's check pass
+    except ValueError as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
-    with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
-        print0(f"fsdp-scaling: N={env.world_size} ({env.nnodes} node(s), {env.backend}, {preset.label})")
-        run = Run(cfg, preset, env)
-        try:
-            run.run()
-        except BaseException:
-            if run.folder is not None:
-                run.folder.close()
-            raise
-        run.finish()
+    with distributed(device="cpu" if hw.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
+        print0(f"fsdp-scaling: N={env.world_size} ({env.nnodes} node(s), {env.backend}, {hw.label})")
+        # the make sweep's launches append to the folder the preflight prepared; one plain launch starts afresh
+        mode = "append" if (cfg.resume or cfg.append) else "fresh"
+        with open_run(run_plan(cfg, hw, env.world_size, env.nnodes), cfg, env, provenance(env, BENCH_VERSION),
+                      changed(cfg), mode=mode) as out:
+            sweep = Run(cfg, hw, env, out)
+            sweep.run()
+            out.complete = sweep.outcome()
     return 0
 
 

@@ -1,130 +1,221 @@
-"""fsdp-scaling's answer, from its CSVs: which data-parallel strategy to use, what each costs in memory and time,
-and what is not measured yet. The wording is findings_template.md's, picked by what the rows show
-(common.findings); report.py puts these lines first and draws the memory plot that carries them.
+"""fsdp-scaling's sentences, picked by what the CSVs show (the words: findings_template.md).
 
-    lines = opening(scaling, at_scale, comms, projection)
+    opening(scaling, at_scale, comms, projection, overlap)   # the report's first lines
+    step_spreads(one_rank_rows, ref)   # each strategy's step time / the reference's, with the timed steps' spread
+    ...and one function per judgement the body makes (captions, losses, the per-step cost, the anchor, across nodes)
+
+A time is compared only by the noise rule (common.findings.Spread): the ratio of two step times spans the ratio of
+their fastest and slowest timed steps, and only a ratio whose spread excludes 1 is a difference. Byte counts and
+the projection are exact or analytic: they are compared by their numbers alone.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, gaps_sentence, listing
+from common.findings import Finding, Sentences, Spread, cores, gaps_sentence, listing, plural, short_hardware
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
+ORDER = ["single", "ddp", "zero1", "zero2", "zero3", "hsdp"]
 MiB = 2**20
+LOSS_AGREE = 1e-3  # last losses of one world size and mode further apart than this are flagged
+
+
+def states(a: pd.DataFrame) -> pd.DataFrame:
+    """Measured model-state bytes per rank (held) beside the ZeRO formula's (formula), per at-scale row."""
+    return a.assign(held=a["param_bytes"] + a["grad_bytes"] + a["opt_bytes_worst_rank"],
+                    formula=a["model_param_bytes"] + a["model_grad_bytes"] + a["model_opt_bytes"])
+
+
+def timing(r: pd.Series) -> Spread:
+    return Spread(r["step_time_ms"], r["step_time_min_ms"], r["step_time_max_ms"])
+
+
+def step_spreads(one: pd.DataFrame, ref: str = "single") -> dict[tuple[str, str], Spread]:
+    """(mode, strategy) -> step time / the reference strategy's in the same mode (one-rank rows)."""
+    rows = one.set_index(["mode", "strategy"])
+    return {(m, s): timing(r).over(timing(rows.loc[(m, ref)])) for (m, s), r in rows.iterrows()
+            if s != ref and (m, ref) in rows.index}
+
+
+def judged(spreads: dict[tuple[str, str], Spread], top: int = 4) -> tuple[str, list[str]]:
+    """The differences beyond the spread, largest first ('hsdp weak +100%'), and the pairs with none."""
+    apart = sorted(((r.mid, f"{s} {m} {r.mid - 1:+.0%}") for (m, s), r in spreads.items() if r.differs), reverse=True)
+    shown = [label for _, label in apart[:top]] + ([f"{len(apart) - top} more"] if len(apart) > top else [])
+    return listing(shown) or S("wrappers.none"), [f"{s} {m}" for (m, s), r in spreads.items() if not r.differs]
+
+
+def tidy(text: str) -> str:
+    """A range whose ends print alike is one value: 'MFU 0.46-0.46' reads 'MFU 0.46'."""
+    return re.sub(r"(?<![\d.])(\d+(?:\.\d+)?)-\1(?![\d.])", r"\1", str(text))
 
 
 def memory_sentence(a: pd.DataFrame) -> str:
     if a.empty:
         return S("memory.none")
-    a = a.assign(held=a["param_bytes"] + a["grad_bytes"] + a["opt_bytes_worst_rank"],
-                 formula=a["model_param_bytes"] + a["model_grad_bytes"] + a["model_opt_bytes"])
+    a = states(a)
     upto = a[a["world_size"] <= 128]
     n = int(upto["world_size"].max())
     at = upto[upto["world_size"] == n].set_index("strategy")["held"]
-    dev = (upto["held"] / upto["formula"] - 1).abs()
     fsdp = upto[upto["strategy"].isin(["ddp", "zero2", "zero3", "hsdp"])]
-    worst = (fsdp["held"] / fsdp["formula"] - 1).abs().max()
-    return S("memory", model=a["model"].iloc[0], n=n, ddp=at.get("ddp", float("nan")) / MiB,
-             zero3=at.get("zero3", float("nan")) / MiB, ratio=at.get("ddp", 0) / at.get("zero3", 1),
-             zero1=at.get("zero1", float("nan")) / MiB, worst=worst, all_worst=dev.max())
-
-
-def comms_sentence(c: pd.DataFrame, a: pd.DataFrame) -> str:
-    parts = []
-    if len(a):
-        ok = ((a["bus_bytes_per_rank"] - a["model_bus_bytes_per_rank"]).abs() <= 1e-6 * a["model_bus_bytes_per_rank"]
-              .abs().clip(lower=1)).sum()
-        worlds = f"{a['world_size'].min()}-{a['world_size'].max()}"
-        parts.append(S("comms.fake", ok=int(ok), rows=len(a), worlds=worlds))
-    if len(c):
-        match = ((c["count"] == c["model_count"]) & (c["payload_bytes"] == c["model_payload_bytes"])).sum()
-        parts.append(S("comms.real", ok=int(match), rows=len(c)))
-    return " ".join(parts) if parts else S("comms.none")
-
-
-def loss_sentence(s: pd.DataFrame) -> str:
-    cpu = s[s["backend"] == "gloo"]
-    if cpu.empty:
-        return ""
-    spread = cpu.groupby(["world_size", "mode"])["loss_last"].agg(lambda x: x.max() - x.min())
-    return S("parity.exact" if spread.max() == 0 else "parity", n=cpu["strategy"].nunique(), spread=spread.max(),
-             worlds=listing([str(w) for w in sorted(set(cpu["world_size"]))]))
+    worst = float((fsdp["held"] / fsdp["formula"] - 1).abs().max())
+    z1 = upto[(upto["strategy"] == "zero1") & (upto["world_size"] == n)]
+    zero1_dev = float((z1["held"] / z1["formula"] - 1).iloc[0]) if len(z1) else float("nan")
+    agree = S("memory.exact" if worst < 5e-4 else "memory.within", worst=worst, zero1_dev=zero1_dev)
+    return S("memory", n=n, ddp=at.get("ddp", float("nan")) / MiB, zero3=at.get("zero3", float("nan")) / MiB,
+             agree=agree)
 
 
 def time_sentence(s: pd.DataFrame) -> str:
-    gpu = s[s["backend"] == "nccl"]
-    if gpu.empty:
+    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    if one.empty or "single" not in set(one["strategy"]):
         return S("time.none")
-    one = gpu[gpu["world_size"] == 1].set_index(["mode", "strategy"])
-    noise = (gpu["step_time_max_ms"] / gpu["step_time_min_ms"] - 1).median()
-    costs = []
-    for (mode, strat), r in one.iterrows():
-        if strat == "single" or (mode, "single") not in one.index:
-            continue
-        cost = r["step_time_ms"] / one.loc[(mode, "single"), "step_time_ms"] - 1
-        costs.append((cost, f"{strat} {mode} {cost:+.0%}"))
-    above = [label for cost, label in sorted(costs, reverse=True) if cost > noise]
-    below = [label for cost, label in costs if cost <= noise]
-    mfu = one["mfu"].dropna()
-    return S("time.one_gpu", hardware=gpu["hardware"].iloc[0], above=listing(above[:4]) or "none",
-             noise=noise, mfu_lo=mfu.min(), mfu_hi=mfu.max(), n_below=len(below))
+    above, same = judged(step_spreads(one))
+    return S("time", hardware=short_hardware(one["hardware"].iloc[0]), above=above, same=S("time.same", n=len(same)))
+
+
+def _largest_gpu_model(p: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    g = p[p["target"] != "cpu"]
+    model = g.groupby("model")["n_params"].first().idxmax()
+    return model, g[g["model"] == model]
 
 
 def projection_sentence(p: pd.DataFrame) -> str:
-    g = p[(p["target"] != "cpu")]
-    if g.empty:
+    if p[p["target"] != "cpu"].empty:
         return S("projection.none")
-    model = g.groupby("model")["n_params"].first().idxmax()
-    g = g[(g["model"] == model) & (g["mode"] == "weak")]
-    small = int(g["n_gpus"][g["n_gpus"] >= 8].min())
-    at = g[g["n_gpus"] == small].set_index("strategy")
-    fits = [s for s in at.index if str(at.loc[s, "fits_in_memory"]) == "True"]
-    no = [s for s in at.index if str(at.loc[s, "fits_in_memory"]) == "False"]
-    big = int(g["n_gpus"].max())
-    eff = g[g["n_gpus"] == big].set_index("strategy")["efficiency_no_overlap"]
-    best = eff.idxmax()
-    return S("projection", model=model, params=g["n_params"].iloc[0] / 1e9, target=g["target"].iloc[0],
-             n=small, ddp=at["state_GB_per_rank"].get("ddp", float("nan")),
-             zero3=at["state_GB_per_rank"].get("zero3", float("nan")), fits=listing(fits) or "none",
-             no=listing(no) or "none", verb="does" if len(no) == 1 else "do", big=big, best=best, eff=eff.max(),
-             worst=eff.idxmin(), eff_lo=eff.min())
-
-
-def meaning_sentence(p: pd.DataFrame) -> str:
-    g = p[(p["target"] != "cpu") & (p["mode"] == "weak")]
-    if g.empty:
-        return S("meaning.cpu")
-    model = g.groupby("model")["n_params"].first().idxmax()
-    g = g[g["model"] == model]
-    big = g[g["n_gpus"] == g["n_gpus"].max()]
-    no_fit = sorted(s for s, f in zip(big["strategy"], big["fits_in_memory"].astype(str)) if f == "False")
-    key = "meaning.no_fit" if no_fit else "meaning.all_fit"
-    return S(key, model=model, no_fit=listing(no_fit), big=int(big["n_gpus"].iloc[0]),
-             verb="does" if len(no_fit) == 1 else "do")
+    model, g = _largest_gpu_model(p)
+    g = g[g["mode"] == "weak"]
+    n = int(g["n_gpus"][g["n_gpus"] >= 8].min())
+    at = g[g["n_gpus"] == n].set_index("strategy")
+    fits = lambda s: str(at.loc[s, "fits_in_memory"]) == "True"  # noqa: E731
+    return S("projection", model=model, n=n, target=g["target"].iloc[0],
+             ddp=at["state_GB_per_rank"].get("ddp", float("nan")), ddp_fit="fits" if fits("ddp") else "no fit",
+             zero3=at["state_GB_per_rank"].get("zero3", float("nan")))
 
 
 def missing_sentence(s: pd.DataFrame, ov: pd.DataFrame) -> str:
     gpu = s[s["backend"] == "nccl"]
-    gaps = []
-    if gpu.empty:
-        gaps.append(S("missing.gpu"))
-    if gpu.empty or gpu["world_size"].max() < 2:
+    gaps = [S("missing.gpu")] if gpu.empty else []
+    if gpu.empty or gpu["world_size"].max() < 2 or ov.empty or ov["world_size"].max() < 2:
         gaps.append(S("missing.multi_gpu"))
-    if ov.empty or ov["world_size"].max() < 2:
-        gaps.append(S("missing.overlap"))
-    if gpu.empty or "nnodes" not in gpu or gpu["nnodes"].max() < 2:
+    if gpu.empty or gpu["nnodes"].max() < 2:
         gaps.append(S("missing.nodes"))
-    return gaps_sentence(S, gaps)
+    return gaps_sentence(S, gaps + [S("missing.repeats")])
 
 
 def opening(s: pd.DataFrame, a: pd.DataFrame, c: pd.DataFrame, p: pd.DataFrame, ov: pd.DataFrame) -> list[Finding]:
-    lines = [Finding("Question", S("question")), Finding("Answer", memory_sentence(a)),
-             Finding("Communication and parity", " ".join(x for x in (comms_sentence(c, a), loss_sentence(s)) if x)),
-             Finding("Time", time_sentence(s)), Finding("At scale (a projection)", projection_sentence(p)),
-             Finding("What it means", meaning_sentence(p)), Finding("Not measured yet", missing_sentence(s, ov))]
-    return lines
+    return [Finding("Answer", memory_sentence(a)), Finding("Time", time_sentence(s)),
+            Finding("At scale", projection_sentence(p)), Finding("What it means", S("meaning")),
+            Finding("Not measured yet", missing_sentence(s, ov))]
+
+
+# ---- the body's judgements ----
+
+def answer_caption(p: pd.DataFrame, cap: float | None) -> str:
+    """Which strategies' projected states never fit the GPU, and from which GPU count the others do."""
+    model, g = _largest_gpu_model(p)
+    g = g[g["mode"] == "weak"]
+    fit = g["state_GB_per_rank"] <= cap if cap else pd.Series(True, index=g.index)
+    never = [st for st in ORDER if st in set(g["strategy"]) and not fit[g["strategy"] == st].any()]
+    if not never:
+        all_fit = g.assign(fit=fit).groupby("n_gpus")["fit"].all()
+        return S("answer.caption", model=model, verdict=S("answer.fits", n=int(all_fit[all_fit].index.min())))
+    first = int(g[fit]["n_gpus"].min()) if fit.any() else 0
+    return S("answer.caption", model=model, verdict=S("answer.over", strategies=listing(never), cap=cap, first=first))
+
+
+def bound(x: float) -> str:
+    """How closely two byte counts agree: 'exactly (to 0.01%)' or 'within 6.70%'."""
+    return "exactly (to 0.01%)" if x < 1e-4 else f"within {x:.2%}"
+
+
+def memory_caption(a: pd.DataFrame) -> str:
+    """Per strategy, the first world size at which the measured states leave the ZeRO formula by more than 1%."""
+    a = states(a)
+    a = a.assign(off=(a["held"] / a["formula"] - 1).abs() > 0.01)
+    if not a["off"].any():
+        return S("memory.caption", verdict=S("memory.caption.on"))
+    first = a[a["off"]].groupby("strategy")["world_size"].min()
+    on = [st for st in ORDER if st in set(a["strategy"]) and st not in first.index]
+    off = "; ".join(f"from {n} ranks: {listing([st for st in ORDER if first.get(st) == n])}"
+                    for n in sorted(set(first)))
+    leave = a[a["off"]]
+    followed = int(((leave["held"] / leave["exact_model_state_bytes"] - 1).abs() <= 0.01).sum())
+    return S("memory.caption", verdict=S("memory.caption.off", on=listing(on) or "none", off=off,
+                                         followed=f"{followed} of the {len(leave)}"))
+
+
+def losses(s: pd.DataFrame) -> str:
+    spread = s.groupby(["world_size", "mode"])["loss_last"].agg(lambda x: x.max() - x.min())
+    if spread.max() == 0:
+        return S("set.losses.same")
+    bad = int((spread > LOSS_AGREE).sum())
+    return S("set.losses.apart" if bad else "set.losses.close", spread=spread.max(), bad=bad, n=len(spread))
+
+
+def loss_flags(s: pd.DataFrame) -> list[str]:
+    """Each world size and mode whose last losses spread above LOSS_AGREE, split by the first step's loss (before
+    any update): a difference there is different arithmetic, not different training."""
+    out = []
+    for (ws, mode), g in s.groupby(["world_size", "mode"]):
+        spread = g["loss_last"].max() - g["loss_last"].min()
+        if spread <= LOSS_AGREE:
+            continue
+        start = g["loss_first"].round(6)
+        groups = g.groupby(start, sort=True)["strategy"].apply(list)
+        kw = dict(mode=mode, ranks=plural(int(ws), "rank"), spread=spread)
+        if len(groups) == 1:
+            out += [S("loss.flag.same_start", **kw), ""]
+            continue
+        means = g.groupby(start)["loss_last"].mean()
+        out += [S("loss.flag.groups", groups="; ".join(f"{', '.join(v)} start at {k:.6f}" for k, v in groups.items()),
+                  within=g.groupby(start)["loss_last"].agg(lambda x: x.max() - x.min()).max(),
+                  between=means.max() - means.min(), steps=int(g["steps"].iloc[0]), **kw), ""]
+    return out
+
+
+def per_step(one: pd.DataFrame) -> str:
+    """Wrappers whose weak step (half the micro-batch) is no shorter than their strong one within the spread."""
+    rows = one.set_index(["mode", "strategy"])
+    ratio = {st: timing(rows.loc[("weak", st)]).over(timing(rows.loc[("strong", st)]))
+             for st in ORDER if ("weak", st) in rows.index and ("strong", st) in rows.index}
+    if "single" not in ratio:
+        return ""
+    flat = [st for st, r in ratio.items() if st != "single" and r.hi >= 1]
+    verdict = S("per_step.some", which=listing(flat)) if flat else S("per_step.none")
+    return S("per_step", single=f"{ratio['single'].mid:.2f}x", verdict=verdict)
+
+
+def projection_caption(p: pd.DataFrame) -> str:
+    multi = p[p["n_gpus"] > 1]
+    over = sorted(set(multi[multi["comm_ms"] > multi["compute_ms"]]["strategy"]), key=ORDER.index)
+    verdict = S("projection.over", which=listing(over)) if over else S("projection.under")
+    return S("projection.caption", model=p["model"].iloc[0], target=p["target"].iloc[0], verdict=verdict)
+
+
+def anchor_verdict(published: float, kept: dict[str, float]) -> str:
+    if published < kept["no_overlap"]:
+        return S("anchor.below")
+    return S("anchor.between") if published <= kept["full_overlap"] else S("anchor.above")
+
+
+def across_nodes(proj: pd.DataFrame) -> str:
+    """The across-nodes reading, from the projection's own rows (weak scaling, the largest GPU count)."""
+    p = proj[(proj["target"] != "cpu") & (proj["mode"] == "weak")]
+    if p.empty:
+        return S("across.none")
+    model, p = _largest_gpu_model(p)
+    n = int(p["n_gpus"].max())
+    e = p[p["n_gpus"] == n].set_index("strategy")["efficiency_no_overlap"]
+    wins = e.get("hsdp", 0) > e.get("zero3", 1)
+    return S("across", model=model, n=n, zero3=e.get("zero3", float("nan")), hsdp=e.get("hsdp", float("nan")),
+             verdict=S("across.hsdp") if wins else S("across.zero3"))
+
+
+def cpu_caveat(s: pd.DataFrame) -> str:
+    found = sorted({str(n) for n in map(cores, s.get("hardware", pd.Series(dtype=str))) if n})
+    return S("caveat.cpu", cores=f" ({', '.join(found)} here, per the CSVs' hardware column)" if found else "")

@@ -5,7 +5,7 @@
 t_compute is the measured one-rank step time of the same strategy and model (scaling_<hw>*.csv,
 world size 1: no collective runs there), scaled linearly with tokens per rank: the run's measured MFU
 carried to every GPU count. Where no run of that model was measured on that GPU, it is the planner's
-compute model for the same one-rank step (planner/explain_rows.py, the function that prices every
+compute model for the same one-rank step (planner/evidence/explain_rows.py, the function that prices every
 measured GPU row beside its measurement in the reports), and every row says which it is. t_comm sums, over the
 collectives of one optimizer step (memory_model.comm_plan, the plan the fake-PG study and the
 tests check count for count and byte for byte), the cost of common/collective_cost.py: the model the
@@ -37,19 +37,18 @@ import torch
 import memory_model as mm
 from common.collective_cost import Network, collective_time_s, latency_s, members_per_domain, preset_network
 from common.collective_fit import calibrate
-from common.config import parse_config
-from common.csvread import BadResults, Schema, read_table
+from common.config import parse_preset
+from common.csvread import Schema, read_table
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import PRESETS, GPUPreset, get_preset
 from common.model import GPTConfig, flops_per_token
 from common.results import provenance
-from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
+from common.runner import RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from common.zero_memory import ZERO_PAPER
-from planner.explain_rows import one_gpu_step_s
-from settings import MODELS, OPERATIONAL, Config, describe_model, parse_model, results_dir, saved_config
+from planner.evidence.explain_rows import one_gpu_step_s
+from settings import LAB, MODELS, OPERATIONAL, Config, describe_model, parse_model, preset
 
-LAB = Path(__file__).resolve().parent
 ALLREDUCE = LAB.parent / "allreduce-bench" / "results"
 GPU_N = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
 CPU_N = (1, 2, 4, 8)
@@ -206,27 +205,27 @@ def planner_target(p: GPUPreset, name: str, gcfg: GPTConfig, seqs: int) -> Targe
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__, prog="project.py")
+    cfg = parse_preset(Config, argv, preset, description=__doc__, prog="project.py")
+    plan = RunPlan.beside(cfg.results_dir(LAB), "projection", [
+        Table("projection.csv", COLUMNS, ["target", "model", "strategy", "mode", "n_gpus"]),
+        # The ZeRO paper's Figure 1 example (7.5B parameters, 64-way DP, K = 12): 120 / 31.4 / 16.6 / 1.9 GB.
+        Table("zero_worked_example.csv", WORKED_COLUMNS, ["example"], config=False)], config=saved_config(cfg))
     try:
         rows = projection_rows(cfg)
-        folder = RunFolder.open(run_dir_for(results_dir(cfg), "projection"), results_dir(cfg))
-    except (BadResults, RunError) as e:
+        check_before_launch(plan, cfg, mode="fresh")  # a model of what the CSVs say: computed afresh every time
+    except ValueError as e:  # BadResults, RunError
         fail(str(e), 2)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "model")
     prov = {**provenance(env, "1"), "hardware": "projection (analytic model)", "world_size": "", "nnodes": ""}
-    writer = folder.writer("projection.csv", COLUMNS, ["target", "model", "strategy", "mode", "n_gpus"], prov,
-                           config=saved_config(cfg))
-    writer.write_many(rows)
-    # The ZeRO paper's Figure 1 example (7.5B parameters, 64-way DP, K = 12): 120 / 31.4 / 16.6 / 1.9 GB.
-    worked = folder.writer("zero_worked_example.csv", WORKED_COLUMNS, ["example"], prov)
-    paper = mm.zero_paper_table(7.5e9, 64)
-    worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": ZERO_PAPER.optimizer,
-                  **{f"{k}_GB": v for k, v in paper.items()}})
-    print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
-          f"{', '.join(sorted({r['target'] for r in rows}))})")
-    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
-    for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
-        print(line)
+    changed = experiment(cfg, preset(cfg.gpu), OPERATIONAL)  # a flag of the sweep's ARGS: an experiment here too
+    with open_run(plan, cfg, None, prov, changed, mode="fresh") as run:
+        writer, worked = run.writers
+        writer.write_many(rows)
+        paper = mm.zero_paper_table(7.5e9, 64)
+        worked.write({"example": "ZeRO Figure 1", "psi": 7.5e9, "n_d": 64, "k": ZERO_PAPER.optimizer,
+                      **{f"{k}_GB": v for k, v in paper.items()}})
+        print(f"projection.csv: {len(rows)} rows, a model labelled as such (targets "
+              f"{', '.join(sorted({r['target'] for r in rows}))})")
     return 0
 
 
@@ -234,7 +233,7 @@ def projection_rows(cfg: Config) -> list[dict]:
     """Every projected row, from the measured CSVs (checked) and the hardware table."""
     rows: list[dict] = []
     measured_gpus, measured_cpu = set(), set()
-    for csv in sorted(results_dir(cfg).glob("scaling_*.csv")):
+    for csv in sorted(cfg.results_dir(LAB).glob("scaling_*.csv")):
         cpu = hardware_tag(csv) == "cpu"
         for t in measured_targets(csv, None if cpu else STRONG_GLOBAL):
             seen = measured_cpu if cpu else measured_gpus

@@ -17,10 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from common.hardware import PRESETS
-from common.plotting import describe_runs, new_figure, save
+from common.plotting import STYLES, describe_runs, gapped, new_figure, save
+from findings import ORDER, tidy
 
-ORDER = ["single", "ddp", "zero1", "zero2", "zero3", "hsdp"]
 MiB = 2**20
+STYLE = dict(zip(ORDER[1:], STYLES))  # each strategy its own line and marker: equal values never hide one,
+MARK = {s: dict(ms=9 - 1.5 * i, mfc="none") for i, s in enumerate(ORDER[1:])}  # hollow, nested where they meet
 
 
 def _gpus_axis(ax) -> None:
@@ -34,7 +36,7 @@ def memory_per_gpu(proj: pd.DataFrame, target: str, model: str, path: Path) -> P
     for strat in ORDER[1:]:
         g = p[p["strategy"] == strat].sort_values("n_gpus")
         if len(g):
-            ax.plot(g["n_gpus"], g["state_GB_per_rank"], "-o", ms=3, label=strat)
+            gapped(ax, g["n_gpus"], g["state_GB_per_rank"], STYLE[strat], label=strat, **MARK[strat])
     cap = PRESETS[target].memory_gb if target in PRESETS else None
     if cap:
         ax.axhline(cap, color="tab:red", lw=1, ls="--", label=f"{PRESETS[target].label}: {cap:g} GB")
@@ -54,10 +56,10 @@ def memory_at_scale(a: pd.DataFrame, path: Path) -> Path:
         held = g["param_bytes"] + g["grad_bytes"] + g["opt_bytes_worst_rank"]
         zero = g["model_param_bytes"] + g["model_grad_bytes"] + g["model_opt_bytes"]
         line, = ax.plot(g["world_size"], held / MiB, marker, mfc="none", ms=7, label=f"{strat} measured")
-        ax.plot(g["world_size"], zero / MiB, "--", color=line.get_color(), label=f"{strat} ZeRO formula")
+        gapped(ax, g["world_size"], zero / MiB, "--", color=line.get_color(), label=f"{strat} ZeRO formula")
         if strat in ("zero3", "zero1"):  # the exact model: FSDP2's padding, ZeRO-1's whole-tensor partition
-            ax.plot(g["world_size"], g["exact_model_state_bytes"] / MiB, ":", color=line.get_color(),
-                    label=f"{strat} exact model")
+            gapped(ax, g["world_size"], g["exact_model_state_bytes"] / MiB, ":", color=line.get_color(),
+                   label=f"{strat} exact model")
     _gpus_axis(ax)
     ax.set(yscale="log", xlabel="ranks (fake process group)", ylabel="params + grads + optimizer, MiB per rank",
            title="Model-state memory per rank: the real FSDP2/DDP code vs the ZeRO formula")
@@ -71,7 +73,7 @@ def scaling(s: pd.DataFrame, path: Path) -> Path:
         for strat in ORDER[1:]:
             g = s[(s["strategy"] == strat) & (s["mode"] == mode)].sort_values("world_size")
             if len(g):
-                ax.plot(g["world_size"], g["efficiency"], "o-", label=strat)
+                gapped(ax, g["world_size"], g["efficiency"], STYLE[strat], label=strat, **MARK[strat])
         ax.set(xlabel="ranks", title=f"{mode} scaling", ylim=(0, max(1.1, 1.05 * s["efficiency"].max())))
         _gpus_axis(ax)
     axes[0].set_ylabel("efficiency T(N) / (N T(1)), measured")
@@ -88,9 +90,11 @@ def projection(proj: pd.DataFrame, target: str, model: str, path: Path) -> Path:
             if p.empty:
                 continue
             oom = " (states exceed memory)" if not p["fits_in_memory"].astype(str).eq("True").any() else ""
-            axes[0][col].plot(p["n_gpus"], p["efficiency_no_overlap"], "-o", ms=3, label=f"{strat}{oom}")
+            gapped(axes[0][col], p["n_gpus"], p["efficiency_no_overlap"], STYLE[strat], label=f"{strat}{oom}",
+                   **MARK[strat])
             multi = p[p["n_gpus"] > 1]  # one GPU communicates nothing: no ratio to draw on a log axis
-            axes[1][col].plot(multi["n_gpus"], multi["comm_ms"] / multi["compute_ms"], "-o", ms=3, label=strat)
+            gapped(axes[1][col], multi["n_gpus"], multi["comm_ms"] / multi["compute_ms"], STYLE[strat], label=strat,
+                   **MARK[strat])
         axes[0][col].set(title=f"{mode} scaling", ylim=(0, 1.05))
         axes[1][col].axhline(1.0, color="0.3", lw=0.8, ls="--")
         axes[1][col].set(yscale="log", xlabel="GPUs")
@@ -100,5 +104,5 @@ def projection(proj: pd.DataFrame, target: str, model: str, path: Path) -> Path:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"PROJECTION: {model} on {target}")
     src = proj[(proj["target"] == target) & (proj["model"] == model)].iloc[0]
-    return save(fig, path, f"PROJECTION (analytic model, not measured). compute: {src['compute_source']}. "
+    return save(fig, path, f"PROJECTION (analytic model, not measured). compute: {tidy(src['compute_source'])}. "
                            f"bandwidth: {src['bandwidth_source']}")

@@ -1,5 +1,7 @@
 """The lab's one configuration: every runner (bench.py, at_scale.py, project.py) reads it, so `ARGS`
-given to make reach all of them and the resolved config is saved beside every CSV.
+given to make reach all of them and the resolved config is saved beside every CSV. The presets are
+functions (cpu(): the tiny model in fp32; cuda(): the medium model in bf16); --gpu picks one and every
+other flag overrides it (common.config.parse_preset; --help shows the preset's values).
 
 Validation that needs the world size (HSDP's mesh, the strong-scaling batch split) lives in
 `check_world`, which the runners call before any process group exists, and which `make` runs for
@@ -9,14 +11,13 @@ combination exits 2 with one line and writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.dist import check_batch_split
-from common.hardware import CHOICES, get_preset
+from common.hardware import get_preset
 from common.model import GPTConfig
-from common.runs import PROMOTE_CHOICES, results_path
+from common.runner import RESUME_MAY_CHANGE, RunFlags
 
 LAB = Path(__file__).resolve().parent
 
@@ -38,12 +39,11 @@ def _h(text: str, **kw) -> dict:
     return {"help": text, **kw}
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, kw_only=True)
+class Config(RunFlags):
     strategies: tuple[str, ...] = field(default=STRATEGIES, metadata=_h(f"subset of {','.join(STRATEGIES)}"))
     modes: tuple[str, ...] = field(default=MODES, metadata=_h("strong (fixed global batch), weak (fixed per rank)"))
-    model: str = field(default="auto", metadata=_h("auto (tiny on CPU, medium on GPU) or a size",
-                                                   choices=("auto", *MODELS)))
+    model: str = field(metadata=_h("model size (the preset's: tiny on CPU, medium on GPUs)", choices=tuple(MODELS)))
     global_batch: int = field(default=16, metadata=_h("strong scaling: sequences per optimizer step, all ranks"))
     micro_batch: int = field(default=4, metadata=_h("weak scaling: sequences per rank per micro-step"))
     grad_accum: int = field(default=2, metadata=_h("micro-steps per optimizer step (no gradient sync before the last)"))
@@ -51,28 +51,21 @@ class Config:
     steps: int = field(default=5, metadata=_h("timed optimizer steps (the median is reported)"))
     optimizer: str = field(default="adamw", metadata=_h("adamw or sgd", choices=("adamw", "sgd")))
     lr: float = field(default=3e-4, metadata=_h("learning rate"))
-    precision: str = field(default="auto", metadata=_h("auto (bf16 on GPU, fp32 on CPU), fp32 or bf16",
-                                                       choices=("auto", "fp32", "bf16")))
+    precision: str = field(metadata=_h("fp32 or bf16 (the preset's: fp32 on CPU, bf16 on GPUs)",
+                                       choices=("fp32", "bf16")))
     hsdp_shard: int = field(default=0, metadata=_h("HSDP shard-group size; 0 = ranks per node, or W/2 on one node"))
     prefetch: bool = field(default=False, metadata=_h("explicit FSDP2 prefetch of the next block in the timed runs"))
     profile: bool = field(default=True, metadata=_h("GPU only: torch.profiler overlap, prefetch off and on"))
-    gpu: str = field(default="auto", metadata=_h(f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"))
     data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
     seed: int = field(default=0, metadata=_h("model init and batch order"))
     worlds: tuple[int, ...] = field(default=(1,), metadata=_h("world sizes the sweep will launch (preflight checks)"))
     preflight: bool = field(default=False, metadata=_h("check the plan for every --worlds, prepare the run folder; "
                                                        "then run what follows `--` (make's launches) under its lock"))
     append: bool = field(default=False, metadata=_h("add rows to this preset's CSVs (the make sweep's later launches)"))
-    resume: bool = field(default=False, metadata=_h("keep rows already measured and skip them"))
     scale_worlds: tuple[int, ...] = field(default=(8, 16, 32, 64, 128, 1024),
                                           metadata=_h("at_scale.py: simulated world sizes (fake process group)"))
     node_size: int = field(default=8, metadata=_h("GPUs per node assumed at scale (HSDP shard group, projection)"))
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
-    results: str = field(default="", metadata=_h("where complete runs are published; empty = results/ in this lab "
-                                                 "(each run writes into ../runs/<name>/ first)"))
-    promote: str = field(default="auto", metadata=_h("when complete: auto (replace results/ for a preset run, keep an "
-                                                     "experiment in runs/), replace, merge, no",
-                                                     choices=PROMOTE_CHOICES))
 
     def __post_init__(self):
         for name, allowed in (("strategies", STRATEGIES), ("modes", MODES)):
@@ -100,25 +93,29 @@ class Config:
                                  f"missing {', '.join(missing)}") + " (a nanoGPT folder with train.bin and val.bin)")
 
 
-# Flags that do not change what is measured (a run differing only in them is still the preset's run),
-# and the ones a resumed run may change.
-OPERATIONAL = ("gpu", "worlds", "preflight", "append", "resume", "profile", "timeout_s", "results", "promote")
-CONFIG_IGNORE = ("resume", "append", "preflight", "worlds", "promote", "results", "timeout_s")
+def cpu() -> Config:
+    """2 CPU cores: the tiny model in fp32, a sweep of every strategy in minutes."""
+    return Config(gpu="cpu", model="tiny", precision="fp32")
 
 
-def results_dir(cfg: Config) -> Path:
-    return results_path(cfg.results, LAB)
+def cuda(name: str = "h100") -> Config:
+    """GPUs: the medium model (~300M parameters) in bf16, busy enough for MFU to mean something."""
+    return Config(gpu=name, model="medium", precision="bf16")
 
 
-def saved_config(cfg: Config) -> dict:
-    """The config saved beside the CSVs: no machine paths (results are committed)."""
-    from common.config import config_dict
-    return {k: v for k, v in config_dict(cfg).items() if k != "results"}
+def preset(gpu: str = "auto") -> Config:
+    """The preset --gpu picks (auto: this machine's), with --gpu as given (the runners resolve it)."""
+    return replace(cpu() if get_preset(gpu).name == "cpu" else cuda(), gpu=gpu)
 
 
-def gpt_config(cfg: Config, on_gpu: bool, vocab_size: int = 256) -> GPTConfig:
-    name = cfg.model if cfg.model != "auto" else ("medium" if on_gpu else "tiny")
-    return GPTConfig(vocab_size=vocab_size, **MODELS[name])
+# Flags that do not change what is measured (a run differing only in them, or in the run flags, is still the
+# preset's run: common.runner.experiment), and the ones a resumed run may change.
+OPERATIONAL = ("worlds", "preflight", "append", "profile", "timeout_s")
+CONFIG_IGNORE = (*RESUME_MAY_CHANGE, "append", "preflight", "worlds", "timeout_s")
+
+
+def gpt_config(cfg: Config, vocab_size: int = 256) -> GPTConfig:
+    return GPTConfig(vocab_size=vocab_size, **MODELS[cfg.model])
 
 
 def describe_model(g: GPTConfig) -> str:

@@ -16,7 +16,7 @@ schedule with bf16 MixedPrecisionPolicy. Measured on that step, per rank:
     peak bytes       the most the step allocates at once beyond what existed before it (footprint.PeakTracker):
                      gathered parameters, gradients, activations, communication buffers; the rank's peak is
                      its parameters and optimizer state plus this (the gradients are allocated during the
-                     step), against the planner's pytorch-stack memory (planner/torch_memory.py) and, for
+                     step), against the planner's pytorch-stack memory (planner/model/torch_memory.py) and, for
                      contrast, its megatron-stack memory (Korthikanti's activations, ZeRO's accounting)
     collectives      count, payload and bus bytes per mesh dimension (comms.CollectiveLog) against the
                      planner's bus bytes (planner_bridge.predict) and the design's counts (design.py)
@@ -41,7 +41,9 @@ K/V and dK/dV transfers are counted per step against common/ring_bytes.ring_byte
 CP bus bytes and its pytorch-stack memory for that plan (planner_bridge.predict with cp). Those rows go to
 at_scale_cp.csv, beside the no-CP study.
 
-Rows go to runs/at_scale/ first and are merged into results/ by study when the run completes (run_folders.py).
+Rows go to runs/at_scale/ first and are merged into results/ by study when the run completes (as train.py's: its
+docstring says where each runner's rows go). The preset, preset(), plans for H100s; --gpu another GPU is an
+experiment (its rows would share the studies' keys).
 """
 
 from __future__ import annotations
@@ -62,20 +64,19 @@ from torch.testing._internal.distributed.fake_pg import FakeStore  # registers t
 import explain as ex
 import planner_bridge as pb
 from comms import CollectiveLog, bus_factor, mesh_groups
-from common.config import parse_config
+from common.config import parse_preset
 from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import provenance
 from common.ring_bytes import ring_bytes
-from common.runs import PROMOTE_CHOICES, RunError, experiment_flags, run_dir_for
+from common.runner import RunFlags, RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
-from settings import Layout, Variant
+from settings import LAB, Layout, Variant
 from pipeline_stages import stage_specs
-from run_folders import PROMOTE_HELP, check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
 MEM_KEYS = ("params", "grads", "optimizer", "activations", "buffers", "total")
@@ -99,16 +100,12 @@ TERM_KEY = ["study", "role", "quantity", "term"]
 
 
 @dataclass(frozen=True)
-class AtScaleConfig:
+class AtScaleConfig(RunFlags):
     studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
                                      metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
     cp_studies: tuple[str, ...] = field(default=("8B@64/cp2",),
                                         metadata={"help": "MODEL@GPUS/cpN: that study's plan with N-way CP taken out "
                                                           "of its DP, at an N times longer sequence"})
-    gpu: str = field(default="h100", metadata={"help": "the GPU the planner plans for"})
-    resume: bool = field(default=False, metadata={"help": "continue the study's interrupted run folder (runs/)"})
-    promote: str = field(default="auto", metadata={"help": PROMOTE_HELP, "choices": PROMOTE_CHOICES})
-    results: str = field(default="", metadata={"help": "results folder to publish into; empty = results/ here"})
 
     def __post_init__(self):
         for s in self.studies:
@@ -119,6 +116,11 @@ class AtScaleConfig:
             base, _, cp = s.partition("/cp")
             if "@" not in base or not cp.isdigit() or int(cp) < 2:
                 raise ValueError(f"--cp-studies entry {s!r} is not MODEL@GPUS/cpN with N >= 2 (e.g. 8B@64/cp2)")
+
+
+def preset() -> AtScaleConfig:
+    """The studies on the GPU the planner plans for: H100s (--gpu, the run flag, names another)."""
+    return AtScaleConfig(gpu="h100")
 
 
 def skip_p2p_vote(schedule) -> None:
@@ -261,26 +263,22 @@ def study_rows(study: str, gpu: str) -> tuple[list[dict], list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(AtScaleConfig, argv, description=__doc__.split("\n\n")[0], prog="at_scale.py")
-    results = results_dir(cfg.results)
-    run_dir = run_dir_for(results, "at_scale")
+    cfg = parse_preset(AtScaleConfig, argv, preset, keys=(), description=__doc__.split("\n\n")[0], prog="at_scale.py")
     ignore = ("resume", "promote", "studies", "cp_studies")  # which studies is what, not how: rows merge by study
+    plan = RunPlan.beside(cfg.results_dir(LAB), "at_scale", [
+        Table("at_scale.csv", COLUMNS, KEY), Table("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, config=False),
+        Table("at_scale_cp.csv", CP_COLUMNS, KEY, config=False)], config=saved_config(cfg), ignore=ignore)
     try:
-        check_before_launch(run_dir, cfg.resume, [("at_scale.csv", COLUMNS), ("at_scale_terms.csv", TERM_COLUMNS),
-                                                  ("at_scale_cp.csv", CP_COLUMNS)], saved_config(cfg), ignore)
-    except (ValueError, RunError) as e:
+        check_before_launch(plan, cfg)
+    except ValueError as e:
         fail(str(e), code=2)
     torch.set_num_threads(1)
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "fake")
     prov = {**provenance(env, BENCH_VERSION), "hardware": f"{cpu_model()}, one process as one rank of a fake group",
             "backend": "fake"}
-    folder, (writer, term_writer, cp_writer) = open_on_rank0(
-        run_dir, results, cfg.resume, True,
-        lambda f: (f.writer("at_scale.csv", COLUMNS, KEY, prov, config=saved_config(cfg), config_ignore=ignore),
-                   f.writer("at_scale_terms.csv", TERM_COLUMNS, TERM_KEY, prov),
-                   f.writer("at_scale_cp.csv", CP_COLUMNS, KEY, prov)))
-    changed = experiment_flags(cfg, AtScaleConfig(), ignore + ("results",))
-    try:
+    changed = experiment(cfg, preset(), ignore[2:])
+    with open_run(plan, cfg, None, prov, changed, preset_publishes="merge") as run:
+        writer, term_writer, cp_writer = run.writers
         for study in cfg.studies:
             if not writer.done({"study": study, "role": "first"}):
                 measure_study(study, cfg.gpu, writer, term_writer)
@@ -295,10 +293,6 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['cp_payload_bytes'] / 1e9:.2f} GB sent (formula {r['ring_formula_bytes'] / 1e9:.2f}), "
                           f"collectives {'=' if r['counts_match_design'] else '!='} design, {r['wall_s']:.0f} s",
                           flush=True)
-    except BaseException:
-        finish(folder, complete=False, changed=changed, promote=cfg.promote)
-        raise
-    finish(folder, complete=True, changed=changed, promote=cfg.promote)
     return 0
 
 
@@ -337,11 +331,11 @@ def cp_study_rows(study: str, gpu: str) -> list[dict]:
 def megatron_total(g, d: pb.Degrees) -> float:
     """The same degrees priced for the megatron stack (Korthikanti's activations, ZeRO's accounting, fp32 gradients):
     what the planner said of these plans before it priced PyTorch's stack."""
-    from planner import memory
+    from planner.model import memory
 
     deg = pb._planner_degrees(d)
     split = pb.lab_split(g, d)
-    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split)["total"])
+    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split).total)
 
 
 def measure_study(study: str, gpu: str, writer, term_writer) -> None:

@@ -1,16 +1,20 @@
-"""parallel-3d's answer, from its CSVs: does the GPT trained with TP x PP x DP reproduce one process exactly, and
-does the planner account for what PyTorch really holds and sends? The wording is findings_template.md's, picked
-by what the rows show (common.findings); report.py puts these lines first and draws the peak-memory plot.
+"""parallel-3d's sentences, picked by what the CSVs show (the words: findings_template.md).
 
-    lines = opening(runs, at_scale, device_gb, gpu)
+    opening(runs, at_scale, device_gb, gpu)    # the report's first lines
+    peak_caption(at_scale, device_gb, gpu)     # the peak plot's caption: which plan fits as run
+    activations_caption(rows, name)            # where PyTorch's activations equal, exceed or undercut the formula
+    at_scale_caption(at_scale)                 # how far the planner is from PyTorch, bar by bar
+
+Byte counts from a fake process group are exact (no noise): a comparison there is decided by the numbers alone.
+The two planner stacks (docs/glossary.md): `pytorch` prices what parallel-3d runs, `megatron` the papers' count.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from common.findings import Finding, Sentences, gaps_sentence, listing
-from planner.against_pytorch import peak_rows, planned_peak
+from common.findings import Finding, Sentences, gaps_sentence, listing, short_hardware, spread
+from planner.evidence.against_pytorch import QUANTITIES, peak_rows, planned_peak, values
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -35,42 +39,47 @@ def parity_sentence(runs: list[dict]) -> str:
     if base is None or not multi:
         return S("parity.no_base")
     gaps = [max(abs(_f(r, k) - _f(base, k)) / abs(_f(base, k)) for k in ("loss_first", "loss_last")) for r in multi]
-    ok = sum(r["counts_match_design"] == "true" for r in runs)
-    degrees = sorted({layout(r) for r in multi})
-    schedules = sorted({r["schedule"] for r in multi})
-    return S("parity.ok" if max(gaps) < 1e-5 else "parity.off", n=len(multi), degrees=listing(degrees),
-             schedules=listing(schedules), recompute=listing(sorted({r["recompute"] for r in multi})),
-             gap=max(gaps), ok=ok, total=len(runs), hardware=runs[0]["hardware"])
+    count = lambda key: len({key(r) for r in multi})  # noqa: E731
+    return S("parity.ok" if max(gaps) < 1e-5 else "parity.off", n=len(multi), degrees=count(layout),
+             schedules=count(lambda r: r["schedule"]), recompute=count(lambda r: r["recompute"]), gap=max(gaps),
+             ok=sum(r["counts_match_design"] == "true" for r in runs), total=len(runs),
+             hardware=short_hardware(runs[0]["hardware"]))
+
+
+def _errors(busiest, key: str = "planner_total_bytes") -> str:
+    return "within " + spread([planned_peak(r, key) / peak - 1 for _, r, peak in busiest], "{:+.0%}")
+
+
+def _over(busiest, device_gb: float) -> list[str]:
+    return [study for study, _, peak in busiest if peak / GB > device_gb]
 
 
 def memory_sentence(rows: list[dict], device_gb: float, gpu: str) -> str:
-    """Each study's busiest measured rank at the step's peak against the planner's pytorch stack (what it prices)."""
+    """Each study's busiest measured rank at the step's peak, its fit, and the pytorch stack's price for it."""
     if not rows:
         return S("memory.none")
-    state = [abs(_f(r, "explained_state_bytes") / sum(_f(r, k) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
-                 - 1) for r in rows]
     busiest = peak_rows(rows)
-    parts = [f"{study} {peak / GB:.1f} GB (planner {planned_peak(r) / GB:.1f}, {planned_peak(r) / peak - 1:+.0%})"
-             for study, r, peak in busiest]
-    text = S("memory", residual=max(state), parts=listing(parts))
-    over = [(study, r, peak) for study, r, peak in busiest if peak / GB > device_gb]
-    if over:
-        text += " " + S("memory.over", over=listing([f"{study} at {peak / GB:.1f} GB" for study, _, peak in over]),
-                        gpu=gpu, device=device_gb,
-                        planner=listing([f"{planned_peak(r) / GB:.1f} GB" for _, r, _ in over]))
-    else:
-        text += " " + S("memory.fits", gpu=gpu, device=device_gb)
-    return text
+    parts = listing([f"{peak / GB:.1f}{' GB' if i == 0 else ''} ({study})"
+                     for i, (study, _, peak) in enumerate(busiest)])
+    over = _over(busiest, device_gb)
+    fit = S("memory.over", over=listing(over), gpu=gpu, device=device_gb) if over else \
+        S("memory.fits", gpu=gpu, device=device_gb)
+    return S("memory", parts=parts, fit=fit, err=_errors(busiest))
 
 
-def why_sentence(rows: list[dict]) -> str:
-    """What the paper's accounting (the planner's megatron stack) would have priced for the same plans."""
+def papers_sentence(rows: list[dict], device_gb: float) -> str:
+    """The papers' accounting (the megatron stack) for the same plans: does it judge any plan's fit otherwise than
+    PyTorch's measured peak, and is it closer or farther than the pytorch stack?"""
     busiest = [(study, r, peak) for study, r, peak in peak_rows(rows) if r.get("megatron_total_bytes")]
     if not busiest:
-        return S("why.none")
-    parts = [f"{planned_peak(r, 'megatron_total_bytes') / GB:.1f} GB for {study} ({peak / GB:.1f} measured)"
-             for study, r, peak in busiest]
-    return S("why", parts=listing(parts))
+        return S("papers.none")
+    flips = [study for study, r, peak in busiest
+             if (planned_peak(r, "megatron_total_bytes") / GB <= device_gb) != (peak / GB <= device_gb)]
+    if flips:
+        return S("papers.flips", err=_errors(busiest, "megatron_total_bytes"), flips=listing(flips))
+    worst = lambda key: max(abs(planned_peak(r, key) / peak - 1) for _, r, peak in busiest)  # noqa: E731
+    closer = worst("megatron_total_bytes") > worst("planner_total_bytes")
+    return S("papers.same", err=_errors(busiest, "megatron_total_bytes"), closer=S("papers.closer") if closer else "")
 
 
 def missing_sentence(runs: list[dict]) -> str:
@@ -84,8 +93,33 @@ def missing_sentence(runs: list[dict]) -> str:
     return gaps_sentence(S, gaps)
 
 
+def peak_caption(rows: list[dict], device_gb: float, gpu: str) -> str:
+    over = _over(peak_rows(rows), device_gb)
+    return S("peak.caption", gpu=gpu, device=device_gb,
+             fit=S("peak.over", over=listing(over)) if over else S("peak.fits"))
+
+
+def activations_caption(rows: list[dict], name: str) -> str:
+    kinds: dict[str, list[str]] = {"equal": [], "more": [], "less": []}
+    for r in rows:
+        ratio = float(r["measured_over_planner"])
+        kind = "equal" if abs(ratio - 1) <= 0.01 else "more" if ratio > 1 else "less"
+        kinds[kind].append(f"t = {r['tp']} {r['recompute']}")
+    verdict = "; ".join(S(f"activations.{k}", which=listing(v)) for k, v in kinds.items() if v)
+    return S("activations.caption", name=name, verdict=verdict)
+
+
+def at_scale_caption(rows: list[dict]) -> str:
+    gaps = [(abs(p / m - 1), p / m - 1, label, r) for r in rows for q, label in QUANTITIES
+            for m, p, _ in [values(r, q)] if m]
+    worst = max(gaps, key=lambda g: g[0])
+    verdict = S("at_scale.close", worst=worst[0]) if worst[0] <= 0.05 else S(
+        "at_scale.far", label=worst[2], study=worst[3]["study"], role=worst[3]["role"], err=f"{worst[1]:+.1%}")
+    return S("at_scale.caption", verdict=verdict)
+
+
 def opening(runs: list[dict], at_scale: list[dict], device_gb: float, gpu: str) -> list[Finding]:
-    return [Finding("Question", S("question")), Finding("Answer", parity_sentence(runs)),
-            Finding("Memory", memory_sentence(at_scale, device_gb, gpu)),
-            Finding("Why", why_sentence(at_scale)), Finding("What it means", S("meaning")),
-            Finding("Not measured yet", missing_sentence(runs))]
+    lines = [Finding("Answer", parity_sentence(runs)), Finding("Memory", memory_sentence(at_scale, device_gb, gpu))]
+    if at_scale:
+        lines.append(Finding("Papers", papers_sentence(at_scale, device_gb)))
+    return lines + [Finding("What it means", S("meaning")), Finding("Not measured yet", missing_sentence(runs))]

@@ -14,18 +14,18 @@ session, what the planner is allowed to know of this machine (the calibration):
   backward) over the 3 GEMMs the planner counts for it, on plain tensors and as DTensor TP (ColwiseParallel on a
   1-rank mesh): what a kernel costs the host in training, the whole cost of a small kernel on a CPU.
 
-The planner (planner/ranking.py) prices every layout from those numbers alone, never from the step times it
+The planner (planner/evidence/ranking.py) prices every layout from those numbers alone, never from the step times it
 predicts, and the guide reports the rank correlation and whether its pick is within 10% of the best.
 
     make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
     make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4
-    python -m planner.ranking                                 # the planner's predictions beside the rows
+    python -m planner.evidence.ranking                                 # the planner's predictions beside the rows
 
 GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's runs_<gpu>.csv); on a GPU machine it
 still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
-the planner must know (planner/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are measured
-(each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
+the planner must know (planner/evidence/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are
+measured (each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
 results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
 --warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
 """
@@ -46,10 +46,10 @@ import torch
 from tqdm import tqdm
 
 from common.collective_fit import fit_alpha_beta
-from common.config import config_dict, parse_config
+from common.config import parse_preset
 from common.dist import DistInfo
 from common.results import provenance, utc_now
-from common.runs import RunFolder, experiment_flags
+from common.runner import RunFlags, RunPlan, Table, experiment, open_run, saved_config
 
 LAB = Path(__file__).resolve().parent
 LABS = LAB.parent
@@ -64,7 +64,7 @@ COLUMNS = ["group", "world", "model", "global_batch", "tp", "pp", "dp", "zero", 
 CAL_KEY = ["quantity", "world"]
 CAL_COLUMNS = ["quantity", "world", "value", "unit", "method"]
 GLOBAL_BATCH = 8  # sequences of 64 tokens per step, every layout
-OPERATIONAL = ("resume", "timeout_s")  # change no row: any other flag makes the run an experiment (stays in runs/)
+OPERATIONAL = ("timeout_s",)  # with the run flags, change no row: any other flag makes the run an experiment
 
 
 class Case(NamedTuple):
@@ -101,12 +101,11 @@ CASES = (
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(RunFlags):
     groups: tuple[str, ...] = field(default=("ws4", "ws8"), metadata={"help": "which groups of layouts to run"})
     steps: int = field(default=5, metadata={"help": "timed optimizer steps per layout"})
     warmup: int = field(default=2, metadata={"help": "untimed steps first"})
     max_bytes: str = field(default="4M", metadata={"help": "largest all_reduce of the calibration sweep"})
-    resume: bool = field(default=False, metadata={"help": "continue runs/ranking_cpu/: measured rows are kept"})
     timeout_s: float = field(default=900.0, metadata={"help": "a launch running longer is stopped (one line, exit 4)"})
 
     def __post_init__(self):
@@ -116,6 +115,13 @@ class Config:
             raise ValueError(f"--groups {','.join(bad) or '(empty)'}: allowed {', '.join(known)}")
         if self.steps < 1 or self.warmup < 0 or self.timeout_s <= 0:
             raise ValueError("--steps must be >= 1, --warmup >= 0, --timeout-s > 0")
+        if self.gpu != "cpu":
+            raise ValueError(f"--gpu {self.gpu}: the ranking set measures this machine's CPU cores (gloo); --gpu cpu "
+                             "only (a GPU's rows are parallel-3d's runs_<gpu>.csv)")
+
+
+def preset() -> Config:
+    return Config(gpu="cpu")
 
 
 def _python_env() -> dict:
@@ -186,7 +192,7 @@ def collective_calibration(world: int, cfg: Config) -> list[dict]:
     """allreduce-bench's all_reduce sweep at `world` gloo ranks, and its alpha-beta fit (common.collective_fit)."""
     out = SCRATCH / "sweeps" / "results" / f"sweep_cpu_ws{world}.csv"
     torchrun(world, LABS / "allreduce-bench" / "bench.py",
-             ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", cfg.max_bytes, "--out", str(out),
+             ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", cfg.max_bytes, "--results", str(out.parent),
               "--promote", "no", "--no-topology"], cfg.timeout_s)
     with open(SCRATCH / "sweeps" / "runs" / out.stem / out.name) as f:
         rows = [r for r in csv.DictReader(f) if r["collective"] == "all_reduce"]
@@ -230,18 +236,16 @@ def row_for(case: Case, measured: list[dict], cfg: Config) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="ranking.py")
+    cfg = parse_preset(Config, argv, preset, keys=(), description=__doc__.split("\n\n")[0], prog="ranking.py")
     env = DistInfo(0, 0, 1, 1, torch.device("cpu"), "gloo")
-    prov = provenance(env, BENCH_VERSION)
-    saved = {k: v for k, v in config_dict(cfg).items() if k not in OPERATIONAL}
-    changed = experiment_flags(cfg, Config(), OPERATIONAL)  # a subset of groups, other steps: an experiment
-    folder = RunFolder.open(LAB / "runs" / RUN_NAME, LAB / "results", "resume" if cfg.resume else "fresh")
-    if not cfg.resume:
-        shutil.rmtree(SCRATCH, ignore_errors=True)
-    complete = False
-    try:
-        cal = folder.writer(CALIBRATION, CAL_COLUMNS, CAL_KEY, prov, config=saved)
-        rows = folder.writer(ROWS, COLUMNS, KEY, prov, config=saved)
+    saved = saved_config(cfg, drop=("gpu", "resume", "promote", *OPERATIONAL))
+    changed = experiment(cfg, preset(), OPERATIONAL)  # a subset of groups, other steps: an experiment
+    plan = RunPlan.beside(cfg.results_dir(LAB), RUN_NAME, [Table(CALIBRATION, CAL_COLUMNS, CAL_KEY),
+                                                           Table(ROWS, COLUMNS, KEY)], config=saved)
+    with open_run(plan, cfg, None, provenance(env, BENCH_VERSION), changed) as run:
+        if not cfg.resume:
+            shutil.rmtree(SCRATCH, ignore_errors=True)
+        cal, rows = run.writers
         cases = [c for c in CASES if c.group in cfg.groups]
         todo = [c for c in cases if not rows.done(c._asdict())]
         if not cal.done({"quantity": "op_us", "world": 1}):
@@ -259,10 +263,6 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(len(group))
             bar.set_postfix_str(f"{group[0].group} {group[0].tp}x{group[0].pp}x{group[0].dp} done")
         bar.close()
-        complete = True
-    finally:
-        for line in folder.finish(complete=complete, changed=changed):
-            print(line)
     print(f"ranking set measured at {utc_now()}: {ROWS} and {CALIBRATION}")
     return 0
 

@@ -3,27 +3,28 @@
     make parallel-3d-report
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/report.py
 
-The prose around the tables is report_template.md; this file fills its {{sections}} with tables and the
-sentences whose numbers come from the CSVs. One block per preset file (runs_cpu.csv, runs_h100.csv, ...), so
-CPU and GPU runs sit side by side, each labelled with its hardware.
+The skeleton is report_template.md, the sentences findings_template.md (picked by findings.py from what the
+CSVs show); this file fills the skeleton's {{sections}} with tables, plots and those sentences. One block per
+preset file (runs_cpu.csv, runs_h100.csv, ...), so CPU and GPU runs sit side by side, each labelled with its
+hardware.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import measured_on
 from common.config import parse_config
-from common.csvread import BadResults, check_configs, guard_report
-from common.findings import block
+from common.csvread import BadResults, check_configs, guard_report, report_path
+from common.findings import block, cores, fill, shares_cores
 from common.hardware import get_preset
 from common.plotting import new_figure, save
 import findings
-from planner import against_pytorch as ap, vs_measured
+from findings import S
+from planner.evidence import against_pytorch as ap
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
@@ -56,15 +57,10 @@ def provenance(rows: list[dict]) -> str:
 
     worlds = sorted({int(x["world_size"]) for x in rows})
     days = sorted(x["timestamp_utc"][:10] for x in rows)
-    return (f"{distinct('hardware', 200)}; {', '.join(map(str, worlds))} ranks; {distinct('backend')}; torch "
+    return (f"{distinct('hardware', 200)}; {', '.join(map(str, worlds))} rank{'s' if worlds != [1] else ''}; "
+            f"{distinct('backend')}; torch "
             f"{distinct('torch_version', 40)}, CUDA {distinct('cuda_version')}, NCCL {distinct('nccl_version')}; "
             f"commit {distinct('git_commit')}, {' to '.join(dict.fromkeys((days[0], days[-1])))}")
-
-
-def _degrees(r: dict) -> str:
-    """TP·PP·DP, with ·CP where context parallelism ran (rows written before it had no cp column)."""
-    cp = r.get("cp") or "1"
-    return f"TP{r['tp']}·PP{r['pp']}·DP{r['dp']}" + (f"·CP{cp}" if cp != "1" else "")
 
 
 def _mib(row: dict, key: str, spec: str) -> str:
@@ -88,11 +84,11 @@ def runs_section(results: Path) -> list[str]:
         rows = ap.read(path)
         if not rows:
             continue
-        base = next((r for r in rows if _degrees(r) == "TP1·PP1·DP1"), None)
+        base = next((r for r in rows if findings.layout(r) == "TP1·PP1·DP1"), None)
         body = []
         for r in rows:
             mfu = _f(r, "mfu")
-            body.append([_degrees(r), r["schedule"], r["stage_layers"].replace(";", ","),
+            body.append([findings.layout(r), r["schedule"], r["stage_layers"].replace(";", ","),
                          f"Z{r['zero']}" if int(r["dp"]) * int(r.get("cp") or 1) > 1 else "-", r["recompute"],
                          f"{r['microbatch']}×{r['num_microbatches']}",
                          f"{float(r['step_time_ms']):.0f}", f"{float(r['tokens_per_s']):.0f}",
@@ -107,9 +103,12 @@ def runs_section(results: Path) -> list[str]:
                 "planner step s", "planner exposed comm s", "loss", "loss vs 1 rank", "collectives = design"]
         empty = [i for i, h in enumerate(head) if h in EMPTY_ON_CPU and all(row[i] == "-" for row in body)]
         note = (f" Not on this hardware: {', '.join(head[i] for i in empty)} (GPU rows only)." if empty else "")
+        ranks = max(int(r["world_size"]) for r in rows)
+        shared = S("runs.shared", name=path.stem, ranks=ranks, cores=cores(rows[0]["hardware"])) \
+            if shares_cores(rows[0]["hardware"], ranks) else ""
         out += [f"**{path.stem}** ({provenance(rows)}; model {rows[0]['model']}, {rows[0]['precision']}, "
                 f"{rows[0]['optimizer']}, {rows[0]['steps']} timed steps after {rows[0]['warmup']} warm-up).{note}",
-                "", *ap.table([h for i, h in enumerate(head) if i not in empty],
+                *(["", shared] if shared else []), "", *ap.table([h for i, h in enumerate(head) if i not in empty],
                               [[c for i, c in enumerate(row) if i not in empty] for row in body]), ""]
     return out or ["_No runs yet: `make parallel-3d`._"]
 
@@ -123,7 +122,7 @@ def comms_section(results: Path) -> list[str]:
             continue
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
-            groups.setdefault((_degrees(r), r["variant"], r["pp_rank"]), []).append(r)
+            groups.setdefault((findings.layout(r), r["variant"], r["pp_rank"]), []).append(r)
         body = []
         for (degrees, variant, pp_rank), rs in groups.items():
             cells = [f"{r['dim']} {r['kind'].replace('_', '-')} {r['count']}"
@@ -153,9 +152,7 @@ def activations_section(results: Path, plots: list[str], out_dir: Path) -> list[
                 *ap.table(["t", "recompute", "measured MiB", "torch terms MiB", "planner MiB",
                            "measured bytes/sbh (bf16)", "planner bytes/sbh", "measured / planner"], body), "",
                 f"![activation bytes per block, PyTorch against the planner](plots/{png})", "",
-                "*What to see:* one block's activation bytes per s·b·h element (bf16 units) as PyTorch keeps them "
-                "(measured) beside the planner's Korthikanti formula, per TP degree and recompute policy: equal "
-                "bars mean the planner's memory term holds; the gaps are explained below.", ""]
+                findings.activations_caption(rows, path.stem), ""]
     return out or ["_Not measured yet: `make parallel-3d-activations`._"]
 
 
@@ -173,8 +170,8 @@ def plot_activations(rows: list[dict], path: Path) -> str:
 
 
 def plot_at_scale(rows: list[dict], path: Path) -> str:
-    fig, axes = new_figure(1, 4)
-    for ax, (q, label) in zip(axes, ap.QUANTITIES):
+    fig, axes = new_figure(2, 2)
+    for ax, (q, label) in zip(axes.flat, ap.QUANTITIES):
         names, meas, plan = [], [], []
         for r in rows:
             m, p, _ = ap.values(r, q)
@@ -184,25 +181,25 @@ def plot_at_scale(rows: list[dict], path: Path) -> str:
                 plan.append(p / ap.GB)
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], meas, 0.4, label="PyTorch")
-        ax.bar([x + 0.2 for x in xs], plan, 0.4, label="planner")
-        ax.set_xticks(list(xs), names, fontsize=6)
-        ax.set_title(label, fontsize=8)
-        ax.set_ylabel("GB")
-    axes[0].legend()
+        ax.bar([x + 0.2 for x in xs], plan, 0.4, label="planner (pytorch stack)")
+        ax.set_xticks(list(xs), names, fontsize=8)
+        ax.set(title=label, ylabel="GB")
+    axes[0][0].legend()
     save(fig, path, footer=f"{rows[0]['hardware']}, torch {rows[0]['torch_version']}, commit {rows[0]['git_commit']}")
     return path.name
 
 
 def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
-    text = [ap.render(results)]
-    if (results / "at_scale.csv").exists():
-        png = plot_at_scale(ap.read(results / "at_scale.csv"), out_dir / "at_scale.png")
-        plots.append(png)
-        text += ["", f"![PyTorch against the planner, term by term](plots/{png})", "",
-                 "*What to see:* per study and measured rank, PyTorch's bytes beside the planner's for the model "
-                 "state and each kind of traffic (one panel each, GB): where the bars differ, the named terms above "
-                 "say why."]
-    return text
+    """A pointer to PLANNER_VALIDATION.md's section 5 (the tables live there, once) and the term-by-term plot."""
+    if not (results / "at_scale.csv").exists() or not (results / "at_scale_terms.csv").exists():
+        return ["_Not measured yet: run `make parallel-3d-at-scale`._"]
+    rows = ap.read(results / "at_scale.csv")
+    png = plot_at_scale(rows, out_dir / "at_scale.png")
+    plots.append(png)
+    r0 = rows[0]
+    return [S("at_scale.lead", provenance=f"{r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']}",
+              match=sum(r["counts_match_design"] == "true" for r in rows), n=len(rows)), "",
+            f"![PyTorch against the planner, term by term](plots/{png})", "", findings.at_scale_caption(rows)]
 
 
 def cp_at_scale_section(results: Path) -> list[str]:
@@ -218,47 +215,18 @@ def cp_at_scale_section(results: Path) -> list[str]:
         b = base.get((r["baseline_study"], r["role"]))
         if not b:
             continue
-        state = sum(float(r[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
-        b_state = sum(float(b[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes"))
+        state, b_state = (sum(float(x[k]) for k in ("param_bytes", "grad_bytes", "opt_bytes")) for x in (r, b))
         peak, b_peak = ap.measured_peak(r), ap.measured_peak(b)
         sent, formula = float(r["cp_payload_bytes"]), float(r["ring_formula_bytes"])
         planner = float(r["planner_cp_bus_bytes"]) if r.get("planner_cp_bus_bytes") else None
-        lines.append(f"- **{r['study']}** ({r['role']} stage): with CP {r['cp']} at {r['cp']}× the sequence every rank "
-                     f"holds the tokens it held in {r['baseline_study']}; its state is {ap._pct(state, b_state)} off "
-                     f"(the learned position table grows with s), its peak {ap._pct(peak, b_peak)} "
-                     f"({(peak - b_peak) / ap.GB:+.2f} GB); it sends {sent / ap.GB:.2f} GB per step over the ring, "
-                     f"{'exactly' if sent == formula else 'not'} the ring formula's (N-1 K/V blocks forward, N-1 K/V "
-                     "blocks + N-1 fp32 dK/dV backward, per layer and micro-batch: common/ring_bytes.py)"
-                     + ("" if planner is None else f", and the planner's CP term prices {planner / ap.GB:.2f} GB "
-                                                   f"({ap._pct(planner, sent)})") + ".")
+        lines.append(S("cp.row", study=r["study"], role=r["role"], cp=r["cp"], base=r["baseline_study"],
+                       state=ap._pct(state, b_state), peak=ap._pct(peak, b_peak), delta=(peak - b_peak) / ap.GB,
+                       sent=sent / ap.GB, exact="exactly" if sent == formula else "not",
+                       planner="" if planner is None else S("cp.planner", gb=planner / ap.GB,
+                                                            pct=ap._pct(planner, sent))))
     r0 = ap.read(path)[0]
-    return [f"Measured on {r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']} (fake process group, "
-            "FakeTensorMode, one rank of the full world, as above).", "", ap.cp_section(results), "", *lines]
-
-
-def conclusions(results: Path) -> list[str]:
-    """Sentences whose numbers come from the at-scale rows: the state bytes, and the busiest rank's peak against the
-    planner's pytorch-stack memory (what it prices now) and its megatron-stack memory (what it priced before)."""
-    path = results / "at_scale.csv"
-    if not path.exists():
-        return ["_Run the at-scale study first._"]
-    rows = ap.read(path)
-    out = []
-    for r in rows:
-        m, p, e = ap.values(r, "state")
-        verdict = "within" if abs(e - m) <= 0.03 * m else "outside"
-        out.append(f"- **{r['study']} ({r['role']} stage, {ap.degrees(r)})**: the planner's state bytes "
-                   f"({ap._gb(p)} GB, FSDP2's 16 B per parameter of its busiest stage) are {ap._pct(p, m)} off "
-                   f"PyTorch's {ap._gb(m)} GB; with the named terms {ap._gb(e)} GB, {verdict} 3%.")
-    for study, r, peak in ap.peak_rows(rows):
-        torch_, megatron = ap.planned_peak(r), ap.planned_peak(r, "megatron_total_bytes")
-        out.append(f"- **{study}**: PyTorch's busiest measured rank ({r['role']} stage) holds {peak / ap.GB:.1f} GB at "
-                   f"the step's peak; the planner prices {torch_ / ap.GB:.1f} GB for the stack that runs it "
-                   f"({ap._pct(torch_, peak)}), where Korthikanti's activations and ZeRO's accounting (its megatron "
-                   f"stack) say {megatron / ap.GB:.1f} GB ({ap._pct(megatron, peak)}): DTensor keeps the gathered "
-                   "projection inputs at full length, pipelining holds fp32 gradients unsharded, the LM head's logits "
-                   "are all-gathered vocabulary-wide with an fp32 loss (planner/torch_memory.py).")
-    return out
+    return [S("cp.lead", provenance=f"{r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']}"), "",
+            ap.cp_section(results), "", *lines]
 
 
 def device(results: Path) -> tuple[float, str]:
@@ -280,9 +248,10 @@ def plot_peak(rows: list[dict], device_gb: float, gpu: str, path: Path) -> str:
     names = [f"{study}\n({r['role']} stage)" for study, r, _ in busiest]
     xs = range(len(busiest))
     torch_gb = [peak / 1e9 for _, _, peak in busiest]
-    bars = ax.bar([x - 0.2 for x in xs], torch_gb, 0.4, label="PyTorch: params + optimizer + step peak (fake PG)")
-    ax.bar([x + 0.2 for x in xs], [ap.planned_peak(r) / 1e9 for _, r, _ in busiest], 0.4,
-           label="planner, pytorch stack")
+    bars = ax.bar([x - 0.28 for x in xs], torch_gb, 0.28, label="PyTorch: params + optimizer + step peak (fake PG)")
+    ax.bar(list(xs), [ap.planned_peak(r) / 1e9 for _, r, _ in busiest], 0.28, label="planner, pytorch stack")
+    ax.bar([x + 0.28 for x in xs], [ap.planned_peak(r, "megatron_total_bytes") / 1e9 if r.get("megatron_total_bytes")
+                                   else 0 for _, r, _ in busiest], 0.28, label="planner, megatron stack")
     ax.axhline(device_gb, color="tab:red", ls="--", lw=1, label=f"{gpu}: {device_gb:g} GB")
     ax.bar_label(bars, ["does not fit" if g > device_gb else "" for g in torch_gb], fontsize=8, color="tab:red")
     ax.set_xticks(list(xs), names, fontsize=8)
@@ -297,7 +266,7 @@ def opening(results: Path) -> list[str]:
     runs = [r for p in sorted(results.glob("runs_*.csv")) for r in ap.read(p)]
     rows = ap.read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
     device_gb, gpu = device(results)
-    return block(findings.opening(runs, rows, device_gb, gpu))
+    return block(findings.opening(runs, rows, device_gb, gpu), one_screen=True)
 
 
 def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
@@ -312,35 +281,31 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
              f"{ap.planned_peak(r) / peak - 1:+.0%}", "yes" if peak / 1e9 <= device_gb else "**does not fit**"]
             for study, r, peak in ap.peak_rows(rows)]
     return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
-            f"*What to see:* for each layout `make plan` chose, the memory its busiest measured GPU holds at the step's "
-            f"peak in PyTorch (a fake process group) beside what the planner prices for PyTorch's stack, against the "
-            f"{gpu}'s {device_gb:g} GB (dashed): a blue bar above the line is a plan that does not fit as run.", "",
-            *ap.table(["study (busiest rank)", "layout", "PyTorch GB per GPU", "planner GB", "planner vs PyTorch",
+            findings.peak_caption(rows, device_gb, gpu), "",
+            *ap.table(["study (busiest rank)", "layout", "PyTorch GB per GPU", "planner GB (pytorch stack)",
+                       "planner vs PyTorch",
                        f"fits {device_gb:g} GB"], body), ""]
 
 
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
-    sections = {"findings": opening(results), "answer": answer(results, plots, out_dir),
-                "measured_on": measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
-                                                                "at_scale.csv", "at_scale_cp.csv"],
-                                                      "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
-                                                      "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
-                "runs": runs_section(results), "comms": comms_section(results),
-                "activations": activations_section(results, plots, out_dir),
-                "at_scale": at_scale_section(results, plots, out_dir),
-                "cp_at_scale": cp_at_scale_section(results),
-                "conclusions": conclusions(results),
-                "predicted": [vs_measured.section("parallel-3d", results, "###")]}  # beside every GPU row
-    text = (LAB / "report_template.md").read_text()
-    return re.sub(r"\{\{(\w+)\}\}", lambda mt: "\n".join(sections[mt.group(1)]).rstrip(), text)
+    runs = [r for r in sorted(results.glob("runs_*.csv")) for r in ap.read(r)]
+    return fill(LAB / "report_template.md", findings=opening(results), answer=answer(results, plots, out_dir),
+                measured_on=measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
+                                                            "at_scale.csv", "at_scale_cp.csv"],
+                                                  "`make parallel-3d-gpu` (one GPU: the bf16 baseline and the "
+                                                  "activation study) or `make parallel-3d TP=2 PP=2 DP=2 GPU=h100`"),
+                runs=runs_section(results), comms=comms_section(results),
+                activations=activations_section(results, plots, out_dir),
+                at_scale=at_scale_section(results, plots, out_dir), cp_at_scale=cp_at_scale_section(results),
+                caveats=["### CPU caveats", "", S("caveat.cpu")] if any(r["backend"] == "gloo" for r in runs) else [],
+                predicted=S("predicted"))
 
 
 @guard_report
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
     results = Path(cfg.results)
-    if not Path(cfg.out).parent.is_dir():
-        raise BadResults(f"--out {cfg.out}: the folder {Path(cfg.out).parent} does not exist")
+    report_path(cfg.out)
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
         ap.read(path)
     check_configs(results)

@@ -1,6 +1,6 @@
-"""parallel-3d's configuration: one frozen dataclass for the training runner, the model presets, and the
-checks that need the world size. Everything here runs before any process group exists, so a bad
-combination is one line and exit code 2 (common.config), not N ranks' tracebacks inside torchrun.
+"""parallel-3d's configuration: one frozen dataclass for the training runner, its presets, and the checks that
+need the world size. Everything here runs before any process group exists, so a bad combination is one line and
+exit code 2 (common.config), not N ranks' tracebacks inside torchrun.
 
 The degrees are the planner's names (planner/plan.py): --tp, --pp, --dp, --cp, --zero, --microbatch,
 --global-batch, --interleave, --recompute, and the model as --layers/--hidden/--heads/--kv-heads/--ffn/
@@ -9,6 +9,12 @@ The degrees are the planner's names (planner/plan.py): --tp, --pp, --dp, --cp, -
 A run is one set of degrees (TP x PP x DP x CP = the torchrun world) and one or more *variants* of the
 schedule: every combination of --zero, --recompute and --interleave listed, each measured in turn in
 the same launch.
+
+The presets are functions returning a complete Config (cpu(): the tiny GPT, every recompute setting, 1F1B and
+interleaved; cuda(): the medium GPT in bf16): preset() picks one for --gpu and fits it to the flags it depends on
+(PRESET_KEYS: --model's shape, with --kv-heads = --heads and --ffn = 4 x --hidden where only those are given; no
+interleaving without a pipeline, no selective recompute with CP), and every other flag overrides it (--help shows
+its values).
 """
 
 from __future__ import annotations
@@ -16,14 +22,15 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from common.hardware import CHOICES, GPUPreset, device_kind, get_preset
+from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import GPTConfig
-from common.runs import PROMOTE_CHOICES
+from common.runner import RESUME_MAY_CHANGE, RunFlags
 from pipeline_stages import split_layers
-from run_folders import PROMOTE_HELP
 
+LAB = Path(__file__).resolve().parent
 ZEROS = (2, 3)  # FSDP2 reshard_after_forward False (ZeRO-2 traffic) / True (ZeRO-3); see parallelize.py
 RECOMPUTE = ("none", "selective", "full")
 
@@ -35,21 +42,15 @@ MODELS: dict[str, dict] = {
     "small": dict(layers=8, hidden=512, heads=8, kv_heads=8, ffn=2048, vocab=256, seq=512),
     "medium": dict(layers=24, hidden=1024, heads=16, kv_heads=16, ffn=4096, vocab=256, seq=1024),
 }
-# The preset's schedule variants and batch (overridden by flags).
-PRESETS: dict[str, dict] = {
-    "cpu": dict(model="tiny", zero=(3,), recompute=RECOMPUTE, interleave=(1, 2), microbatch=1, global_batch=8,
-                steps=3, warmup=1),
-    "gpu": dict(model="medium", zero=(3,), recompute=("none", "full"), interleave=(1,), microbatch=2,
-                global_batch=32, steps=10, warmup=3),
-}
+PRESET_KEYS = ("gpu", "model", "pp", "cp", "hidden", "heads")  # the flags preset() fits the rest to
 
 
 def _h(text: str, **kw) -> dict:
     return {"help": text, **kw}
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, kw_only=True)
+class Config(RunFlags):
     tp: int = field(default=1, metadata=_h("tensor-parallel degree (DTensor TP + sequence parallelism)"))
     pp: int = field(default=1, metadata=_h("pipeline stages across ranks (torch.distributed.pipelining)"))
     dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp x cp)"))
@@ -57,73 +58,88 @@ class Config:
                                            "attention (context_parallel.py); FSDP2 then shards over dp x cp"))
     world: int = field(default=0, metadata=_h("ranks the launch will have, for checking before torchrun starts "
                                               "(make passes it; under torchrun WORLD_SIZE is used)"))
-    zero: tuple[int, ...] = field(default=(), metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, "
-                                                          "3 = reshard (empty = preset)"))
-    recompute: tuple[str, ...] = field(default=(), metadata=_h("activation checkpointing per block: none, "
-                                                               "selective, full (empty = preset)"))
-    interleave: tuple[int, ...] = field(default=(), metadata=_h("virtual stages per rank: 1 = 1F1B, > 1 = "
-                                                                "interleaved 1F1B (empty = preset)"))
+    zero: tuple[int, ...] = field(metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, 3 = reshard"))
+    recompute: tuple[str, ...] = field(metadata=_h("activation checkpointing per block: none, selective, full"))
+    interleave: tuple[int, ...] = field(metadata=_h("virtual stages per rank: 1 = 1F1B, > 1 = interleaved 1F1B"))
     stage_layers: tuple[int, ...] = field(default=(), metadata=_h("layers of each virtual stage, in order "
                                                                   "(empty = balanced, extras to the middle)"))
-    model: str = field(default="auto", metadata=_h("size preset (auto: tiny on CPU, medium on GPU); the shape "
-                                                   "flags below override it", choices=("auto", *MODELS)))
-    layers: int | None = field(default=None, metadata=_h("transformer blocks"))
-    hidden: int | None = field(default=None, metadata=_h("model width"))
-    heads: int | None = field(default=None, metadata=_h("attention heads"))
-    kv_heads: int | None = field(default=None, metadata=_h("key/value heads (GQA)"))
-    ffn: int | None = field(default=None, metadata=_h("MLP width"))
-    vocab: int | None = field(default=None, metadata=_h("vocabulary (>= the data's; the corpus is bytes)"))
-    seq: int | None = field(default=None, metadata=_h("sequence length"))
-    microbatch: int = field(default=0, metadata=_h("sequences per micro-batch (0 = preset)"))
-    global_batch: int = field(default=0, metadata=_h("sequences per optimizer step, all replicas (0 = preset)"))
-    steps: int = field(default=0, metadata=_h("timed optimizer steps per variant (0 = preset)"))
-    warmup: int = field(default=-1, metadata=_h("untimed steps first (-1 = preset)"))
+    model: str = field(metadata=_h("size preset; the shape flags below are its values unless given",
+                                   choices=tuple(MODELS)))
+    layers: int = field(metadata=_h("transformer blocks"))
+    hidden: int = field(metadata=_h("model width"))
+    heads: int = field(metadata=_h("attention heads"))
+    kv_heads: int = field(metadata=_h("key/value heads (GQA)"))
+    ffn: int = field(metadata=_h("MLP width"))
+    vocab: int = field(metadata=_h("vocabulary (>= the data's; the corpus is bytes)"))
+    seq: int = field(metadata=_h("sequence length"))
+    microbatch: int = field(metadata=_h("sequences per micro-batch"))
+    global_batch: int = field(metadata=_h("sequences per optimizer step, all replicas"))
+    steps: int = field(metadata=_h("timed optimizer steps per variant"))
+    warmup: int = field(metadata=_h("untimed steps first"))
     optimizer: str = field(default="adamw", metadata=_h("optimizer", choices=("adamw", "sgd")))
     lr: float = field(default=3e-4, metadata=_h("learning rate"))
-    precision: str = field(default="auto", metadata=_h("auto (bf16 on GPU, fp32 on CPU), fp32 or bf16",
-                                                       choices=("auto", "fp32", "bf16")))
-    gpu: str = field(default="auto", metadata=_h(f"hardware preset ({', '.join(CHOICES)}); cpu = gloo"))
+    precision: str = field(metadata=_h("fp32 or bf16 (FSDP2's bf16 compute, fp32 master weights)",
+                                       choices=("fp32", "bf16")))
     data: str = field(default="", metadata=_h("nanoGPT dir with train.bin/val.bin; empty = stdlib bytes"))
     seed: int = field(default=0, metadata=_h("model init and batch order"))
-    resume: bool = field(default=False, metadata=_h("continue this launch's interrupted run folder (runs/): keep "
-                                                    "the rows it measured, measure the rest"))
-    promote: str = field(default="auto", metadata=_h(PROMOTE_HELP, choices=PROMOTE_CHOICES))
-    results: str = field(default="", metadata=_h("the results folder complete runs are published into (run folders "
-                                                 "beside it, in runs/); empty = results/ in this lab"))
     timeout_s: float = field(default=300.0, metadata=_h("a collective waiting longer ends the run"))
 
     def __post_init__(self):
-        for name in ("tp", "pp", "cp"):
+        for name in ("tp", "pp", "cp", "microbatch", "global_batch", "steps"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("dp", "world", "microbatch", "global_batch", "steps"):
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("dp", "world", "warmup"):
             if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
-        if self.warmup < -1 or self.lr <= 0 or self.timeout_s <= 0:
-            raise ValueError("--warmup must be >= 0 (or -1 = preset), --lr and --timeout-s > 0")
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0 or self.timeout_s <= 0:
+            raise ValueError("--lr and --timeout-s must be > 0")
         bad = [z for z in self.zero if z not in ZEROS]
-        if bad:
-            raise ValueError(f"--zero {bad[0]} is not available: FSDP2 gives 2 (reshard_after_forward=False) or 3 "
-                             "(True); ZeRO-0/1 keep whole parameters per rank, which fully_shard never does")
+        if bad or not self.zero:
+            raise ValueError(f"--zero {bad[0] if bad else '(none)'} is not available: FSDP2 gives 2 "
+                             "(reshard_after_forward=False) or 3 (True); ZeRO-0/1 keep whole parameters per rank, "
+                             "which fully_shard never does")
         bad_r = [r for r in self.recompute if r not in RECOMPUTE]
-        if bad_r:
-            raise ValueError(f"--recompute {bad_r[0]!r}; allowed: {', '.join(RECOMPUTE)}")
-        if any(v < 1 for v in self.interleave) or any(n < 1 for n in self.stage_layers):
+        if bad_r or not self.recompute:
+            raise ValueError(f"--recompute {bad_r[0] if bad_r else '(none)'!r}; allowed: {', '.join(RECOMPUTE)}")
+        if not self.interleave or any(v < 1 for v in self.interleave) or any(n < 1 for n in self.stage_layers):
             raise ValueError("--interleave and --stage-layers take positive integers")
         for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
 
-    @property
-    def preset(self) -> dict:
-        return PRESETS["cpu" if self.gpu == "cpu" else "gpu"]
 
-    def value(self, name: str):
-        """A flag's value, or the preset's where the flag was left at its 'from preset' default."""
-        v = getattr(self, name)
-        unset = v in ((), 0, -1) if name != "warmup" else v == -1
-        return self.preset[name] if unset else v
+def cpu() -> Config:
+    """8 gloo ranks on 2 cores: the tiny GPT in fp32, every recompute setting, 1F1B and interleaved 1F1B."""
+    return Config(gpu="cpu", model="tiny", **MODELS["tiny"], zero=(3,), recompute=RECOMPUTE, interleave=(1, 2),
+                  microbatch=1, global_batch=8, steps=3, warmup=1, precision="fp32")
+
+
+def cuda(name: str = "h100") -> Config:
+    """GPUs: the medium GPT (~300M parameters) in bf16, recompute none and full, 1F1B."""
+    return Config(gpu=name, model="medium", **MODELS["medium"], zero=(3,), recompute=("none", "full"),
+                  interleave=(1,), microbatch=2, global_batch=32, steps=10, warmup=3, precision="bf16")
+
+
+def preset(gpu: str = "auto", model: str | None = None, pp: int = 1, cp: int = 1, hidden: int | None = None,
+           heads: int | None = None) -> Config:
+    """The preset --gpu picks, fitted to the flags it depends on (the module docstring)."""
+    base = cpu() if get_preset(gpu).name == "cpu" else cuda()
+    shape = dict(MODELS[model or base.model])
+    if hidden is not None:
+        shape.update(hidden=hidden, ffn=4 * hidden)
+    if heads is not None:
+        shape.update(heads=heads, kv_heads=heads)
+    interleave = base.interleave if pp > 1 else (1,)
+    recompute = tuple(r for r in base.recompute if r != "selective") if cp > 1 else base.recompute
+    return replace(base, gpu=gpu, model=model or base.model, pp=pp, cp=cp, interleave=interleave, recompute=recompute,
+                   **shape)
+
+
+# What a launch measures, not how: launches that differ only here (and in the run flags) are the preset's, merged
+# into the same files (train.py); what a --resume may change.
+OPERATIONAL = ("tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave", "timeout_s")
+CONFIG_IGNORE = (*RESUME_MAY_CHANGE, "timeout_s", "tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave",
+                 "stage_layers")
 
 
 class Variant(NamedTuple):
@@ -165,37 +181,22 @@ C = TypeVar("C")
 
 
 def resolve(cfg: C) -> tuple[C, GPUPreset]:
-    """A runner's config (train.py's or activations.py's: both have `gpu` and `precision`) with its preset
-    resolved and `--precision auto` made concrete: fp32 on the CPU preset, bf16 on a GPU one."""
-    preset = get_preset(cfg.gpu)
-    device_kind(preset)  # the one line when torch cannot use CUDA (common.hardware: the driver, the build, the fix)
-    precision = cfg.precision if cfg.precision != "auto" else ("fp32" if preset.name == "cpu" else "bf16")
-    return replace(cfg, gpu=preset.name, precision=precision), preset
+    """A runner's config (train.py's or activations.py's) with --gpu resolved (auto: this machine's), and the one line
+    when torch cannot use CUDA (common.hardware: the driver, the build, the fix)."""
+    hw = get_preset(cfg.gpu)
+    device_kind(hw)
+    return replace(cfg, gpu=hw.name), hw
 
 
 def gpt_config(cfg: Config, vocab_from_data: int = 256) -> GPTConfig:
-    """The model: the preset's shape with any explicit shape flag on top (vocab at least the data's)."""
-    name = cfg.model if cfg.model != "auto" else cfg.preset["model"]
-    shape = {k: (getattr(cfg, k) if getattr(cfg, k) is not None else v) for k, v in MODELS[name].items()}
-    if cfg.kv_heads is None and cfg.heads is not None:
-        shape["kv_heads"] = cfg.heads
-    if cfg.ffn is None and cfg.hidden is not None:
-        shape["ffn"] = 4 * shape["hidden"]
-    vocab = max(shape["vocab"], vocab_from_data)
-    return GPTConfig(vocab_size=vocab, seq_len=shape["seq"], d_model=shape["hidden"], n_layers=shape["layers"],
-                     n_heads=shape["heads"], n_kv_heads=shape["kv_heads"], d_ff=shape["ffn"])
+    """The model of the flags (vocab at least the data's)."""
+    return GPTConfig(vocab_size=max(cfg.vocab, vocab_from_data), seq_len=cfg.seq, d_model=cfg.hidden,
+                     n_layers=cfg.layers, n_heads=cfg.heads, n_kv_heads=cfg.kv_heads, d_ff=cfg.ffn)
 
 
 def variants(cfg: Config) -> list[Variant]:
-    """Every combination of --zero, --recompute, --interleave. Preset values that cannot apply are dropped:
-    interleaving without a pipeline (pp = 1), selective recompute with context parallelism (check says why)."""
-    inter = cfg.value("interleave")
-    if not cfg.interleave and cfg.pp == 1:
-        inter = (1,)
-    recompute = cfg.value("recompute")
-    if not cfg.recompute and cfg.cp > 1:
-        recompute = tuple(r for r in recompute if r != "selective")
-    return [Variant(z, r, v) for z, r, v in itertools.product(cfg.value("zero"), recompute, inter)]
+    """Every combination of --zero, --recompute, --interleave."""
+    return [Variant(z, r, v) for z, r, v in itertools.product(cfg.zero, cfg.recompute, cfg.interleave)]
 
 
 def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
@@ -216,11 +217,10 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
     if cp > 1 and g.seq_len % (2 * cp * tp):
         raise ValueError(f"--cp {cp} with --tp {tp} needs the sequence ({g.seq_len}) to split into 2 x cp load-"
                          f"balanced chunks of whole sequence-parallel shards: a multiple of 2 x cp x tp = {2 * cp * tp}")
-    if cp > 1 and "selective" in cfg.value("recompute") and cfg.recompute:
+    if cp > 1 and "selective" in cfg.recompute:
         raise ValueError("--recompute selective with --cp > 1 is not supported: the selective-checkpoint policy and "
                          "the ring's sends and receives do not mix (recomputation hangs); use none or full")
-    mb = cfg.value("microbatch")
-    gb = cfg.value("global_batch")
+    mb, gb = cfg.microbatch, cfg.global_batch
     if gb % (dp * mb):
         raise ValueError(f"--global-batch {gb} is not a multiple of dp x microbatch = {dp} x {mb}")
     m = gb // (dp * mb)

@@ -10,9 +10,25 @@ step's tracked peak, footprint.py; the largest rank), the first and last losses,
 of a step matched the design (design.py) on every rank, and beside them the planner's prediction for
 the same configuration (planner_bridge.py): memory per GPU, and on a GPU preset step time, bubble and
 exposed communication. results/comms_<preset>.csv holds the collectives of one step per pipeline rank,
-per mesh dimension and kind, with the design's count. A launch writes both into its run folder,
-runs/<preset>_ws<N>_tp<t>pp<p>dp<d>/, under a lock, and when complete merges its rows into results/
-(run_folders.py: other degrees' rows stay; an experiment, e.g. --steps 50, stays in runs/).
+per mesh dimension and kind, with the design's count.
+
+Where rows go (common.runner): the lab's results are unions of launches (the one-process baseline, a
+TP x PP x DP launch, another day other degrees, a GPU node its preset's files), so each launch writes into its
+own run folder under a lock,
+
+    train.py        runs/<preset>_ws<N>[_n<nodes>]_tp<t>pp<p>dp<d>[cp<c>]/   runs_<preset>.csv, comms_<preset>.csv
+    activations.py  runs/activations_<preset>_ws<N>/                         activations_<preset>.csv
+    at_scale.py     runs/at_scale/                                           at_scale*.csv
+    ranking.py      runs/ranking_cpu/                                        ranking*_cpu.csv
+
+(file names as in results/), and a complete launch of the preset's measurement settings is published by
+merging: its rows replace the rows with the same key in results/ (same degrees and variant, world size
+and nodes; same TP degree, recompute and shape; same study) and every other row stays. Degrees, schedule
+variants, the TP degrees of the activation study and the studies chosen are what a launch measures, not
+how: they never make it an experiment. Any other measurement flag does (--steps, --model, --stage-layers,
+...): the run stays in runs/ and says how to publish it. --promote replace|merge|no as everywhere;
+--resume continues an interrupted launch's folder; a fresh launch keeps an unpublished earlier one as
+runs/<name>@<UTC time>/.
 
     make parallel-3d                              # CPU: 1-rank baseline + TP2 x PP2 x DP2 on 8 gloo ranks + studies
     make parallel-3d TP=1 PP=1 DP=2 CP=2          # CPU: context parallelism, ring attention over 2 ranks
@@ -41,22 +57,22 @@ from tqdm import tqdm
 
 import planner_bridge as pb
 from comms import CollectiveLog, mesh_groups
-from common.config import parse_config
+from common.config import parse_preset
 from common.data import load_data
 from common.dist import DistInfo, distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
 from common.failures import entrypoint
 from common.hardware import GPUPreset
 from common.model import count_params, mfu
-from common.results import NoWriter, provenance
-from common.runs import RunError, RunFolder, experiment_flags, run_dir_for
+from common.results import provenance
+from common.runner import RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from common.timing import time_iterations
 from design import predicted_counts
 from engine import Batch, Engine
 from footprint import PeakTracker
 from parallelize import build_mesh
-from settings import Config, Layout, Variant, check, gpt_config, resolve, torchrun_world, variants
+from settings import (CONFIG_IGNORE, LAB, OPERATIONAL, PRESET_KEYS, Config, Layout, Variant, check, gpt_config, preset,
+                      resolve, torchrun_world, variants)
 from pipeline_stages import split_layers
-from run_folders import check_before_launch, finish, open_on_rank0, results_dir, saved_config
 
 BENCH_VERSION = "1"
 COLUMNS = ["preset", "variant", "tp", "pp", "dp", "cp", "zero", "recompute", "interleave", "schedule", "stage_layers",
@@ -69,11 +85,6 @@ KEY = ["variant", "tp", "pp", "dp", "cp", "world_size", "nnodes"]
 COMM_COLUMNS = ["preset", "variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "count", "payload_bytes", "bus_bytes",
                 "design_count"]
 COMM_KEY = ["variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "world_size", "nnodes"]
-# What a launch measures, not how: launches that differ only here are merged into the same files (run_folders.py).
-OPERATIONAL = ("gpu", "tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave", "resume", "promote", "results",
-               "timeout_s")
-CONFIG_IGNORE = ("resume", "promote", "timeout_s", "tp", "pp", "dp", "cp", "world", "zero", "recompute", "interleave",
-                 "stage_layers")
 
 
 def run_tag(preset: GPUPreset, layout: Layout, nnodes: int) -> str:
@@ -82,31 +93,27 @@ def run_tag(preset: GPUPreset, layout: Layout, nnodes: int) -> str:
     return f"{preset.run_tag(layout.world, nnodes)}_tp{layout.tp}pp{layout.pp}dp{layout.dp}{cp}"
 
 
-def result_files(preset: GPUPreset) -> list[tuple[str, list[str]]]:
-    return [(f"runs_{preset.tag}.csv", COLUMNS), (f"comms_{preset.tag}.csv", COMM_COLUMNS)]
+def run_plan(cfg: Config, hw: GPUPreset, layout: Layout, nnodes: int) -> RunPlan:
+    """The launch's run folder and its two CSVs (named as in results/, where its rows are merged)."""
+    return RunPlan.beside(cfg.results_dir(LAB), run_tag(hw, layout, nnodes),
+                          [Table(f"runs_{hw.tag}.csv", COLUMNS, KEY), Table(f"comms_{hw.tag}.csv", COMM_COLUMNS, COMM_KEY)],
+                          config=saved_config(cfg), ignore=CONFIG_IGNORE)
 
 
 def changed(cfg: Config) -> list[str]:
-    """Measurement flags that differ from the preset's (then the launch is an experiment: it stays in runs/)."""
-    return experiment_flags(cfg, resolve(Config(gpu=cfg.gpu))[0], OPERATIONAL)
+    """Measurement flags that differ from the preset's for these degrees (then the launch is an experiment: it stays
+    in runs/)."""
+    return experiment(cfg, resolve(preset(cfg.gpu, pp=cfg.pp, cp=cfg.cp))[0], OPERATIONAL)
 
 
 class Run:
     """One launch: the data, the mesh, the writers, and a measurement per variant."""
 
-    def __init__(self, cfg: Config, preset: GPUPreset, env: DistInfo, layout: Layout, data, gcfg):
-        self.cfg, self.preset, self.env, self.layout, self.data, self.gcfg = cfg, preset, env, layout, data, gcfg
+    def __init__(self, cfg: Config, hw: GPUPreset, env: DistInfo, layout: Layout, data, gcfg, writers):
+        self.cfg, self.preset, self.env, self.layout, self.data, self.gcfg = cfg, hw, env, layout, data, gcfg
         self.dtype = torch.bfloat16 if cfg.precision == "bf16" else None
         self.mesh = build_mesh(env.device.type, layout.pp, layout.dp, layout.tp, layout.cp)
-        prov, saved = provenance(env, BENCH_VERSION), saved_config(cfg)
-        self.run_dir = run_dir_for(results_dir(cfg.results), run_tag(preset, layout, env.nnodes))
-
-        def writers(folder: RunFolder):
-            return [folder.writer(name, columns, key, prov, config=saved, config_ignore=CONFIG_IGNORE)
-                    for (name, columns), key in zip(result_files(preset), (KEY, COMM_KEY))]
-
-        self.folder, made = open_on_rank0(self.run_dir, results_dir(cfg.results), cfg.resume, env.is_main, writers)
-        self.rows, self.comms = made or (NoWriter(), NoWriter())
+        self.rows, self.comms = writers  # rank 0's; NoWriter on the others
 
     def batch(self, step: int) -> Batch:
         lay, g = self.layout, self.gcfg
@@ -125,7 +132,7 @@ class Run:
         def one_step() -> None:
             losses.append(eng.step(self.batch(len(losses))))
 
-        t = time_iterations(one_step, warmup=cfg.value("warmup"), iters=cfg.value("steps"), device=dev)
+        t = time_iterations(one_step, warmup=cfg.warmup, iters=cfg.steps, device=dev)
         cuda_peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
         # One more step, instrumented: its collectives, the tracked peak and the state bytes.
         log = CollectiveLog(mesh_groups(self.mesh))
@@ -162,8 +169,8 @@ class Run:
                "mem_method": "torch.cuda.max_memory_allocated" if dev.type == "cuda"
                else "state bytes + tracked step peak (footprint.py)",
                "param_bytes": pb_, "grad_bytes": gb, "opt_bytes": ob, "loss_first": losses[0], "loss_last": losses[-1],
-               "counts_match_design": not bad, **self.prediction(v), "warmup": cfg.value("warmup"),
-               "steps": cfg.value("steps"), "timing": f"{t.method}, {t.reduction}"}
+               "counts_match_design": not bad, **self.prediction(v), "warmup": cfg.warmup,
+               "steps": cfg.steps, "timing": f"{t.method}, {t.reduction}"}
         return row, comm_rows
 
     def schedule_name(self, v: Variant) -> str:
@@ -203,14 +210,8 @@ class Run:
         dist.gather_object(mine, gathered, dst=0)
         return [r for rows in (gathered or []) for r in rows]
 
-    def run(self) -> None:
-        try:
-            self.measure_all()
-        except BaseException:
-            finish(self.folder, complete=False, changed=changed(self.cfg), promote=self.cfg.promote)
-            raise
-        complete = all(self.rows.done(self.key(v)) for v in variants(self.cfg))
-        finish(self.folder, complete=complete, changed=changed(self.cfg), promote=self.cfg.promote)
+    def complete(self) -> bool:
+        return all(self.rows.done(self.key(v)) for v in variants(self.cfg))
 
     def measure_all(self) -> None:
         env = self.env
@@ -240,26 +241,27 @@ def describe_model(g) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(Config, argv, description=__doc__.split("\n\n")[0], prog="train.py")
+    cfg = parse_preset(Config, argv, preset, PRESET_KEYS, description=__doc__.split("\n\n")[0], prog="train.py")
     try:
-        cfg, preset = resolve(cfg)
+        cfg, hw = resolve(cfg)
         data = load_data(cfg.data or None, max_bytes=2 << 20)
         gcfg = gpt_config(cfg, data.vocab_size)
         layout = check(cfg, gcfg, torchrun_world(cfg))
         if layout.world > 1 and not launched_by_torchrun() and os.environ.get("DT_CHECK_ARGS") != "1":
             raise ValueError(f"{degrees(layout)} needs {layout.world} ranks: launch it with torchrun (make parallel-3d "
                              f"TP={layout.tp} PP={layout.pp} DP={layout.dp} CP={layout.cp})")
-        if not launched_by_torchrun():  # make's check pass, or this plain process before it opens the folder
-            results = results_dir(cfg.results)
-            check_before_launch(run_dir_for(results, run_tag(preset, layout, planned_world()[2])), cfg.resume,
-                                result_files(preset), saved_config(cfg), CONFIG_IGNORE)
-    except (ValueError, RunError) as e:  # before any process group: one line, exit 2, nothing written
+        check_before_launch(run_plan(cfg, hw, layout, planned_world()[2]), cfg)  # make's check pass, or this process
+    except ValueError as e:  # before any process group: one line, exit 2, nothing written
         fail(str(e), code=2)
-    with distributed(device="cpu" if preset.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
+    with distributed(device="cpu" if hw.name == "cpu" else "auto", timeout_s=cfg.timeout_s) as env:
         print0(f"parallel-3d: {degrees(layout)} = {env.world_size} ranks "
-               f"({env.nnodes} node(s), {env.backend}, {preset.label}), model {describe_model(gcfg)}, "
+               f"({env.nnodes} node(s), {env.backend}, {hw.label}), model {describe_model(gcfg)}, "
                f"{layout.num_microbatches} micro-batches of {layout.microbatch}")
-        Run(cfg, preset, env, layout, data, gcfg).run()
+        with open_run(run_plan(cfg, hw, layout, env.nnodes), cfg, env, provenance(env, BENCH_VERSION), changed(cfg),
+                      preset_publishes="merge") as out:
+            run = Run(cfg, hw, env, layout, data, gcfg, out.writers)
+            run.measure_all()
+            out.complete = run.complete()
     return 0
 
 

@@ -20,7 +20,9 @@ and sequence parallelism off and on:
 Times are medians over iterations of the max over ranks (common.timing), the implementations
 interleaved iteration by iteration so that drift on a shared machine hits both alike. First the
 runner writes the correctness grid (verify.correctness_grid) to results/correctness_<tag>.csv;
-then the timings to results/bench_<tag>.csv, row by row (--resume continues a killed sweep).
+then the timings to results/bench_<tag>.csv, row by row (--resume continues a killed sweep). The
+runner is cp-attention's too (common/attention_sweep.py); the presets are functions, cpu() and cuda()
+(--gpu picks one, every other flag overrides it; --help shows its values).
 
     make tp-attention                        # CPU: 4 gloo ranks (t = 1, 2, 4), then the report
     make tp-attention-gpu GPU=h100           # 1 GPU: t = 1, ours vs the plain block vs DTensor
@@ -39,38 +41,26 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from tqdm import tqdm
+from torch.distributed.device_mesh import DeviceMesh
 
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, from_rank0, launched_by_torchrun, planned_world, print0
+from common.attention_flags import SweepFlags, divisor_degrees
+from common.attention_sweep import Sweep, fill, for_hardware, run_sweep, time_interleaved
+from common.collective_calls import describe
+from common.dist import DistInfo
 from common.failures import entrypoint
-from common.hardware import device_kind, get_preset
-from common.results import NoWriter, SchemaMismatch, check_resume, provenance
-from common.runs import PROMOTE_CHOICES, RunError, RunFolder, check_free, check_resumable, experiment_flags, run_dir_for
-from common.timing import time_iterations
+from common.runner import Table
 from dtensor_tp import dtensor_parallel
 from mappings import TPGroup, without_communication
 from tp_block import tensor_parallel
 from tp_config import VerifyConfig, check_tp_shape
 from verify import CheckResult, build_reference, check, correctness_grid
 
-BENCH_VERSION = "1"
-RESULTS = Path(__file__).resolve().parent / "results"
-# Sweeps per kind of machine; any flag given on the command line wins. GPU shapes are Llama-like
-# (head_dim 128, d = 2048..8192); CPU shapes are small enough for 4 ranks on 2 cores.
-PRESETS = {
-    "cpu": dict(seq_lens=(64, 128, 256), d_models=(128, 256, 384), seq_len=128, d_model=256, head_dim=32, batch=4,
-                dtype="float32", warmup=2, iters=5),
-    "cuda": dict(seq_lens=(1024, 2048, 4096), d_models=(2048, 4096, 8192), seq_len=2048, d_model=4096, head_dim=128,
-                 batch=4, dtype="bfloat16", warmup=5, iters=20),
-}
-
+LAB = Path(__file__).resolve().parent
 
 # The CSVs' columns; the first 5 / 4 are the row keys (what --resume skips on).
 CORRECTNESS_COLUMNS = ["case", "impl", "tp", "sp", "dtype", "n_heads", "n_kv_heads", "d_model", "seq_len", "batch",
@@ -84,44 +74,22 @@ BENCH_COLUMNS = ["tp", "sp", "seq_len", "d_model", "n_heads", "head_dim", "batch
                  "comm_bytes_dtensor", "comm_bytes_analytic", "iters", "timing"]
 
 
-@dataclass(frozen=True)
-class BenchConfig:
-    gpu: str = field(default="auto", metadata={"help": "preset (common/hardware.py); cpu = CPU + gloo"})
-    tp: tuple[int, ...] = field(default=(), metadata={"help": "TP degrees (default: 1, 2, 4, ... up to the ranks)"})
-    seq_lens: tuple[int, ...] = field(default=(), metadata={"help": "sequence lengths swept at --d-model"})
-    d_models: tuple[int, ...] = field(default=(), metadata={"help": "hidden sizes swept at --seq-len"})
-    seq_len: int | None = field(default=None, metadata={"help": "sequence length held while d_model varies"})
-    d_model: int | None = field(default=None, metadata={"help": "hidden size held while seq_len varies"})
-    head_dim: int | None = field(default=None, metadata={"help": "n_heads = d_model / head_dim (MHA)"})
-    batch: int | None = field(default=None, metadata={"help": "batch size b"})
-    dtype: Literal["float32", "bfloat16"] | None = field(default=None, metadata={"help": "parameter dtype"})
-    warmup: int | None = field(default=None, metadata={"help": "untimed iterations per implementation"})
-    iters: int | None = field(default=None, metadata={"help": "timed iterations per implementation"})
-    correctness: bool = field(default=True, metadata={"help": "write the correctness grid first"})
-    require_gpu: bool = field(default=False, metadata={"help": "refuse to run without CUDA (make tp-attention-gpu)"})
-    out_dir: str = field(default="", metadata={"help": "where finished CSVs go (default: results/ in this lab; the "
-                                                      "run writes into ../runs/<preset>_ws<ranks>/ first)"})
-    resume: bool = field(default=False, metadata={"help": "continue the run folder's sweep: done rows are skipped"})
-    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results/ for a preset run, "
-                                                           "keep an experiment in runs/), replace, merge, no",
-                                                   "choices": PROMOTE_CHOICES})
-    # (None means: the preset's value; the resolved config is what gets saved beside the CSV)
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(SweepFlags):
+    DEGREE = "tp"
+    tp: tuple[int, ...] = field(metadata={"help": "TP degrees (the preset's: 1, 2, 4, ... up to the ranks)"})
+    d_models: tuple[int, ...] = field(metadata={"help": "hidden sizes swept at --seq-len"})
+    seq_len: int = field(metadata={"help": "sequence length held while d_model varies (--seq-lens: at --d-model)"})
+    d_model: int = field(metadata={"help": "hidden size held while seq_len varies"})
 
     def __post_init__(self):
-        for name in ("seq_len", "d_model", "head_dim", "batch", "iters"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        for name in ("seq_lens", "d_models"):
-            if any(v < 1 for v in getattr(self, name)):
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.warmup is not None and self.warmup < 0:
-            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
-        if self.head_dim is not None:
-            for d in (*self.d_models, *([self.d_model] if self.d_model else [])):
-                if d % self.head_dim:
-                    raise ValueError(f"every d_model must be a multiple of --head-dim {self.head_dim}, got {d}")
-        if any(t < 1 for t in self.tp):
-            raise ValueError(f"--tp degrees must be positive, got {self.tp}")
+        super().__post_init__()
+        if self.seq_len < 1 or self.d_model < 1 or not self.d_models or min(self.d_models) < 1:
+            raise ValueError("--seq-len, --d-model and --d-models must be positive")
+        for d in (*self.d_models, self.d_model):
+            if d % self.head_dim:
+                raise ValueError(f"every d_model must be a multiple of --head-dim {self.head_dim} (n_heads = d_model / "
+                                 f"head_dim, MHA), got {d}")
 
     def shapes(self) -> list[tuple[int, int]]:
         """(seq_len, d_model) pairs: the sequence sweep at d_model, then the hidden sweep at seq_len."""
@@ -129,28 +97,28 @@ class BenchConfig:
         return list(dict.fromkeys(pairs))
 
 
-def resolve(cfg: BenchConfig, kind: str, world: int) -> BenchConfig:
-    """Fill the preset's defaults and check every (t, shape) of the sweep; ValueError on bad input."""
-    preset = PRESETS[kind]
-    filled = {k: (v if getattr(cfg, k) in (None, ()) else getattr(cfg, k)) for k, v in preset.items()}
-    tps = cfg.tp or tuple(t for t in (1, 2, 4, 8, 16, 32, 64) if world % t == 0)
-    gpu = get_preset(cfg.gpu).name  # auto -> cpu, h100, ...
-    cfg = dataclasses.replace(cfg, tp=tps, gpu=gpu, out_dir=cfg.out_dir or str(RESULTS), **filled)
-    bad = [d for _, d in cfg.shapes() if d % cfg.head_dim]
-    if bad:
-        raise ValueError(f"hidden size {bad[0]} is not a multiple of the head size {cfg.head_dim} (--head-dim; "
-                         f"n_heads = d_model / head_dim); use multiples of {cfg.head_dim}")
+# CPU shapes are small enough for 4 ranks on 2 cores; GPU shapes are Llama-like (head_dim 128, d = 2048..8192).
+def cpu(world: int) -> BenchConfig:
+    return BenchConfig(gpu="cpu", tp=divisor_degrees(world), seq_lens=(64, 128, 256), d_models=(128, 256, 384),
+                       seq_len=128, d_model=256, head_dim=32, batch=4, dtype="float32", warmup=2, iters=5)
+
+
+def cuda(world: int) -> BenchConfig:
+    return BenchConfig(gpu="h100", tp=divisor_degrees(world), seq_lens=(1024, 2048, 4096),
+                       d_models=(2048, 4096, 8192), seq_len=2048, d_model=4096, head_dim=128, batch=4, dtype="bfloat16",
+                       warmup=5, iters=20)
+
+
+def preset(gpu: str = "auto") -> BenchConfig:
+    return for_hardware(gpu, cpu, cuda)
+
+
+def check_shapes(cfg: BenchConfig, world: int) -> None:
+    """Every (t, shape) of the sweep splits t ways (tp_config.check_tp_shape); ValueError on bad input."""
     for t in cfg.tp:
-        if world % t:
-            raise ValueError(f"--tp {t} must divide the number of ranks ({world}; NPROC x NNODES)")
         for s, d in cfg.shapes():
             h = d // cfg.head_dim
             check_tp_shape(tp=t, n_heads=h, n_kv_heads=h, d_model=d, d_ff=4 * d, seq_len=s, sequence_parallel=t > 1)
-    return cfg
-
-
-def _fmt_counts(counts: dict[str, int]) -> str:
-    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items())) or "none"
 
 
 def correctness_row(case: str, res: CheckResult) -> dict:
@@ -160,9 +128,9 @@ def correctness_row(case: str, res: CheckResult) -> dict:
             "n_kv_heads": c.n_kv_heads, "d_model": c.d_model, "seq_len": c.seq_len, "batch": c.batch, "bias": c.bias,
             "fused_qkv": c.fused_qkv, "err_output": res.errors["output"], "err_input_grad": res.errors["input_grad"],
             "err_params_max": worst_err, "worst_param": worst, "tolerance": res.tolerance,
-            "reference_vs_fp32": res.reference_vs_fp32, "fwd_collectives": _fmt_counts(res.collectives.forward),
-            "bwd_collectives": _fmt_counts(res.collectives.backward),
-            "grad_sync_collectives": _fmt_counts(res.collectives.grad_sync),
+            "reference_vs_fp32": res.reference_vs_fp32, "fwd_collectives": describe(res.collectives.forward),
+            "bwd_collectives": describe(res.collectives.backward),
+            "grad_sync_collectives": describe(res.collectives.grad_sync),
             "comm_bytes_measured": res.comm_bytes_measured, "comm_bytes_analytic": res.comm_bytes_analytic,
             "counts_ok": res.counts_ok, "pass": res.passed}
 
@@ -186,18 +154,6 @@ def _compute_only(step: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def time_interleaved(steps: dict[str, Callable[[], None]], cfg: BenchConfig, device: torch.device) -> dict[str, float]:
-    """Median seconds per step for each implementation, timed in turn, one iteration each per round."""
-    for step in steps.values():
-        for _ in range(cfg.warmup):
-            step()
-    samples: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(cfg.iters):
-        for name, step in steps.items():
-            samples[name] += time_iterations(step, warmup=0, iters=1, device=device).samples_s
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
 def bench_row(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int, d: int, sp: bool) -> dict:
     tp = TPGroup.of(mesh.get_group())
     heads = d // cfg.head_dim
@@ -213,7 +169,7 @@ def bench_row(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int
         steps["ref"] = _step(ref, *_inputs(vcfg, tp, device))
     else:
         steps["compute"] = _compute_only(steps["ours"])
-    t = {k: v * 1e3 for k, v in time_interleaved(steps, cfg, device).items()}
+    t = {k: statistics.median(v) * 1e3 for k, v in time_interleaved(steps, cfg.warmup, cfg.iters, device).items()}
     compute_ms = t.get("compute", t["ours"])  # at t = 1 there is no communication
     return {"tp": tp.size, "sp": sp, "seq_len": seq, "d_model": d, "n_heads": heads, "head_dim": cfg.head_dim,
             "batch": cfg.batch, "dtype": cfg.dtype, "ref_ms": t.get("ref"), "ours_ms": t["ours"],
@@ -222,10 +178,10 @@ def bench_row(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int
             "ours_over_ref": t["ours"] / t["ref"] if "ref" in t else None,
             "ours_max_rel_err": ours_res.max_err, "dtensor_max_rel_err": dt_res.max_err,
             "tolerance": ours_res.tolerance, "verified": ours_res.passed and dt_res.passed,
-            "ours_fwd_collectives": _fmt_counts(ours_res.collectives.forward),
-            "ours_bwd_collectives": _fmt_counts(ours_res.collectives.backward),
-            "dtensor_fwd_collectives": _fmt_counts(dt_res.collectives.forward),
-            "dtensor_bwd_collectives": _fmt_counts(dt_res.collectives.backward),
+            "ours_fwd_collectives": describe(ours_res.collectives.forward),
+            "ours_bwd_collectives": describe(ours_res.collectives.backward),
+            "dtensor_fwd_collectives": describe(dt_res.collectives.forward),
+            "dtensor_bwd_collectives": describe(dt_res.collectives.backward),
             "comm_bytes_ours": ours_res.comm_bytes_measured, "comm_bytes_dtensor": dt_res.comm_bytes_measured,
             "comm_bytes_analytic": ours_res.comm_bytes_analytic,
             "iters": cfg.iters, "timing": f"median of {cfg.iters}, max over {dist.get_world_size()} ranks"}
@@ -238,94 +194,31 @@ def _inputs(vcfg: VerifyConfig, tp: TPGroup, device: torch.device) -> tuple[torc
     return torch.randn(shape, device=device, dtype=dtype), torch.randn(shape, device=device, dtype=dtype)
 
 
-OPERATIONAL = ("gpu", "correctness", "require_gpu", "out_dir", "resume", "promote")
-CONFIG_IGNORE = ("resume", "promote", "out_dir")
+def tables(cfg: BenchConfig, tag: str) -> list[Table | None]:
+    """correctness_<tag>.csv (none with --no-correctness: a header without rows is not a result), bench_<tag>.csv."""
+    return [Table(f"correctness_{tag}.csv", CORRECTNESS_COLUMNS, CORRECTNESS_COLUMNS[:5]) if cfg.correctness else None,
+            Table(f"bench_{tag}.csv", BENCH_COLUMNS, BENCH_COLUMNS[:4])]
 
 
-def tag_of(cfg: BenchConfig, world: int, nnodes: int = 1) -> str:
-    """e.g. cpu_ws4, h100_ws8: names the CSVs and the run folder."""
-    return get_preset(cfg.gpu).run_tag(world, nnodes)
+def measure(cfg: BenchConfig, env: DistInfo, meshes: dict[int, DeviceMesh], writers: list) -> None:
+    """The correctness grid at every t, then a timing row per (t, shape, SP off/on)."""
+    corr, bench = writers
+    if cfg.correctness:
+        fill(corr, [(t, case, v) for t in cfg.tp for case, v in correctness_grid(t)], "correctness",
+             key=lambda g: {"case": g[1], "impl": g[2].impl, "tp": g[0], "sp": g[2].sp, "dtype": g[2].dtype},
+             rows=lambda g: [correctness_row(g[1], check(g[2], meshes[g[0]], env.device))])
+    fill(bench, [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))],
+         "timing", key=lambda r: {"tp": r[0], "sp": r[3], "seq_len": r[1], "d_model": r[2]},
+         rows=lambda r: [bench_row(cfg, meshes[r[0]], env.device, r[1], r[2], r[3])])
 
 
-def check_before_launch(cfg: BenchConfig, world: int, nnodes: int) -> None:
-    """Run folder free; a --resume has a run folder whose CSVs match this sweep's columns and config."""
-    tag = tag_of(cfg, world, nnodes)
-    run_dir = run_dir_for(Path(cfg.out_dir), tag)
-    check_free(run_dir)
-    if cfg.resume:
-        check_resumable(run_dir)
-        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}
-        for name, columns in (("correctness", CORRECTNESS_COLUMNS), ("bench", BENCH_COLUMNS)):
-            check_resume(run_dir / f"{name}_{tag}.csv", columns, saved, CONFIG_IGNORE)
+# Flags that change no row (with the run flags and --require-gpu: common.runner.experiment).
+SWEEP = Sweep("tp-attention", LAB, "tp", BenchConfig, preset, check_shapes, tables, measure,
+              lambda cfg: f"t in {cfg.tp}, {len(cfg.shapes())} shapes, {cfg.dtype}", operational=("correctness",))
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(BenchConfig, argv, description=__doc__, prog="bench.py")
-    world, _, nnodes = planned_world()
-    try:
-        kind = device_kind(get_preset(cfg.gpu))
-        if cfg.require_gpu and kind != "cuda":
-            raise ValueError("this target measures a GPU and torch sees none (CPU runs: make tp-attention)")
-        changed = experiment_flags(resolve(cfg, kind, world), resolve(BenchConfig(gpu=cfg.gpu), kind, world),
-                                OPERATIONAL)
-        cfg = resolve(cfg, kind, world)
-        if not launched_by_torchrun():
-            check_before_launch(cfg, world, nnodes)
-    except (ValueError, RunError) as e:
-        fail(str(e), 2)
-    with distributed(device=kind) as env:
-        torch.set_float32_matmul_precision("highest")
-        tag = tag_of(cfg, env.world_size, env.nnodes)  # e.g. cpu_ws4, h100_ws8
-        prov, main_rank = provenance(env, BENCH_VERSION), env.rank == 0
-        saved = {k: v for k, v in config_dict(cfg).items() if k != "out_dir"}  # no machine paths in results/
-        meshes = {t: init_device_mesh(kind, (env.world_size // t, t), mesh_dim_names=("replica", "tp"))["tp"]
-                  for t in cfg.tp}
-        folder, error, corr, bench = None, None, None, None
-        if main_rank:
-            try:
-                folder = RunFolder.open(run_dir_for(Path(cfg.out_dir), tag), Path(cfg.out_dir),
-                                        "resume" if cfg.resume else "fresh")
-                def writer(name, columns, key):
-                    return folder.writer(f"{name}_{tag}.csv", columns, columns[:key], prov, config=saved,
-                                         config_ignore=CONFIG_IGNORE)
-                # --no-correctness: no correctness file at all (a header without rows is not a result)
-                corr = writer("correctness", CORRECTNESS_COLUMNS, 5) if cfg.correctness else None
-                bench = writer("bench", BENCH_COLUMNS, 4)
-            except (SchemaMismatch, RunError) as e:
-                error = str(e)
-                if folder is not None:
-                    folder.close()
-        if (error := from_rank0(error)) is not None:
-            fail(error, 2)
-        corr, bench = corr or NoWriter(), bench or NoWriter()
-        print0(f"tp-attention: {env.world_size} ranks on {env.device} ({env.backend}), t in {cfg.tp}, "
-               f"{len(cfg.shapes())} shapes, {cfg.dtype}" + (f" -> {folder.path}" if folder else ""))
-        try:
-            n_runs = _measure(cfg, env, meshes, corr, bench, main_rank)
-        except BaseException:
-            if folder is not None:
-                folder.finish(complete=False, changed=changed)
-            raise
-        print0(f"measured {n_runs} timing rows")
-        if folder is not None:
-            for line in folder.finish(complete=True, changed=changed, promote=cfg.promote):
-                print(line, flush=True)
-    return 0
-
-
-
-def _measure(cfg: BenchConfig, env, meshes, corr, bench, main_rank: bool) -> int:
-    if cfg.correctness:
-        grid = [(t, case, v) for t in cfg.tp for case, v in correctness_grid(t)]
-        for t, case, vcfg in tqdm(grid, desc="correctness", disable=True if not main_rank else None):
-            row_key = {"case": case, "impl": vcfg.impl, "tp": t, "sp": vcfg.sp, "dtype": vcfg.dtype}
-            if not from_rank0(corr.done(row_key)):
-                corr.write(correctness_row(case, check(vcfg, meshes[t], env.device)))
-    runs = [(t, s, d, sp) for s, d in cfg.shapes() for t in cfg.tp for sp in ((False, True) if t > 1 else (False,))]
-    for t, s, d, sp in tqdm(runs, desc="timing", disable=True if not main_rank else None):
-        if not from_rank0(bench.done({"tp": t, "sp": sp, "seq_len": s, "d_model": d})):
-            bench.write(bench_row(cfg, meshes[t], env.device, s, d, sp))
-    return len(runs)
+    return run_sweep(SWEEP, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,11 @@
     fwd.counts        # {"all_reduce": 2}
     fwd.wire_bytes    # bytes each rank sends, under the ring algorithm
 
-A TorchDispatchMode sees every operator, including the c10d ops behind torch.distributed's
-all_reduce / all_gather_single / reduce_scatter_single and the _c10d_functional ops DTensor
-issues, forward and backward alike; it is what CommDebugMode (torch.distributed.tensor.debug)
-is built on. Counting there, rather than inside our own f and g, also catches a collective we
-did not mean to issue. Anything collective that is not one of the three kinds below is counted
-under its own op name, so nothing hides.
+Counted at the dispatcher (common/collective_calls.py), which sees the c10d ops behind
+torch.distributed's all_reduce / all_gather_single / reduce_scatter_single and the _c10d_functional
+ops DTensor issues, forward and backward alike. Counting there, rather than inside our own f and g,
+also catches a collective we did not mean to issue: anything collective that is not one of the
+three kinds below is counted under its own op name, so nothing hides.
 
 Bytes: each collective's *full* tensor N (all-reduce: the tensor; all-gather: the gathered
 output; reduce-scatter: the input before scattering) is read off the op's arguments and result,
@@ -27,20 +26,12 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-# Entering a dispatch mode imports torch._dynamo lazily (seconds); importing it here once lets forked ranks share it.
-import torch._dynamo  # noqa: F401
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from common.collective_calls import CollectiveCalls
 from common.collective_cost import busbw_factor
 
-_KINDS = {
-    "allreduce_": "all_reduce", "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
-    "all_gather_into_tensor_out": "all_gather",
-    "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-}
-_NOT_COLLECTIVES = {"wait_tensor", "_wrap_tensor_autograd"}  # bookkeeping ops of the functional collectives
+RING = ("all_reduce", "all_gather", "reduce_scatter")  # the kinds a ring moves busbw_factor x the full tensor for
 
 
 def tp_bytes_per_layer(batch: int, seq_len: int, d_model: int, tp: int, elem_bytes: int) -> float:
@@ -53,27 +44,19 @@ def tp_bytes_per_layer(batch: int, seq_len: int, d_model: int, tp: int, elem_byt
     return 8.0 * batch * seq_len * d_model * (tp - 1) / tp * elem_bytes
 
 
-class CommCounter(TorchDispatchMode):
+class CommCounter(CollectiveCalls):
     """Counts collectives by kind and sums their full-tensor bytes while active (see the module doc)."""
 
     def __init__(self, tp: int):
         super().__init__()
         self.tp = tp
-        self.counts: Counter[str] = Counter()
         self.tensor_bytes: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func.namespace in ("c10d", "_c10d_functional"):
-            name = func._overloadpacket.__name__
-            if name not in _NOT_COLLECTIVES:
-                kind = _KINDS.get(name, name)
-                self.counts[kind] += 1
-                tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
-                self.tensor_bytes[kind] += max((t.numel() * t.element_size() for t in tensors), default=0)
-        return out
+    def seen(self, kind: str, name: str, args: tuple, kwargs: dict, out) -> None:
+        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        self.tensor_bytes[kind] += max((t.numel() * t.element_size() for t in tensors), default=0)
 
     @property
     def wire_bytes(self) -> float:
         """Bytes each rank sends for the counted collectives under the ring algorithm."""
-        return sum(n * busbw_factor(kind, self.tp) for kind, n in self.tensor_bytes.items() if kind in _KINDS.values())
+        return sum(n * busbw_factor(kind, self.tp) for kind, n in self.tensor_bytes.items() if kind in RING)

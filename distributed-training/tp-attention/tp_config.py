@@ -15,11 +15,11 @@ starts, so bad input is one line and exit 2 rather than N ranks failing inside t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Literal
 
-from common.config import parse_config
+from common.attention_flags import VerifyFlags, ranks_started
+from common.config import parse_preset
 
 
 DTYPES = ("float32", "bfloat16")
@@ -49,32 +49,21 @@ def check_tp_shape(*, tp: int, n_heads: int, n_kv_heads: int, d_model: int, d_ff
         raise ValueError(f"seq_len ({seq_len}) must be divisible by tp ({tp}) with sequence parallelism")
 
 
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 @dataclass(frozen=True)
-class VerifyConfig:
-    tp: int = field(default_factory=_world_size,
+class VerifyConfig(VerifyFlags):
+    tp: int = field(default_factory=ranks_started,
                     metadata={"help": "TP degree; default: the ranks torchrun started (more ranks: replicas)"})
-    n_heads: int = field(default=16, metadata={"help": "query heads"})
-    n_kv_heads: int = field(default=8, metadata={"help": "key/value heads (< n_heads: grouped-query attention)"})
     d_model: int = field(default=256, metadata={"help": "hidden size h"})
     d_ff: int | None = field(default=None, metadata={"help": "MLP hidden units (None: 4*d_model)"})
-    seq_len: int = field(default=64, metadata={"help": "sequence length s"})
-    batch: int = field(default=2, metadata={"help": "batch size b"})
     dtype: Literal["float32", "bfloat16"] = field(default="float32", metadata={"help": "parameter/compute dtype"})
     sp: bool = field(default=False, metadata={"help": "sequence parallelism (all-gather/reduce-scatter)"})
     fused_qkv: bool = field(default=False, metadata={"help": "one fused QKV weight, sharded per head group"})
     bias: bool = field(default=False, metadata={"help": "linear and LayerNorm biases"})
     module: Literal["block", "attn", "mlp"] = field(default="block", metadata={"help": "what to check"})
     impl: Literal["ours", "dtensor", "dtensor-naive"] = field(default="ours", metadata={"help": "implementation"})
-    seed: int = field(default=0, metadata={"help": "seed for weights and inputs (same on every rank)"})
-    gpu: str = field(default="auto", metadata={"help": "preset (common/hardware.py); cpu = CPU + gloo"})
 
     def __post_init__(self):
-        if self.batch < 1:
-            raise ValueError(f"batch must be positive, got {self.batch}")
+        super().__post_init__()
         if self.impl == "dtensor-naive" and self.sp:
             raise ValueError("impl dtensor-naive has no sequence-parallel plan; use impl dtensor with --sp")
         if self.fused_qkv and self.module == "mlp":
@@ -87,5 +76,10 @@ class VerifyConfig:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
 
+def verify_preset() -> VerifyConfig:
+    """The verify command's defaults: 16 query heads over 8 K/V heads (grouped-query attention), t = the ranks."""
+    return VerifyConfig(n_heads=16, n_kv_heads=8)
+
+
 if __name__ == "__main__":
-    parse_config(VerifyConfig, description=__doc__, prog="tp_config.py")
+    parse_preset(VerifyConfig, None, verify_preset, keys=(), description=__doc__, prog="tp_config.py")

@@ -32,7 +32,6 @@ bad input.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -40,20 +39,20 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
 from comm_count import CommCounter, tp_bytes_per_layer
-from common.config import config_dict, parse_config
-from common.dist import distributed, fail, planned_world, print0, reduce_across_ranks
+from common.attention_sweep import verify_main
+from common.config import config_dict
+from common.dist import reduce_across_ranks
 from common.failures import entrypoint
-from common.hardware import device_kind, get_preset
 from common.model import MLP, Attention, Block, GPTConfig
 from dtensor_tp import dtensor_parallel
 from layers import sync_sequence_parallel_grads
 from mappings import TPGroup
 from tp_block import tensor_parallel
-from tp_config import VerifyConfig
+from tp_config import VerifyConfig, verify_preset
 
 FP32_TOLERANCE = 1e-5
 
@@ -261,20 +260,7 @@ def correctness_grid(tp: int) -> list[tuple[str, VerifyConfig]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(VerifyConfig, argv, description=__doc__, prog="verify.py")
-    world = planned_world()[0]  # checked before any rank starts (common.launch's check pass)
-    try:
-        kind = device_kind(get_preset(cfg.gpu))
-        if world % cfg.tp:
-            raise ValueError(f"--tp {cfg.tp} must divide the number of ranks ({world}); the rest are replicas")
-    except ValueError as e:
-        fail(str(e), 2)
-    torch.set_float32_matmul_precision("highest")  # no TF32 on GPU: fp32 must mean fp32 here
-    with distributed(device=kind) as env:
-        mesh = init_device_mesh(kind, (env.world_size // cfg.tp, cfg.tp), mesh_dim_names=("replica", "tp"))
-        result = check(cfg, mesh["tp"], env.device)
-        print0(json.dumps(result.as_json()))
-    return 0 if result.passed else 1
+    return verify_main(VerifyConfig, verify_preset, "tp", check, argv, __doc__)
 
 
 if __name__ == "__main__":

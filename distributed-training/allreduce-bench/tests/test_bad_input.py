@@ -14,7 +14,7 @@ import nccl_tests
 import overhead
 import report
 from common.runs import RunFolder
-from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(bench.__file__).resolve().parent
 NO_GPU = no_gpu_mark()
@@ -49,29 +49,29 @@ def test_runner(argv, needle, capsys):
 @pytest.fixture(scope="module")
 def earlier_run(tmp_path_factory) -> Path:
     """A finished tiny sweep's run folder (an experiment: kept in runs/), to resume against."""
-    out = tmp_path_factory.mktemp("arb") / "results" / "s.csv"
+    results = tmp_path_factory.mktemp("arb") / "results"
     assert bench.main(["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", "2K", "--iters", "2",
-                       "--min-iters", "1", "--target-ms", "1", "--no-topology", "--out", str(out)]) == 0
-    return out
+                       "--min-iters", "1", "--target-ms", "1", "--no-topology", "--results", str(results)]) == 0
+    return results
 
 
 def test_resume_with_nothing_to_resume(tmp_path, capsys):
-    expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--resume", "--out", str(tmp_path / "r" / "s.csv")]),
+    expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--resume", "--results", str(tmp_path / "r")]),
                      "--resume: nothing to resume", capsys, watch=[tmp_path])
 
 
 def test_resume_under_another_config(earlier_run, capsys):
     argv = ["--gpu", "cpu", "--collectives", "all_reduce", "--max-bytes", "4K", "--iters", "2", "--min-iters", "1",
-            "--target-ms", "1", "--no-topology", "--out", str(earlier_run), "--resume"]
+            "--target-ms", "1", "--no-topology", "--results", str(earlier_run), "--resume"]
     expect_bad_input(lambda: bench.main(argv), "the config changed (max_bytes: '2K' -> '4K')", capsys,
-                     watch=[earlier_run.parent.parent])
+                     watch=[earlier_run.parent])
 
 
 def test_a_second_run_on_a_folder_in_use(tmp_path, capsys):
-    out = tmp_path / "results" / "s.csv"
-    held = RunFolder.open(bench.run_folder_path(out), out.parent)
+    held = RunFolder.open(tmp_path / "runs" / "sweep_cpu_ws1", tmp_path / "results")
     try:
-        expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--out", str(out)]), "being written by another run",
+        expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--results", str(tmp_path / "results")]),
+                         "being written by another run",
                          capsys, watch=[tmp_path])
     finally:
         held.close()

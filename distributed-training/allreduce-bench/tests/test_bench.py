@@ -17,7 +17,7 @@ from common.collective_cost import COLLECTIVES, busbw_factor
 from common.dist import DistInfo, distributed
 from common.hardware import PRESETS
 from common.results import PROVENANCE_COLUMNS
-from common.testing import RankFailed, run_ranks
+from testkit import RankFailed, run_ranks
 
 FAST = dict(iters=2, min_iters=1, warmup=1, target_ms=1.0, topology=False, promote="replace")
 
@@ -32,8 +32,8 @@ def _sweep(env, cfg):
 
 
 def test_four_rank_sweep_of_every_collective_and_dtype(tmp_path):
-    out = tmp_path / "results" / "sweep.csv"
-    cfg = bench.Config(min_bytes="1K", max_bytes="4K", dtypes=("fp32", "bf16", "fp16"), out=str(out), **FAST)
+    out = tmp_path / "results" / "sweep_cpu_ws4_n2.csv"
+    cfg = bench.Config(min_bytes="1K", max_bytes="4K", dtypes=("fp32", "bf16", "fp16"), results=str(out.parent), **FAST)
     # LOCAL_WORLD_SIZE=2: the ranks see what two torchrun agents with 2 workers each would set.
     assert run_ranks(_sweep, 4, cfg, env={"LOCAL_WORLD_SIZE": "2"}) == [0, 0, 0, 0]
     rows = _rows(out)
@@ -55,7 +55,7 @@ def test_four_rank_sweep_of_every_collective_and_dtype(tmp_path):
     assert counts["all_reduce", "fp32", "1024"] == "256" and counts["all_gather", "fp32", "1024"] == "64"
     assert counts["all_to_all", "bf16", "4096"] == "512" and counts["reduce_scatter", "fp16", "2048"] == "256"
     env = DistInfo(0, 0, 4, 2, None, "gloo")
-    assert bench.sweep_path(bench.Config(), env, PRESETS["cpu"]).name == "sweep_cpu_ws4_n2.csv"
+    assert bench.sweep_path(bench.cpu(), env, PRESETS["cpu"]).name == "sweep_cpu_ws4_n2.csv"
 
 
 def _stuck_rank_1(env, cfg):
@@ -70,17 +70,17 @@ def _stuck_rank_1(env, cfg):
 
 
 def test_stuck_rank_times_out_keeps_rows_and_resume_finishes(tmp_path, capfd):
-    out = tmp_path / "results" / "sweep.csv"
+    out = tmp_path / "results" / "sweep_cpu_ws2.csv"
     out.parent.mkdir()
     out.write_text("the committed sweep\n")
-    cfg = bench.Config(collectives=("all_reduce",), min_bytes="1K", max_bytes="2K", out=str(out), timeout_s=1.0,
-                       **FAST)
+    cfg = bench.Config(collectives=("all_reduce",), min_bytes="1K", max_bytes="2K", results=str(out.parent),
+                       timeout_s=1.0, **FAST)
     t0 = time.monotonic()
     codes = run_ranks(_stuck_rank_1, 2, cfg, timeout_s=60)
     assert codes[0] == 4 and time.monotonic() - t0 < 20
     err = capfd.readouterr().err
     assert "error: all_reduce of 2K fp32 failed" in err and "--resume" in err
-    first = _rows(tmp_path / "runs" / "sweep" / "sweep.csv")
+    first = _rows(tmp_path / "runs" / "sweep_cpu_ws2" / "sweep_cpu_ws2.csv")
     assert [r["size_bytes"] for r in first] == ["1024"]  # the row measured before the failure stays in runs/
     assert out.read_text() == "the committed sweep\n"  # and results/ is untouched by the failed run
     again = bench.Config(**{**cfg.__dict__, "resume": True})
@@ -92,12 +92,12 @@ def test_stuck_rank_times_out_keeps_rows_and_resume_finishes(tmp_path, capfd):
     with pytest.raises(RankFailed, match="SystemExit: 2"):
         run_ranks(_sweep, 2, changed)  # resuming under another config is refused: exit 2, nothing measured
     assert "the config changed (max_bytes: '2K' -> '4K')" in capfd.readouterr().err and len(_rows(out)) == 2
-    assert len(_rows(tmp_path / "runs" / "sweep" / "sweep.csv")) == 2
+    assert len(_rows(tmp_path / "runs" / "sweep_cpu_ws2" / "sweep_cpu_ws2.csv")) == 2
 
 
 def test_bad_argument_from_the_command_line_writes_nothing(tmp_path):
     lab = Path(bench.__file__).parent
-    proc = subprocess.run([sys.executable, str(lab / "bench.py"), "--iters", "-1", "--out", str(tmp_path / "x.csv")],
+    proc = subprocess.run([sys.executable, str(lab / "bench.py"), "--iters", "-1", "--results", str(tmp_path)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(lab.parent)}, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "--iters must be a positive integer, got -1" in proc.stderr
@@ -105,9 +105,10 @@ def test_bad_argument_from_the_command_line_writes_nothing(tmp_path):
 
 
 def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
-    out = tmp_path / "results" / "sweep.csv"
+    out = tmp_path / "results" / "sweep_cpu_ws1.csv"
     with distributed(device="cpu") as env:
-        assert bench.run(bench.Config(min_bytes="1K", max_bytes="2K", out=str(out), **FAST), env, PRESETS["cpu"]) == 0
+        assert bench.run(bench.Config(min_bytes="1K", max_bytes="2K", results=str(out.parent), **FAST), env,
+                         PRESETS["cpu"]) == 0
     rows = _rows(out)
     assert {r["collective"] for r in rows} == set(COLLECTIVES) - {"send_recv"}  # no peer to send to
     assert all(r["busbw_GBps"] == r["busbw_loop_GBps"] == "0.0" and float(r["algbw_GBps"]) > 0 for r in rows)
@@ -116,17 +117,16 @@ def test_one_rank_writes_busbw_zero_with_a_note(tmp_path):
         assert r["moves_data"] == ("false" if in_place else "true")
         assert r["note"] == (bench.NO_TRANSFER_NOTE if in_place else bench.ONE_RANK_NOTE)
     import report
-    df = report.load(tmp_path / "results", "sweep.csv")
+    df = report.load(tmp_path / "results", "sweep_cpu_ws1.csv")
     assert set(report.summary(df)["collective"]) == {"all_gather", "reduce_scatter", "all_to_all"}
 
 
 @pytest.mark.gpu
 def test_one_gpu_sweep_over_nccl(tmp_path):
-    out = tmp_path / "results" / "sweep.csv"
     with distributed(device="cuda") as env:
         cfg, preset = bench.resolve(bench.Config(min_bytes="1K", max_bytes="1M", dtypes=("fp32", "bf16"),
-                                                 out=str(out), **FAST))
+                                                 results=str(tmp_path / "results"), **FAST))
         assert bench.run(cfg, env, preset) == 0
-    rows = _rows(out)
+    rows = _rows(bench.sweep_path(cfg, env, preset))
     assert rows and all(r["wrong"] == "0" and r["backend"] == "nccl" and r["timing"].startswith("cuda_event")
                         and r["busbw_GBps"] == "0.0" for r in rows)

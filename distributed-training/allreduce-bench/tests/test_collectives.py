@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 import collectives as C
 from common.collective_cost import COLLECTIVES
-from common.testing import run_ranks
+from testkit import run_ranks
 
 CPU = torch.device("cpu")
 

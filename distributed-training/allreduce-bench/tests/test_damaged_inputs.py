@@ -1,10 +1,10 @@
 """Every committed input of the report, damaged every way (cut, binary, empty, one byte, wrong type, NaN, BOM):
-one line naming the file, exit 2, nothing else (common.testing.damaged_inputs_problems)."""
+one line naming the file, exit 2, nothing else (testkit.damaged_inputs_problems)."""
 
 from pathlib import Path
 
 import report
-from common.testing import damaged_inputs_problems
+from testkit import damaged_inputs_problems
 
 LAB = Path(report.__file__).resolve().parent
 

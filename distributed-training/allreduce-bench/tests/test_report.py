@@ -62,7 +62,7 @@ def test_report_from_fixture_csvs(tmp_path):
     text = report.report(cfg)
     # its in-place busbw beside ours with its statistic (the fixture's loop time is 0.9 x the median of max)
     assert "| 8x NVIDIA H100 80GB HBM3 | 8 | fp32 | 1 MiB | 81.2 | 50 | 1.62 | 73.1 |" in text
-    assert "no result is committed yet" not in text and "One-rank runs: no byte crosses a link" in text
+    assert "no result is committed yet" not in text and "One rank moves bytes only within its own memory" in text
     assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank;" in text and "- GPU: 8x NVIDIA H100" in text
     assert "Multi-GPU: no result yet" not in text  # the 8-GPU sweep is one
     # In place on one rank (all_reduce, broadcast) no data moves: left out; out-of-place shown as algbw.

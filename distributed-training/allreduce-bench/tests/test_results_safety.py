@@ -1,7 +1,7 @@
 """Results are never lost, mixed or silently wrong: two sweeps at once, kill -9 and Ctrl-C mid-sweep.
 
 Real processes (one rank each, as `python bench.py` runs without torchrun), a real sweep of 165
-rows, the default layout: the run writes runs/<stem>/, results/ gets only a complete sweep."""
+rows, the default layout: the run writes runs/sweep_cpu_ws1/, results/ gets only a complete sweep."""
 
 import csv
 import os
@@ -21,11 +21,11 @@ SWEEP = ["--gpu", "cpu", "--dtypes", "fp32,bf16,fp16", "--max-bytes", "1M", "--t
 PLANNED = 5 * 3 * 11  # collectives (no send_recv on one rank) x dtypes x sizes 1K..1M
 
 
-def _start(out: Path, *extra: str) -> subprocess.Popen:
+def _start(results: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(LAB.parent), "OMP_NUM_THREADS": "1"}
     # Ctrl-C as a terminal sends it: a suite started in the background (`(make test &)`) inherits SIGINT ignored,
     # and Python then installs no KeyboardInterrupt handler
-    return subprocess.Popen([sys.executable, str(LAB / "bench.py"), *SWEEP, "--out", str(out), *extra],
+    return subprocess.Popen([sys.executable, str(LAB / "bench.py"), *SWEEP, "--results", str(results), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -51,12 +51,13 @@ def _stop_after_rows(path: Path, n: int, proc: subprocess.Popen) -> None:
 
 
 def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path, capsys):
-    out = tmp_path / "results" / "sweep.csv"
-    first = _start(out)
-    _stop_after_rows(tmp_path / "runs" / "sweep" / "sweep.csv", 10, first)  # the first sweep is under way
+    out = tmp_path / "results" / "sweep_cpu_ws1.csv"
+    first = _start(out.parent)
+    # the first sweep is under way
+    _stop_after_rows(tmp_path / "runs" / "sweep_cpu_ws1" / "sweep_cpu_ws1.csv", 10, first)
     try:
         with pytest.raises(SystemExit) as e:  # the second, in this process: refused at once, nothing written
-            bench.main(SWEEP + ["--out", str(out)])
+            bench.main(SWEEP + ["--results", str(out.parent)])
     finally:
         first.send_signal(signal.SIGCONT)
     err = capsys.readouterr().err
@@ -68,11 +69,11 @@ def test_two_sweeps_at_once_one_is_refused_and_nothing_mixes(tmp_path, capsys):
 
 
 def test_ctrl_c_and_kill_9_mid_sweep_lose_and_duplicate_nothing(tmp_path):
-    out = tmp_path / "results" / "sweep.csv"
+    out = tmp_path / "results" / "sweep_cpu_ws1.csv"
     out.parent.mkdir()
     out.write_text("the committed sweep\n")
-    run_csv = tmp_path / "runs" / "sweep" / "sweep.csv"
-    proc = _start(out)
+    run_csv = tmp_path / "runs" / "sweep_cpu_ws1" / "sweep_cpu_ws1.csv"
+    proc = _start(out.parent)
     _stop_after_rows(run_csv, 20, proc)
     proc.send_signal(signal.SIGINT)  # Ctrl-C, handled as the sweep continues
     proc.send_signal(signal.SIGCONT)
@@ -80,7 +81,7 @@ def test_ctrl_c_and_kill_9_mid_sweep_lose_and_duplicate_nothing(tmp_path):
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted (Ctrl-C)"), stderr
     first = _keys(run_csv)
-    proc = _start(out, "--resume")
+    proc = _start(out.parent, "--resume")
     _stop_after_rows(run_csv, len(first) + 20, proc)
     proc.kill()  # kill -9
     proc.wait()
@@ -88,7 +89,7 @@ def test_ctrl_c_and_kill_9_mid_sweep_lose_and_duplicate_nothing(tmp_path):
     before = run_csv.read_bytes()
     with open(run_csv, "ab") as f:
         f.write(b"all_gather,bf16,40")  # and the row being written when it died, cut short
-    assert bench.main(SWEEP + ["--out", str(out), "--resume"]) == 0  # in process: finishes and publishes
+    assert bench.main(SWEEP + ["--results", str(out.parent), "--resume"]) == 0  # in process: finishes and publishes
     keys = _keys(out)
     assert len(keys) == PLANNED and len(set(keys)) == PLANNED  # 0 lost, 0 duplicated
     assert out.read_bytes().startswith(before)  # the rows measured before the kill are kept verbatim

@@ -1,5 +1,7 @@
 """nccl-tests' size rounding and iteration planning (the bus factors and the fit: common/tests)."""
 
+from dataclasses import replace
+
 import torch
 
 import bench
@@ -21,8 +23,8 @@ def test_shapes_follow_nccl_tests_rounding():
 
 
 def test_iterations_adapt_to_the_first_call():
-    cfg = bench.Config(target_ms=150, iters=20, min_iters=5, warmup=5)
+    cfg = replace(bench.cpu(), target_ms=150, iters=20, min_iters=5, warmup=5)
     assert bench.plan_iterations(0.001, cfg) == (5, 20)  # small: capped at nccl-tests' 20 iterations
     assert bench.plan_iterations(0.010, cfg) == (4, 15)
     assert bench.plan_iterations(0.100, cfg) == (1, 5)  # big: the floor
-    assert bench.plan_iterations(0.100, bench.Config(warmup=0)) == (0, 5)
+    assert bench.plan_iterations(0.100, replace(bench.cpu(), warmup=0)) == (0, 5)

@@ -1,12 +1,12 @@
 """The pre-launch check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2,
-before any rank starts and with nothing written (common.testing.check_pass runs the launcher's check pass)."""
+before any rank starts and with nothing written (testkit.check_pass runs the launcher's check pass)."""
 
 from pathlib import Path
 
 import pytest
 
 import bench
-from common.testing import WORLDS, check_pass
+from testkit import WORLDS, check_pass
 
 LAB = Path(bench.__file__).resolve().parent
 

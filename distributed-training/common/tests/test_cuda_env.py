@@ -1,6 +1,6 @@
 """The driver as nvidia-smi reports it, the torch build that fits it, and every GPU target's refusal.
 
-Drivers are faked (common.testing.fake_nvidia_smi prints what drivers 535/550/570/580 print, or fails like a
+Drivers are faked (testkit.fake_nvidia_smi prints what drivers 535/550/570/580 print, or fails like a
 machine without one); the GPU targets are driven through make itself, with this interpreter as PYTHON.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from common import cuda_env
 from common.cuda_env import Driver, mismatch, preferred_builds, read_driver, refusal
-from common.testing import fake_nvidia_smi, no_gpu_mark, tree_state
+from testkit import fake_nvidia_smi, no_gpu_mark, tree_state
 
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "distributed-training"
@@ -177,8 +177,10 @@ def test_the_gpu_targets_are_found():
 
 @pytest.mark.parametrize("target", GPU_TARGETS)
 def test_every_gpu_target_checks_cuda_first(target):
-    # Every *-gpu target (a new one too) starts with the check, before any script or sub-make runs.
-    assert RECIPES[target][0].startswith("$(call require_cuda"), RECIPES[target]
+    # Every *-gpu target (a new one too) checks CUDA before any script or sub-make runs, right after its variables
+    # (common/make_vars.py: a bad value is named first, wherever the target runs).
+    assert RECIPES[target][0].startswith("$(call check_vars,"), RECIPES[target]
+    assert RECIPES[target][1].startswith("$(call require_cuda"), RECIPES[target]
 
 
 def make(target, tmp_path, *variables):

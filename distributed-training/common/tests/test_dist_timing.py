@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from common.dist import distributed
-from common.testing import RankFailed, run_ranks
+from testkit import RankFailed, run_ranks
 from common.timing import StepTimer, time_iterations
 
 

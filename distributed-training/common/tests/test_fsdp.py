@@ -7,7 +7,7 @@ from torch.distributed.tensor import DTensor
 
 from common.fsdp import apply_fsdp
 from common.model import GPT, GPTConfig, lm_loss
-from common.testing import run_ranks
+from testkit import run_ranks
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
 

@@ -72,6 +72,10 @@ def test_a_preempted_job_reports_the_ranks_word(tmp_path):
     (["--nnodes", "0", "--nproc-per-node", "2", str(RANKS), "ok"], "NNODES (--nnodes) must be a positive integer"),
     (["--nnodes", "2", "--node-rank", "5", "--nproc-per-node", "2", str(RANKS), "ok"], "NODE_RANK (--node-rank)"),
     (["--nproc-per-node", "2", "nowhere.py"], "no such script nowhere.py"),
+    (["--nnodes", "2", "--node-rank", "0", "--master-port", "70000", "--nproc-per-node", "1", str(RANKS), "ok"],
+     "MASTER_PORT (--master-port) must be a TCP port, 1..65535, got 70000"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:0", "--nproc-per-node", "1", str(RANKS)],
+     "the port of MASTER_ADDR:MASTER_PORT (--rdzv-endpoint) must be a TCP port, 1..65535, got '0'"),
     (["--bogus"], "launch: error:"),
 ])
 def test_launch_problems_are_one_line_before_any_rank(argv, needle, capsys):
@@ -161,7 +165,7 @@ def test_a_job_of_several_nodes_checks_once(phase, checked, started, tmp_path, m
 def test_a_multi_node_launch_says_what_it_waits_for_and_gives_up_in_time():
     """NNODES=2 and no second node: where and for how many it waits, how many joined, then one line (exit 4) after
     DT_RDZV_TIMEOUT_S, not torchrun's 600 s in silence."""
-    from common.testing import free_port
+    from testkit import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(LABS), "OMP_NUM_THREADS": "1", "DT_LAUNCH_PHASE": "ranks",

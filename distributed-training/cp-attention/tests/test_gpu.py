@@ -8,6 +8,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_kernels_parity_and_a_benchmark_row_on_one_gpu():
+    from dataclasses import replace
+
     from torch.distributed.device_mesh import init_device_mesh
 
     import bench
@@ -30,11 +32,11 @@ def test_kernels_parity_and_a_benchmark_row_on_one_gpu():
     with distributed(device="cuda") as env:
         mesh = init_device_mesh("cuda", (1,), mesh_dim_names=("cp",))
         for impl in verify.IMPLS:
-            res = verify.check(verify.VerifyConfig(cp=1, impl=impl, dtype="bfloat16", seq_len=256, head_dim=64), mesh,
-                               env.device)
+            vcfg = verify.VerifyConfig(cp=1, impl=impl, dtype="bfloat16", n_heads=8, n_kv_heads=2, seq_len=256,
+                                       head_dim=64)
+            res = verify.check(vcfg, mesh, env.device)
             assert res.passed, res
-        cfg = bench.resolve(bench.BenchConfig(seq_lens=(512,), n_heads=8, n_kv_heads=2, head_dim=64, iters=2, warmup=1),
-                            "cuda", 1)
+        cfg = replace(bench.cuda(1), seq_lens=(512,), n_heads=8, n_kv_heads=2, head_dim=64, iters=2, warmup=1)
         rows = bench.bench_rows(cfg, mesh, env.device, 512)
         assert {r["impl"] for r in rows} == set(bench.IMPLS)
         assert all(r["time_ms"] > 0 and r["peak_mem_bytes"] > 0 for r in rows)

@@ -10,7 +10,7 @@ import torch_cp
 import verify
 from common.attention_block import block_backward, block_forward, default_scale
 from common.ring_attention import balanced_positions, check_cp_shape, merge, ring_attention, ring_bytes
-from common.testing import run_ranks
+from testkit import run_ranks
 from traffic import Traffic
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 import bench
 import report
-from common.testing import run_ranks
+from testkit import bench_twice, run_ranks
 
 LAB = Path(__file__).resolve().parents[1]
 
@@ -29,18 +29,9 @@ TINY_SWEEP = ["--gpu", "cpu", "--seq-lens", "16,32", "--n-heads", "4", "--n-kv-h
               "--batch", "1", "--warmup", "0", "--iters", "1", "--no-correctness"]
 
 
-def _bench_twice(env, out):
-    bench.main(TINY_SWEEP + ["--out-dir", out])  # an experiment (a tiny sweep): kept in runs/, results/ untouched
-    kept = Path(out).parent / "runs" / "cpu_ws2" / "bench_cpu_ws2.csv"
-    first = kept.read_text() if env.rank == 0 else ""
-    assert not Path(out, "bench_cpu_ws2.csv").exists()
-    bench.main(TINY_SWEEP + ["--out-dir", out, "--resume", "--promote", "replace"])  # nothing measured again
-    return first
-
-
 def test_runner_end_to_end_with_resume_then_report(tmp_path):
     res = tmp_path / "results"
-    first = run_ranks(_bench_twice, 2, str(res), timeout_s=240)[0]
+    first = run_ranks(bench_twice, 2, bench.main, TINY_SWEEP, str(res), timeout_s=240)[0]
     assert Path(res, "bench_cpu_ws2.csv").read_text() == first  # the resumed run appended nothing, then published
     b = pd.read_csv(res / "bench_cpu_ws2.csv")
     assert len(b) == 2 * (4 + 3)  # 2 lengths x (N = 1: sdpa, ours, 2 x torch; N = 2: ours, 2 x torch)
@@ -57,5 +48,5 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "### `cpu_ws2`" in text and "Not measured yet.** GPU rows: `make cp-attention-gpu`" in text and "{{" not in text
+    assert "### `cpu_ws2`" in text and "Not measured yet.** N > 1 on GPUs" in text and "No GPU benchmark yet" in text and "{{" not in text
     assert (tmp_path / "plots" / "cp_cpu_ws2.png").exists()

@@ -6,7 +6,7 @@ import torch
 
 from common.fp8_names import FP8_BACKENDS, NAMES, PRICED
 from common.fp8_record import layer_version
-from planner import fp8_cost
+from planner.model import fp8_cost
 from precision import backends
 from precision.backend import backend_version, named
 from precision.fp8_linear import LAYER_VERSION

@@ -1,12 +1,12 @@
 """Every committed input of the report, damaged every way (cut, binary, empty, one byte, wrong type, NaN, BOM):
-one line naming the file, exit 2, nothing else (common.testing.damaged_inputs_problems). A NaN loss or amax is
+one line naming the file, exit 2, nothing else (testkit.damaged_inputs_problems). A NaN loss or amax is
 a measurement (tables.py names those columns): the damage puts NaN elsewhere."""
 
 from pathlib import Path
 
 import report
-from common.testing import damaged_inputs_problems
 from reporting import tables
+from testkit import damaged_inputs_problems
 
 LAB = Path(report.__file__).resolve().parent
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import bench
 import train
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(train.__file__).resolve().parent
 

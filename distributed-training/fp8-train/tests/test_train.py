@@ -143,7 +143,7 @@ def _fsdp_run(env, spec, ckpt):
 def test_fsdp_fp8_matches_one_process_and_resumes(tmp_path):
     import torch.distributed.checkpoint.state_dict  # noqa: F401 - imported before forking, so that the
     import common.fsdp  # noqa: F401 - ranks do not each import FSDP and DCP (seconds on 2 cores)
-    from common.testing import run_ranks
+    from testkit import run_ranks
     runner._load_data(None, 256 << 10)  # likewise the corpus
     spec = RunSpec("fp8", "native", 0)
     (one_loss, one_scales, _), = run_ranks(_fsdp_run, 1, spec, tmp_path / "one.pt")

@@ -2,7 +2,7 @@
 and the results' names by world size.
 
 The check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2, with
-nothing written (common.testing.check_pass runs the launcher's check pass): the batch must split over
+nothing written (testkit.check_pass runs the launcher's check pass): the batch must split over
 the ranks, e.g. the h100 preset's 8 sequences on 2 nodes x 8 GPUs (16 ranks) do not.
 
 Device before CUDA: the backend probes (backends.status: a capability query and a probe tensor for
@@ -17,7 +17,7 @@ import torch
 
 import train
 from common.hardware import get_preset
-from common.testing import WORLDS, check_pass
+from testkit import WORLDS, check_pass
 from training import runner
 
 LAB = Path(train.__file__).resolve().parent

@@ -1,19 +1,21 @@
 """The fake-process-group study at small size: real FSDP2 / DDP / ZeroRedundancyOptimizer code as
 rank 0 of 8 ranks in this one process, measured against the memory and communication model."""
 
+from dataclasses import replace
+
 import pytest
 
 import memory_model as mm
 from at_scale import measure_one
 from common.model import GPTConfig
-from settings import Config
+from settings import cpu
 
 CFG = GPTConfig(d_model=32, n_layers=2, n_heads=2, seq_len=16, vocab_size=64)
 ADAMW = mm.precision_for("adamw")
 
 
 def test_fake_pg_memory_and_comms_match_the_model():
-    world, cfg = 8, Config(node_size=4)
+    world, cfg = 8, replace(cpu(), node_size=4)
     rows = {s: measure_one(s, world, cfg, CFG) for s in ("ddp", "zero1", "zero2", "zero3", "hsdp")}
     psi = rows["ddp"]["n_params"]
     # DDP replicates everything: 16 bytes per parameter; one gradient bucket (the model is < 1 MiB)

@@ -12,7 +12,7 @@ import at_scale
 import bench
 import project
 import report
-from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(bench.__file__).resolve().parent
 NO_GPU = no_gpu_mark()

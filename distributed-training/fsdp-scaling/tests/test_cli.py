@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_config
-from settings import Config, check_world
+from common.config import parse_preset
+from settings import Config, check_world, preset
 
 LAB = Path(__file__).resolve().parents[1]
 
 
 def _cfg(*argv: str) -> Config:
-    return parse_config(Config, list(argv))
+    return parse_preset(Config, list(argv), preset)
 
 
 @pytest.mark.parametrize("argv, world, message", [

@@ -13,7 +13,7 @@ import pytest
 import at_scale
 import bench
 import project
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(bench.__file__).resolve().parent
 ISSUE_FLAGS = ["--strategies", "ddp", "--modes", "weak", "--warmup", "0", "--steps", "2"]

@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 
 import report
-from common.testing import as_gpu_rows
+from testkit import as_gpu_rows
 
 
 def test_gpu_rows_beside_cpu_rows_get_their_own_section(tmp_path, monkeypatch):
@@ -29,12 +29,12 @@ def test_one_rank_gpu_results_say_what_they_show():
     full = (report.LAB / "REPORT.md").read_text()
     text = full.split("### 1x NVIDIA H100 80GB HBM3")[1].split("## 4.")[0]
     audit = full.split("`scaling_h100_ws1.csv` (1x NVIDIA H100 80GB HBM3):")[1].split("\n### ")[0]  # the appendix
-    assert "spread by at most 0.012" in text and "the appendix has every row and explains the spread" in text
+    assert "spread by up to 0.012 (1 of 2 world-size/mode groups above 0.001; the appendix explains)" in text
     assert "| 1 | strong | 3.21137 | 3.22369 | 0.0123169 | **no** |" in audit
     assert "zero2, zero3, hsdp start at 6.000445; single, ddp, zero1 start at 6.000599" in audit
     assert "MixedPrecisionPolicy(param_dtype=bf16)" in audit
-    assert "zero3 in weak mode +87% (+63%) vs single, +71% (+57%) vs DDP" in text
-    assert "hsdp in weak mode +100% (+82%) vs single" in text
+    assert "| weak | zero3 | 222.5 (186.7-261.6) | +87% (+43% to +129%) | +71% (+35% to +120%) |" in text
+    assert "Beyond the spread: hsdp weak +100%, zero3 weak +87%" in text and "no difference: ddp strong" in text
     assert "![measured scaling]" not in text
 
 

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 import memory_model as mm
 from common.model import GPTConfig
-from common.testing import run_ranks
+from testkit import run_ranks
 from measure import instrumented_step
 from settings import hsdp_mesh_shape
 from strategies import Trainer, micro_batches

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import bench
 from common.runs import lock_holder
-from common.testing import expect_bad_input, tree_state
+from testkit import expect_bad_input, tree_state
 
 LAB = Path(bench.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--worlds", "1,2", "--strategies", "ddp", "--modes", "weak", "--warmup", "0", "--steps", "1",

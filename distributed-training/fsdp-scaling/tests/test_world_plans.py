@@ -1,12 +1,13 @@
 """The pre-launch check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2,
-before any rank builds a model (common.testing.check_pass runs the launcher's check pass)."""
+before any rank builds a model (testkit.check_pass runs the launcher's check pass)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import bench
-from common.testing import WORLDS, check_pass
+from testkit import WORLDS, check_pass
 
 LAB = Path(bench.__file__).resolve().parent
 
@@ -42,7 +43,7 @@ def test_hsdp_shard_groups_across_nodes(world, nnodes, shard, needle, monkeypatc
 def test_a_sweep_is_named_by_its_largest_world_and_nodes(worlds, nnodes):
     """8 GPUs never replace the 1-GPU result set: the files and run folder carry world size and nodes."""
     from common.hardware import get_preset
-    cfg = bench.Config(gpu="cpu", worlds=worlds)
+    cfg = replace(bench.preset("cpu"), worlds=worlds)
     tag = bench.sweep_tag(cfg, get_preset("h100"), 1, nnodes)
     assert tag == f"h100_ws{max(worlds)}" + (f"_n{nnodes}" if nnodes > 1 else "")
-    assert bench.run_dir(cfg, get_preset("h100"), 1, nnodes).name == f"scaling_{tag}"
+    assert bench.run_plan(cfg, get_preset("h100"), 1, nnodes).folder.name == f"scaling_{tag}"

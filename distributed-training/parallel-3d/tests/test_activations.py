@@ -3,7 +3,7 @@
 import pytest
 
 import activations
-from common.testing import run_ranks
+from testkit import run_ranks
 from torch.distributed.device_mesh import init_device_mesh
 
 SHAPE = activations.Shape(microbatch=2, seq=32, hidden=32, heads=4, kv_heads=2, ffn=96)  # GQA, ffn != 4h

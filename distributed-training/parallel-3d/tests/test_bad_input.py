@@ -9,7 +9,7 @@ import pytest
 import at_scale
 import report
 import train
-from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
 
 LAB = Path(train.__file__).resolve().parent
 NO_GPU = no_gpu_mark()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import activations
 import at_scale
-from common.testing import tree_state
+from testkit import tree_state
 
 LAB = Path(activations.__file__).resolve().parent
 

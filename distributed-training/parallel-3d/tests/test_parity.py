@@ -28,7 +28,7 @@ from torch.distributed.tensor import DTensor
 
 from comms import CollectiveLog, mesh_groups
 from common.model import GPT, GPTConfig, lm_loss
-from common.testing import run_ranks
+from testkit import run_ranks
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
 from parallelize import boundary_dtype, build_mesh, fsdp_policy, plain_name

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import report
-from common.testing import as_gpu_rows
-from planner import against_pytorch
+from testkit import as_gpu_rows
+from planner.evidence import against_pytorch
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 
@@ -20,15 +20,15 @@ def test_report_from_the_committed_csvs(tmp_path):
     assert report.main(["--results", str(results), "--out", str(out)]) == 0
     text = out.read_text()
     assert "{{" not in text and "core contention" in text
-    for heading in ("## What we found", "## 1.", "## 2.", "## 3.", "## 4.", "## Appendix",
+    for heading in ("## What we found", "## 1.", "## 2.", "## 3.", "## Appendix",
                     "### Collectives of one step, per pipeline rank"):
         assert heading in text
     assert "_No runs yet" not in text and "_Not measured yet" not in text
     assert (tmp_path / "plots" / "at_scale.png").exists() and list((tmp_path / "plots").glob("activations_*.png"))
     assert (tmp_path / "plots" / "peak_memory.png").exists() and "| fits 80 GB |" in text
     assert text.count("*What to see:*") == 3  # every plot has its caption
-    section = against_pytorch.render(results)
-    assert section in text and "residual" in section
+    section = against_pytorch.render(results)  # kept once, in PLANNER_VALIDATION.md, and linked from here
+    assert "residual" in section and section not in text and "PLANNER_VALIDATION.md, section 5" in text
 
 
 def test_report_refuses_a_missing_folder(tmp_path, capsys):
@@ -53,4 +53,4 @@ def test_the_report_says_which_gpu_results_exist(tmp_path):
     text = out.read_text()
     assert "- GPU: 1x NVIDIA H100 80GB HBM3 (nccl; 1 rank; torch 2.11.0+cu130;" in text and "`runs_h100.csv`" in text
     assert "no result is committed yet" not in text and "Multi-GPU: no result yet" in text
-    assert "**runs_h100** (1x NVIDIA H100 80GB HBM3; 1 ranks; nccl;" in text
+    assert "**runs_h100** (1x NVIDIA H100 80GB HBM3; 1 rank; nccl;" in text

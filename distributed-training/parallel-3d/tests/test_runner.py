@@ -10,6 +10,7 @@
 import csv
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import report
 import train
 from common import runs as common_runs
 from common.runs import Lock
-from common.testing import expect_bad_input
+from testkit import expect_bad_input
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--tp", "1", "--pp", "1", "--dp", "1", "--interleave", "1", "--model", "tiny",
@@ -75,7 +76,7 @@ def test_a_launch_merges_its_rows_and_keeps_the_others(tmp_path, capsys):
     shutil.copytree(LAB / "results", results)
     before = _rows(results / "runs_cpu.csv")
     assert train.main([*TINY, "--recompute", "none", "--results", str(results)]) == 0
-    assert "experiment (--model" in capsys.readouterr().out and _rows(results / "runs_cpu.csv") == before
+    assert "experiment (--microbatch" in capsys.readouterr().out and _rows(results / "runs_cpu.csv") == before
     assert common_runs.main(["promote", str(tmp_path / "runs" / "cpu_ws1_tp1pp1dp1"), "--merge"]) == 0
     after = _rows(results / "runs_cpu.csv")
     new = [r for r in after if r not in before]
@@ -88,9 +89,9 @@ def test_a_launch_merges_its_rows_and_keeps_the_others(tmp_path, capsys):
 def test_the_preset_is_published_and_other_flags_are_an_experiment():
     """--promote auto merges a launch of the preset's measurement settings (degrees and variants are not among
     them), and keeps any other in runs/."""
-    cfg, _ = train.resolve(train.Config(gpu="cpu", tp=2, pp=2, dp=2, recompute=("full",), interleave=(2,)))
+    cfg, _ = train.resolve(replace(train.preset("cpu"), tp=2, pp=2, dp=2, recompute=("full",), interleave=(2,)))
     assert train.changed(cfg) == []
-    assert train.changed(train.resolve(train.Config(gpu="cpu", steps=1, stage_layers=(1, 5)))[0]) == \
+    assert train.changed(train.resolve(replace(train.preset("cpu"), steps=1, stage_layers=(1, 5)))[0]) == \
         ["--stage-layers", "--steps"]
 
 

@@ -1,7 +1,7 @@
 """The pre-launch check over world sizes 1..16 and 2 nodes: each case plans or is refused in one line, exit 2,
 before any rank builds a model: degrees vs the world, heads vs TP, layers vs PP (fewer micro-batches than
 stages run, under GPipe)
-(common.testing.check_pass runs the launcher's check pass; the CPU preset: 6 layers, 4 heads, global batch 8
+(testkit.check_pass runs the launcher's check pass; the CPU preset: 6 layers, 4 heads, global batch 8
 of micro-batches of 1)."""
 
 import functools
@@ -9,7 +9,7 @@ import functools
 import pytest
 
 import train
-from common.testing import WORLDS, check_pass
+from testkit import WORLDS, check_pass
 
 LAYERS, HEADS, BATCH = 6, 4, 8
 

@@ -4,8 +4,8 @@ the file and exit 2 from the guide, never a traceback or a number made of garbag
 import pytest
 
 from common.csvread import guard_report
-from common.testing import damaged_inputs_problems
-from planner import own_runs
+from testkit import damaged_inputs_problems
+from planner.evidence import own_runs
 
 
 def reader_main(lab: str):

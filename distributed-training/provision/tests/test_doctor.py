@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from common.hardware import get_preset
-from common.testing import fake_nvidia_smi, no_gpu_mark
+from testkit import fake_nvidia_smi, no_gpu_mark
 from provision.doctor import main
 
 NO_GPU = no_gpu_mark()

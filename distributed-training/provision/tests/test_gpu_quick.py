@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common.testing import fake_nvidia_smi, no_gpu_mark, tree_state
+from testkit import fake_nvidia_smi, no_gpu_mark, tree_state
 from provision.tests.kit_standin import standin_kit
 from provision import gpu_quick, quick_run, timebox
 from provision.timebox import Outcome, Step

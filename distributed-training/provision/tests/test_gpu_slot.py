@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.testing import fake_nvidia_smi
+from testkit import fake_nvidia_smi
 from provision.tests.kit_standin import standin_kit
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.testing import no_gpu_mark
+from testkit import no_gpu_mark
 from provision import te_install, wheelhouse
 from provision.te_install import Facts, problem, steps
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.cuda_env import read_driver
-from common.testing import fake_nvidia_smi
+from testkit import fake_nvidia_smi
 from provision import torch_install
 from provision.torch_install import Plan, pinned_torch, plan, preflight
 

@@ -1,9 +1,9 @@
 """Bad input to every tp-attention command: one line, exit code 2, no file written, before any rank.
 
 The sweep and the verify command are checked against the world they will get (DT_PLANNED_WORLD, what
-common.launch tells their check pass); the report against damaged CSVs. In process, main(argv)."""
+common.launch tells their check pass); the report against damaged CSVs. In process, main(argv). The tests every
+attention lab shares are testkit.sweeps'; this module gives them tp-attention's cases."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,42 +11,21 @@ import pytest
 import bench
 import report
 import verify
-from common.testing import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import (expect_bad_input, keep_tracked_files, no_gpu_mark, nothing_to_resume_test, refusal_test,
+                     report_refusal_test, sweep_refusals)
 
 LAB = Path(bench.__file__).resolve().parent
-NO_GPU = no_gpu_mark()
-
-
 tracked_files_unchanged = keep_tracked_files(LAB)
 
-
-@pytest.mark.parametrize("world, argv, needle", [
-    (4, ["--tp", "3"], "--tp 3 must divide the number of ranks (4"),
+test_sweep = refusal_test(bench.main, LAB, sweep_refusals("tp", [
     (3, ["--tp", "2"], "--tp 2 must divide the number of ranks (3"),
-    (4, ["--tp", "0"], "--tp degrees must be positive"),
-    (4, ["--seq-lens", "0"], "--seq-lens must be positive"),
-    (4, ["--d-models", "100"], "multiple of --head-dim 32, got 100"),
+    (4, ["--d-models", "100"], "multiple of --head-dim 32 (n_heads = d_model / head_dim, MHA), got 100"),
     (4, ["--head-dim", "48", "--d-models", "128"], "multiple of --head-dim 48"),
-    (4, ["--seq-lens", "6"], "seq_len (6) must be divisible by tp (4)"),
-    (4, ["--iters", "0"], "--iters must be positive"),
-    (4, ["--dtype", "float16"], "invalid choice: 'float16'"),
-    pytest.param(4, ["--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
-    (4, ["--gpu", "h900"], "unknown GPU preset 'h900'"),
-    pytest.param(4, ["--require-gpu"], "this target measures a GPU", marks=NO_GPU),
-    (4, ["--promote", "maybe"], "invalid choice: 'maybe'"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_sweep(world, argv, needle, capsys, monkeypatch):
-    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
-    expect_bad_input(lambda: bench.main(argv), needle, capsys, watch=[LAB])
+    (4, ["--seq-lens", "6"], "seq_len (6) must be divisible by tp (4)")]))
+test_sweep_resume_with_nothing_to_resume = nothing_to_resume_test(bench.main)
 
-
-def test_sweep_resume_with_nothing_to_resume(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("DT_PLANNED_WORLD", "2")
-    expect_bad_input(lambda: bench.main(["--gpu", "cpu", "--resume", "--out-dir", str(tmp_path / "results")]),
-                     "--resume: nothing to resume", capsys, watch=[tmp_path])
-
-
-@pytest.mark.parametrize("world, argv, needle", [
+# The verify command, at the world its check pass is told.
+test_verify = refusal_test(verify.main, LAB, [
     (4, ["--tp", "4", "--n-heads", "6", "--n-kv-heads", "6", "--d-model", "96"], "n_heads (6) must be divisible by tp"),
     (4, ["--tp", "4", "--n-heads", "8", "--n-kv-heads", "2"], "n_kv_heads (2) must be divisible by tp (4)"),
     (2, ["--tp", "2", "--sp", "--seq-len", "7"], "seq_len (7) must be divisible by tp (2) with sequence parallelism"),
@@ -55,27 +34,16 @@ def test_sweep_resume_with_nothing_to_resume(tmp_path, capsys, monkeypatch):
     (4, ["--tp", "3", "--n-heads", "6", "--n-kv-heads", "3", "--d-model", "96"], "--tp 3 must divide the number of "
                                                                                   "ranks (4)"),
     (2, ["--tp", "2", "--module", "mlp", "--fused-qkv"], "--fused-qkv applies to attention"),
-    pytest.param(2, ["--tp", "2", "--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
+    pytest.param(2, ["--tp", "2", "--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=no_gpu_mark()),
     (2, ["--tp", "2", "--gpu", "h900"], "unknown GPU preset 'h900'"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_verify(world, argv, needle, capsys, monkeypatch):
-    monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
-    expect_bad_input(lambda: verify.main(argv), needle, capsys, watch=[LAB])
+])
 
-
-@pytest.mark.parametrize("damage, needle", [
-    (lambda r: shutil.rmtree(r), "results folder"),
-    (lambda r: [p.unlink() for p in r.glob("*.csv")], "no correctness_*.csv or bench_*.csv"),
-    (lambda r: (r / "bench_cpu_ws4.csv").write_text('tp,"sp\n'), "bench_cpu_ws4.csv is not a readable CSV"),
-    (lambda r: (r / "correctness_cpu_ws4.csv").write_text(""), "correctness_cpu_ws4.csv is empty"),
-    (lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text().replace(
+test_report_refuses_damaged_results = report_refusal_test(report.main, LAB, [
+    ("quote", lambda r: (r / "bench_cpu_ws4.csv").write_text('tp,"sp\n'), "bench_cpu_ws4.csv is not a readable CSV"),
+    ("text-in-number", lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text().replace(
         "\n1,false,", "\nfour,false,", 1)), "column tp: 'four' is not an int"),
-    (lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text()[:-25]),
-     "a half-written last row"),
-    (lambda r: (r / "bench_cpu_ws8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"), "lacks the column(s)"),
-], ids=["no-folder", "no-csv", "quote", "empty", "text-in-number", "cut", "foreign"])
-def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
-    expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
+    ("foreign", lambda r: (r / "bench_cpu_ws8.csv").write_text("collective,size_bytes\nall_reduce,1024\n"),
+     "lacks the column(s)")])
 
 
 def test_report_arguments(capsys):

@@ -7,6 +7,8 @@ pytestmark = pytest.mark.gpu
 
 
 def test_parity_and_a_benchmark_row_on_one_gpu():
+    from dataclasses import replace
+
     from torch.distributed.device_mesh import init_device_mesh
 
     import bench
@@ -21,8 +23,7 @@ def test_parity_and_a_benchmark_row_on_one_gpu():
                     VerifyConfig(impl="dtensor", fused_qkv=False, **shape)):
             res = check(cfg, mesh, env.device)
             assert res.passed, res
-        cfg = bench.resolve(bench.BenchConfig(seq_lens=(128,), d_models=(256,), seq_len=128, d_model=256, iters=3,
-                                              warmup=1), "cuda", 1)
+        cfg = replace(bench.cuda(1), seq_lens=(128,), d_models=(256,), seq_len=128, d_model=256, iters=3, warmup=1)
         row = bench.bench_row(cfg, mesh, env.device, 128, 256, False)
         assert row["verified"] and row["ours_ms"] > 0 and row["ref_ms"] > 0 and row["dtensor_ms"] > 0
         assert row["timing"].startswith("median of 3")

@@ -9,7 +9,7 @@ import torch
 import torch.distributed.nn.functional as dist_nn
 
 from comm_count import CommCounter, tp_bytes_per_layer
-from common.testing import run_ranks
+from testkit import run_ranks
 from mappings import (TPGroup, _CopyToTP, _GatherSeq, _ReduceFromTP, _ReduceScatterSeq, copy_to_tp, gather_seq,
                       reduce_from_tp, reduce_scatter_seq, without_communication)
 

@@ -4,6 +4,7 @@ resume, and the report from its CSVs alone (the in-process bad-input matrix is t
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pytest
 
 import bench
 import report
-from common.testing import run_ranks
+from testkit import bench_twice, run_ranks
 
 LAB = Path(__file__).resolve().parents[1]
 
@@ -29,13 +30,11 @@ def test_the_verify_command_refuses_bad_input():
 
 
 def test_bad_sweeps_are_refused():
-    with pytest.raises(ValueError, match=r"--tp 3 must divide the number of ranks \(4;"):
-        bench.resolve(bench.BenchConfig(tp=(3,)), "cpu", 4)
     with pytest.raises(ValueError, match=r"seq_len \(6\) must be divisible by tp \(4\)"):
-        bench.resolve(bench.BenchConfig(seq_lens=(6,)), "cpu", 4)
+        bench.check_shapes(replace(bench.cpu(4), seq_lens=(6,)), 4)
     with pytest.raises(ValueError, match="multiple of --head-dim 48"):
-        bench.BenchConfig(head_dim=48, d_models=(128,))
-    cfg = bench.resolve(bench.BenchConfig(d_models=(64, 128)), "cpu", 2)  # unset flags take the CPU preset
+        replace(bench.cpu(4), head_dim=48, d_models=(128,))
+    cfg = replace(bench.cpu(2), d_models=(64, 128))  # the other flags keep the CPU preset's values
     assert cfg.tp == (1, 2) and cfg.seq_len == 128 and cfg.shapes()[-2:] == [(128, 64), (128, 128)]
 
 
@@ -43,18 +42,9 @@ TINY_SWEEP = ["--gpu", "cpu", "--seq-lens", "8,16", "--d-models", "32", "--seq-l
               "--head-dim", "8", "--batch", "1", "--warmup", "0", "--iters", "1"]
 
 
-def _bench_twice(env, out):
-    bench.main(TINY_SWEEP + ["--out-dir", out])  # an experiment (a tiny sweep): kept in runs/, results/ untouched
-    kept = Path(out).parent / "runs" / "cpu_ws2" / "bench_cpu_ws2.csv"
-    first = kept.read_text() if env.rank == 0 else ""
-    assert not Path(out, "bench_cpu_ws2.csv").exists()
-    bench.main(TINY_SWEEP + ["--out-dir", out, "--resume", "--promote", "replace"])  # nothing measured again
-    return first
-
-
 def test_runner_end_to_end_with_resume_then_report(tmp_path):
     res = tmp_path / "results"
-    first = run_ranks(_bench_twice, 2, str(res), timeout_s=240)[0]
+    first = run_ranks(bench_twice, 2, bench.main, TINY_SWEEP, str(res), timeout_s=240)[0]
     assert Path(res, "bench_cpu_ws2.csv").read_text() == first  # the resumed run appended nothing, then published
     b, c = pd.read_csv(res / "bench_cpu_ws2.csv"), pd.read_csv(res / "correctness_cpu_ws2.csv")
     assert len(b) == 2 * 3 and b["verified"].all() and c["pass"].all()  # 2 shapes x (t=1, t=2, t=2+SP)
@@ -67,7 +57,7 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "## Correctness `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text
+    assert "#### `cpu_ws2`" in text and "## Benchmark `cpu_ws2`" in text
     assert "- GPU: no result is committed yet" in text
     assert "**NO**" not in text and str(tmp_path) not in text and "/tmp/" not in text
     for png in ("time_vs_tp_cpu_ws2.png", "time_vs_shape_cpu_ws2.png", "comm_cpu_ws2.png"):

@@ -6,7 +6,7 @@ import torch
 
 from comm_count import CommCounter
 from common.model import Attention, GPTConfig
-from common.testing import run_ranks
+from testkit import run_ranks
 from mappings import TPGroup, without_communication
 from tp_block import TPAttention, fused_qkv_rows
 from tp_config import VerifyConfig

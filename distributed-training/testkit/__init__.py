@@ -1,0 +1,25 @@
+"""Test support for every lab's tests (and common's): imported by tests only, never by a runner, a report or a
+shared package at run time (common/tests/test_layering.py holds that).
+
+    ranks      run a function on N forked gloo ranks: run_ranks, RankFailed, free_port
+    bad_input  one line, exit 2, nothing written: expect_bad_input, tree_state, keep_tracked_files, git_status;
+               the runner's check pass over world sizes: check_pass, WORLDS
+    reports    a report under test: report_opening, expect_report_refuses; every input damaged every way:
+               damaged_inputs_problems, damaged, DAMAGES, opened_during
+    gpu        GPU stand-ins on a machine without one: as_gpu_rows, fake_nvidia_smi, no_gpu_mark
+    sweeps     an attention lab (common.attention_sweep): its bad-input tests (refusal_test with sweep_refusals,
+               nothing_to_resume_test, report_refusal_test), bench_twice
+
+The names are handed on here, so a test imports what it uses from `testkit` itself.
+"""
+
+from .bad_input import WORLDS, check_pass, expect_bad_input, git_status, keep_tracked_files, tree_state
+from .gpu import DRIVERS, H100_PROVENANCE, as_gpu_rows, fake_nvidia_smi, no_gpu_mark
+from .ranks import RankFailed, free_port, run_ranks
+from .reports import DAMAGES, damaged, damaged_inputs_problems, expect_report_refuses, opened_during, report_opening
+from .sweeps import bench_twice, nothing_to_resume_test, refusal_test, report_refusal_test, sweep_refusals
+
+__all__ = ["DAMAGES", "DRIVERS", "H100_PROVENANCE", "WORLDS", "RankFailed", "as_gpu_rows", "bench_twice", "check_pass",
+           "damaged", "damaged_inputs_problems", "expect_bad_input", "expect_report_refuses", "fake_nvidia_smi", "free_port",
+           "git_status", "keep_tracked_files", "no_gpu_mark", "nothing_to_resume_test", "opened_during",
+           "refusal_test", "report_opening", "report_refusal_test", "run_ranks", "sweep_refusals", "tree_state"]
