@@ -1,7 +1,8 @@
 """The plots that carry fp8-train's answer, one quantity per axis (report_plots.py draws the audit's plots).
 
-    answer      per model: each FP8 run's final validation loss minus its own seed's BF16 run, beside the
-                repeat noise of one BF16 seed; on GPUs also tokens/s over BF16 and peak memory per run
+    answer      per model: each low-precision run's validation loss minus its seed's BF16 run at every
+                evaluation, against the noise (evidence.py: the largest BF16 rerun or seed gap at any
+                evaluation); on GPUs also tokens/s over BF16 and peak memory per run
     underflow   per model: the share of non-zero FP8 values that became zero, per role over steps (the
                 lab's own FP8 layer counts them; TE and torchao cast inside their kernels)
 """
@@ -12,14 +13,15 @@ from pathlib import Path
 
 from common.plotting import new_figure, save
 from health.panels import ROLE_COLORS
-from reporting.findings import Facts, run_label
+from reporting.evidence import Facts
+from reporting.findings import run_label
 
 
 def plot_answer(f: Facts, path: Path, footer: str) -> Path | None:
-    if not f.paired and not f.gpu:
+    if not f.gaps and not f.gpu:
         return None
     panels = 3 if f.gpu else 1
-    fig, axes = new_figure(1, panels, figsize=(4.6 * panels + 1.5, 0.5 * max(3, len(f.paired)) + 2.4), squeeze=False)
+    fig, axes = new_figure(1, panels, figsize=(4.8 * panels + 1.5, 0.5 * max(3, len(f.runs)) + 2.6), squeeze=False)
     _paired_panel(axes[0][0], f)
     if f.gpu:
         _ratio_panel(axes[0][1], f)
@@ -28,21 +30,17 @@ def plot_answer(f: Facts, path: Path, footer: str) -> Path | None:
 
 
 def _paired_panel(ax, f: Facts) -> None:
-    labels = [f"{run_label(p.run)}\n{p.run.name} ({p.run.folder})" for p in f.paired]
-    diffs = [p.diff for p in f.paired]
-    ys = list(range(len(diffs)))
     if f.noise is not None:
-        ax.axvspan(-f.noise, f.noise, color="0.85")
-    bars = ax.barh(ys, diffs, color=["tab:red" if d > 0 else "tab:blue" for d in diffs])
-    ax.bar_label(bars, [f"{d:+.4f}" for d in diffs], fontsize=7, padding=2)
-    ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_yticks(ys, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.margins(x=0.18)
-    noise = "no BF16 repeat: noise unknown"
-    if f.noise is not None:
-        noise = f"grey: ±{f.noise:.4f}, one BF16 seed run twice"
-    ax.set(xlabel="final val loss - same seed's BF16 (above 0: worse)", title=f"loss cost, paired by seed\n({noise})")
+        ax.axhspan(-f.noise.level, f.noise.level, color="0.85", label=f"noise ±{f.noise.level:.3f}")
+    for r in f.low():
+        g = f.gap(r)
+        ax.plot(g.index, g.values, "-o", ms=3, lw=1.1, label=f"{run_label(r)}, {r.name} ({r.folder})")
+    for r, g in f.repeats:
+        ax.plot(g.index, g.values, "k--", lw=1, label=f"BF16 rerun, {r.name} ({r.folder})")
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set(xlabel="step", ylabel="val loss - same seed's BF16 val loss",
+           title="loss gap at every evaluation (above 0: worse)")
+    ax.legend(fontsize=6.5)
 
 
 def _bf16_median(f: Facts, field: str) -> float:
