@@ -14,9 +14,9 @@ import pandas as pd
 
 from common.markdown import table as md_table
 from common.plotting import describe_runs
-from reporting import comparison, health_report
-from reporting.findings import S
-from reporting.report_plots import plot_crossover, speedups
+from reporting import comparison
+from reporting.findings import S, short_gpu
+from reporting.plots import plot_crossover, speedups
 from reporting.tables import read
 
 SLOWER = 0.9  # a GEMM's largest shape below 90% of a smaller shape's rate is noted (one timed call: no spread)
@@ -35,7 +35,7 @@ def section(d: Path, rel: Callable[[Path], str], written: list[Path]) -> list[st
     if k is not None and len(k):
         lines += [S("bench.kernels"), "", md_table(["fp8_linear.py", "Inductor kernels", "scale-update operators"], [
             [r.fp8_linear_version, r.inductor_kernels, r.update_ops] for r in k.itertuples()]), ""]
-    return lines + health_report.monitor_lines(d)
+    return lines + monitor_lines(d)
 
 
 def crossover(sp: pd.DataFrame, d: Path, footer: str, rel: Callable[[Path], str], written: list[Path]) -> list[str]:
@@ -72,7 +72,8 @@ def step_lines(b: pd.DataFrame, d: Path, rel: Callable[[Path], str], written: li
             met = "yes" if str(r.meets_target).lower() == "true" else "**no**"
             row += ["", ""] if pd.isna(r.target_ratio) else [f"<= {r.target_ratio} vs fp32", met]
         rows.append(row)
-    lines = [S("bench.step.gpu" if gpu else "bench.step.cpu", blocks=b["n_layers"].iloc[0],
+    lines = [S("bench.step.gpu" if gpu else "bench.step.cpu", hardware=short_gpu(str(b["hardware"].iloc[0])),
+               blocks=b["n_layers"].iloc[0],
                tokens=b["tokens_per_step"].iloc[0]), "", md_table(head, rows), ""]
     if gpu and b["d_model"].nunique() > 1 and len(sp):
         lines += crossover(sp.reset_index(), d, describe_runs(b), rel, written)
@@ -111,5 +112,16 @@ def gemm_lines(g: pd.DataFrame) -> list[str]:
             notes.append(S("bench.gemm.slower", op=op, big=h["tflops"].iloc[-1], bshape=h["shape"].iloc[-1],
                            small=small["tflops"].iloc[0], sshape=small["shape"].iloc[0],
                            pct=1 - h["tflops"].iloc[-1] / small["tflops"].iloc[0]))
-    return [S("bench.gemm", timing=g["timing"].iloc[0]), "", md_table(["M x K x N", *ops], rows), ""] + \
+    return [S("bench.gemm", timing=g["timing"].iloc[0], hardware=short_gpu(str(g["hardware"].iloc[0]))), "", md_table(["M x K x N", *ops], rows), ""] + \
         ([" ".join(notes), ""] if notes else [])
+
+
+def monitor_lines(d: Path) -> list[str]:
+    m = read(d / "bench_monitor.csv")
+    if m is None or not len(m):
+        return []
+    rows = [[r.run, r.d_model, f"{r.step_time_off_s * 1e3:.1f}", f"{r.step_time_on_s * 1e3:.1f}",
+             f"{r.overhead_pct:+.1f}%", f"< {r.target_pct:g}%", "yes" if str(r.meets_target).lower() == "true"
+             else "**no**"] for r in m.itertuples()]
+    return [S("bench.monitor"), "", md_table(["run", "d_model", "off ms", "on ms", "overhead", "target", "met"], rows),
+            ""]

@@ -180,8 +180,8 @@ def bound_for(key: ModelKey, bounds: pd.DataFrame | None) -> pd.Series | None:
         m.iloc[-1] if len(m) else None)
 
 
-def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None, gaps: dict) -> list[str]:
-    """The model's one table: every run, BF16 first; gaps: (folder, run) -> final val minus its seed's BF16 run."""
+def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None) -> list[str]:
+    """The model's one table: every run, BF16 first, its final val beside the first-measured BF16 run of its seed."""
     bf16 = [r.tokens_per_s for r in runs if r.precision == "bf16"]
     base = pd.Series(bf16).median() if bf16 else math.nan
     mem = pd.Series([r.memory for r in runs if r.precision == "bf16"]).median() if bf16 else math.nan
@@ -200,14 +200,10 @@ def table(runs: list[Run], band: Band, gpu: bool, bound: pd.Series | None, gaps:
                else "no BF16 run", *(bound_cells(r, speed, bound) if with_bound else []), mfu_cell(r, gpu),
                "not measured" if math.isnan(r.memory) else f"{r.memory:,.0f}" + (
                    f" ({r.memory / mem - 1:+.1%})" if gpu and r.fp8 else "")]
-        row += [f"{r.final_loss:.4f}", f"{r.final_val:.4f}"]
-        if r.precision == "bf16":
-            ref = first.get(r.seed)
-            row.append("reference" if ref is r else f"{r.final_val - ref.final_val:+.4f} (rerun)")
-        else:
-            g = gaps.get((r.folder, r.name))
-            row.append("no BF16 run of its seed" if g is None else f"{g:+.4f}")
-        rows.append(row)
+        ref = first.get(r.seed)
+        rows.append(row + [f"{r.final_loss:.4f}", f"{r.final_val:.4f}", "no BF16 run of its seed" if ref is None else
+                           "reference" if ref is r else f"{r.final_val - ref.final_val:+.4f}"
+                           + (" (rerun)" if r.precision == "bf16" else "")])
     return _md(head, rows)
 
 

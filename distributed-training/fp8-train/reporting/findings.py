@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, Spread, gaps_sentence, listing, spread
+from common.findings import Finding, Sentences, Spread, gaps_sentence, listing, short_hardware, spread
 from reporting.comparison import Run
 from reporting.evidence import DELAYED, Facts, ident
 
@@ -26,44 +26,26 @@ HERE = Path(__file__).resolve().parent
 S = Sentences(HERE / "findings_template.md")
 
 
-def short_gpu(hardware: str) -> str:
-    """'1x NVIDIA H100 80GB HBM3' -> '1x H100 80GB'; a CPU's name without trademark signs and filler words."""
+def short_gpu(hardware: str, count: bool = True) -> str:
+    """'1x NVIDIA H100 80GB HBM3' -> '1x H100 80GB' (without the count: 'H100 80GB'); a CPU as short_hardware."""
     m = re.search(r"(\d+x )?NVIDIA (\S+)( \d+GB)?", hardware)
-    if m:
-        return f"{m.group(1) or ''}{m.group(2)}{m.group(3) or ''}"
-    return re.sub(r"\s+", " ", re.sub(r"\((R|TM)\)| Processor| CPU", "", hardware)).strip()
+    return f"{(m.group(1) or '') if count else ''}{m.group(2)}{m.group(3) or ''}" if m else short_hardware(hardware)
 
 
 def run_label(r: Run) -> str:
-    """torchao (tensorwise dynamic), te (delayed), native (delayed): what a learner compares."""
-    how = r.recipe.split(",")[0].strip()
-    return f"{r.backend} ({how})" if r.precision == "fp8" else f"{r.precision} {r.backend}"
-
-
-def short_label(r: Run) -> str:
-    """te, te current, torchao, native, mxfp8 emulated: the opening's names."""
-    if r.precision != "fp8":
-        return f"{r.precision} {r.backend}"
-    return r.backend + (" current" if r.recipe == "current" else "")
+    """te, te current, torchao, native, mxfp8 emulated: what a learner compares."""
+    return r.backend + (" current" if r.recipe == "current" else "") if r.precision == "fp8" else \
+        f"{r.precision} {r.backend}"
 
 
 def kind(runs: list[Run]) -> str:
     return "FP8" if all(r.precision == "fp8" for r in runs) else "low-precision"
 
 
-def where(f: Facts) -> str:
-    """'1x H100 80GB (d_model 4096)', with the world size where it is more than one."""
+def where(f: Facts, sep: str = " (") -> str:
+    """'1x H100 80GB (d_model 4096)' (a caption's: '1x H100 80GB, d_model 4096'), with a world size above one."""
     ws = f", world size {f.key.world_size}" if f.key.world_size > 1 else ""
-    return f"{short_gpu(f.key.hardware)} (d_model {f.key.d_model}{ws})"
-
-
-def caption_where(f: Facts) -> str:
-    return f"{short_gpu(f.key.hardware)}, d_model {f.key.d_model}"
-
-
-def gpu_name(f: Facts) -> str:
-    """A GPU as the opening's short lists name it: 'H100 80GB' (the count is in the Answer's where)."""
-    return re.sub(r"^1x ", "", short_gpu(f.key.hardware))
+    return f"{short_gpu(f.key.hardware)}{sep}d_model {f.key.d_model}{ws}" + (")" if sep == " (" else "")
 
 
 def then(name: str, **values) -> str:
@@ -75,20 +57,13 @@ def finals(f: Facts) -> list[tuple[Run, float]]:
     return [(r, float(f.gap(r).iloc[-1])) for r in f.low()]
 
 
-def noise_words(f: Facts) -> str:
-    n = f.noise
-    return S(f"noise.{n.kind}", level=n.level, evals=n.evals, runs=n.runs) if n else ""
-
-
 def verdict_key(f: Facts) -> str:
     """within / worse / beyond / unknown: the final gaps against the noise."""
     gaps = [g for _, g in finals(f)]
-    if f.noise is None:
-        return "unknown"
     out = [g for g in gaps if f.beyond(g)]
-    if not out:
-        return "within"
-    return "worse" if len(out) == len(gaps) and all(g > 0 for g in gaps) else "beyond"
+    if f.noise is None or not out:
+        return "unknown" if f.noise is None else "within"
+    return "worse" if len(out) == len(gaps) and min(gaps) > 0 else "beyond"
 
 
 # ---- the opening ----------------------------------------------------------------------------------------------
@@ -98,27 +73,17 @@ def primary(all_facts: list[Facts]) -> Facts:
     return max(all_facts, key=lambda f: (f.gpu, f.noise is not None, len(f.low()), f.key.d_model, f.key.hardware))
 
 
-def also_clause(f: Facts) -> str:
-    gaps = [g for _, g in finals(f)]
-    if not gaps:
-        return ""
-    diffs = spread(gaps, "{:+.3f}")
-    if f.noise is None:
-        return S("also.unknown", where=short_gpu(f.key.hardware), diffs=diffs)
-    out = sum(f.beyond(g) for g in gaps)
-    verdict = S("verdict.beyond", k=out, n=len(gaps)) if out else S("verdict.within")
-    return S("also.known", where=short_gpu(f.key.hardware), diffs=diffs, verdict=verdict)
-
-
-def answer_sentence(f: Facts, others: list[Facts] = ()) -> str:
-    also = "".join(also_clause(g) for g in others)
-    pairs = finals(f)
-    if not pairs:
-        return S("answer.none", where=where(f), also=also)
-    gaps = [g for _, g in pairs]
-    key = verdict_key(f)
-    return S(f"answer.{key}", where=where(f), n=len(gaps), kind=kind(f.low()), diffs=spread(gaps, "{:+.3f}"),
-             noise=noise_words(f), k=sum(f.beyond(g) for g in gaps), also=also)
+def answer_sentence(f: Facts, others: list[Facts] = (), also: bool = False) -> str:
+    """The final gaps against the noise; each other GPU's as a short clause after it."""
+    gaps, n = [g for _, g in finals(f)], f.noise
+    values = dict(where=short_gpu(f.key.hardware) if also else where(f), n=len(gaps), kind=kind(f.low()),
+                  diffs=spread(gaps, "{:+.3f}") if gaps else "", k=sum(f.beyond(g) for g in gaps),
+                  noise=S(f"noise.{n.kind}", level=n.level, evals=n.evals, runs=n.runs) if n else "")
+    if also:
+        return "" if not gaps else S("also.unknown" if n is None else "also.known", **values, verdict=S(
+            "verdict.beyond", **values) if values["k"] else S("verdict.within"))
+    rest = "".join(answer_sentence(g, also=True) for g in others)
+    return S(f"answer.{verdict_key(f)}" if gaps else "answer.none", **values, also=rest)
 
 
 def speeds(f: Facts) -> list[tuple[Run, Spread]]:
@@ -145,7 +110,7 @@ def speed_sentence(gpu_facts: list[Facts]) -> str:
         return S("speed.cpu")
     parts = []
     for f in gpu_facts:
-        runs = listing([f"{short_label(r)} {s.mid:.2f}x" if s.differs else S("speed.same", name=short_label(r),
+        runs = listing([f"{run_label(r)} {s.mid:.2f}x" if s.differs else S("speed.same", name=run_label(r),
                                                                               x=s.mid) for r, s in speeds(f)])
         if runs:
             bound = " " + S("speed.bound", bound=f.bound) if f.bound else ""
@@ -209,7 +174,7 @@ def meaning_sentence(f: Facts) -> str:
     top = fastest(f)
     if not top:
         return S("meaning.none")
-    best = " or ".join(short_label(r) for r, _ in top)
+    best = " or ".join(run_label(r) for r, _ in top)
     x = spread([s.mid for _, s in top], "{:.2f}x", "-")
     if not any(s.differs and s.mid > 1 for _, s in top):
         return S("meaning.slower", best=best, x=x, gpu=short_gpu(f.key.hardware))
@@ -222,8 +187,8 @@ def missing_sentence(all_facts: list[Facts], bounds_missing: list, multi_gpu: bo
     gaps = [] if gpu else [S("missing.gpu")]
     if gpu and "te-fused" not in {r.backend for f in gpu for r in f.runs}:
         gaps.append(S("missing.te_fused"))
-    gaps += [S("missing.bound", gpu=re.sub(r"^1x ", "", short_gpu(key.hardware))) for key in bounds_missing]
-    gaps += [S("missing.noise", gpu=gpu_name(f)) for f in gpu if f.noise is None]
+    gaps += [S("missing.bound", gpu=short_gpu(key.hardware, False)) for key in bounds_missing]
+    gaps += [S("missing.noise", gpu=short_gpu(f.key.hardware, False)) for f in gpu if f.noise is None]
     if gpu and not multi_gpu:
         gaps.append(S("missing.multi_gpu"))
     return gaps_sentence(S, gaps)
@@ -249,8 +214,8 @@ def loss_paragraph(f: Facts) -> str:
     n, low = f.noise, kind(f.low())
     if n is None:
         return S("loss.unknown", kind=low, diffs=diffs)
-    out = [f"{short_label(r)} {g:+.4f}" for r, g in pairs if f.beyond(g)]
-    inside = [f"{short_label(r)} {g:+.4f}" for r, g in pairs if not f.beyond(g)]
+    out = [f"{run_label(r)} {g:+.4f}" for r, g in pairs if f.beyond(g)]
+    inside = [f"{run_label(r)} {g:+.4f}" for r, g in pairs if not f.beyond(g)]
     verdict = S("loss.beyond", runs=listing(out), inside=listing(inside) or "none") if out else \
         S("loss.within", n=len(pairs), diffs=diffs)
     if n.kind == "repeat":
@@ -341,27 +306,28 @@ def caption_answer(f: Facts) -> str:
         what = S("caption.answer.rerun") if f.noise.kind == "repeat" else S(
             "caption.answer.seeds", runs=f.noise.runs, exact=S("caption.answer.exact") if f.repeats else "")
         noise = S("caption.answer.noise", level=f.noise.level, what=what)
-    return S("caption.answer", where=caption_where(f), kind=kind(f.low()), noise=noise,
+    return S("caption.answer", where=where(f, ", "), kind=kind(f.low()), noise=noise,
              panels=S("caption.answer.gpu") if f.gpu else then("caption.answer.cpu"))
 
 
 def caption_loss(f: Facts) -> str:
     n = len(f.band.seeds)
     band = S("caption.loss.band", n=n) if n >= 2 else S("caption.loss.one")
-    return S("caption.loss", where=caption_where(f), band=band, hollow=S("caption.loss.hollow") if f.band.repeats else "")
+    return S("caption.loss", where=where(f, ", "), band=band, hollow=S("caption.loss.hollow") if f.band.repeats else "")
 
 
 def caption_scales(f: Facts, shown: list[Run], missing: bool) -> str:
-    how = (S("caption.scales.delayed") if any(r.recipe.startswith(DELAYED) for r in shown) else "") + \
-        (S("caption.scales.current") if any(not r.recipe.startswith(DELAYED) for r in shown) else "")
+    kinds = {"delayed" if r.recipe.startswith(DELAYED) else "current" if r.precision == "fp8" else "block"
+             for r in shown}
+    how = "".join(S(f"caption.scales.{k}") for k in ("delayed", "current", "block") if k in kinds)
     left = [f"{name} (`{folder}`)" for folder, name in f.damaged]
-    return S("caption.scales", where=caption_where(f), how=how, missing=then("caption.scales.missing") if missing
+    return S("caption.scales", where=where(f, ", "), how=how, missing=then("caption.scales.missing") if missing
              else "", left_out=then("caption.scales.left_out", runs=listing(left)) if left else "")
 
 
 def caption_underflow(f: Facts) -> str:
     runs = listing(list(dict.fromkeys(f"{r} (`{fo}`)" for r, fo in zip(f.underflow["run"], f.underflow["folder"]))))
-    return S("caption.underflow", where=caption_where(f), runs=runs)
+    return S("caption.underflow", where=where(f, ", "), runs=runs)
 
 
 def shown_runs(f: Facts) -> list[Run]:

@@ -16,10 +16,9 @@ import pandas as pd
 
 from common.findings import listing, spread
 from common.markdown import table as md_table
-from common.plotting import describe_runs, new_figure, save
-from health.panels import BY_ID, EVENT_STYLE, MPL_MARKERS, PANELS, ROLE_COLORS
 from reporting.evidence import Facts
-from reporting.findings import S, short_gpu
+from reporting.findings import S, short_gpu, then
+from reporting.plots import plot_health
 from reporting.tables import read
 
 ROLLBACK = re.compile(r"rolled back to the checkpoint taken after step (\d+)")
@@ -135,7 +134,7 @@ def demo_lines(d: Path, root: Path) -> list[str]:
         seeds = bf16["run"].nunique() if bf16 is not None else 0
         out += [f"![health dashboard of {run}]({os.path.relpath(png, root)})", "",
                 S("demo.caption", folder=d.name, run=run,
-                  band=S("demo.caption.band", n=seeds) if seeds >= 2 else ""), ""]
+                  band=then("demo.caption.band", n=seeds) if seeds >= 2 else ""), ""]
     return out
 
 
@@ -146,62 +145,6 @@ def section(dirs: list[Path], root: Path, facts: list[Facts]) -> list[str]:
         out += [S("health.kinds") + " " + " ".join(f"**{k}**: {S(f'kind.{k}')}" for k in sorted(kinds)
                                                    if f"kind.{k}" in S), ""]
     return out + [line for d in dirs if has_faults(_read(d / "steps.csv")) for line in demo_lines(d, root)]
-
-
-def plot_health(d: Path, run: str, steps: pd.DataFrame, events: pd.DataFrame, fp8: pd.DataFrame,
-                layers: pd.DataFrame, clean: pd.DataFrame | None, bf16: pd.DataFrame | None = None) -> Path:
-    """A PNG copy of the dashboard's `png` panels (health/panels.py) for one run; the HTML has them all.
-
-    clean: the same run without faults; bf16: BF16 runs of the same model (one per seed), drawn as the
-    seed band under the loss."""
-    s = steps[steps["run"] == run].sort_values("step")
-    e = events[events["run"] == run] if len(events) else events
-    shown = [p for p in PANELS if p.png]
-    fig, axes = new_figure(2, (len(shown) + 1) // 2, figsize=(13, 6.8))
-    ax = {p.id: a for p, a in zip(shown, axes.flat)}
-    for p, a in zip(shown, axes.flat):
-        a.set(xlabel="step", yscale="log" if p.log else "linear")
-        a.set_title(p.title, fontsize=8)
-    if bf16 is not None and bf16["run"].nunique() >= 2:
-        band = bf16.pivot_table(index="step", columns="run", values="loss")
-        ax["p-loss"].fill_between(band.index, band.min(axis=1), band.max(axis=1), color="0.85",
-                                  label=f"BF16 band ({band.shape[1]} seeds)")
-    if clean is not None:
-        ax["p-loss"].plot(clean["step"], clean["loss"], color="0.45", lw=0.8, label="clean run")
-    ax["p-loss"].plot(s["step"], s["loss"], lw=0.9, label=run)
-    v = s.dropna(subset=["val_loss"])
-    ax["p-loss"].plot(v["step"], v["val_loss"], "o--", ms=3, label="val")
-    ax["p-loss"].legend()
-    ax["p-grad"].plot(s["step"], s["grad_norm"], lw=0.9)
-    ax["p-update"].plot(s["step"], s["update_ratio"].where(s["update_ratio"] > 0), lw=1.4)
-    per_layer = layers[(layers["run"] == run) & (layers["update_ratio"] > 0)] if len(layers) else layers
-    for layer, g in (per_layer.groupby("layer") if len(per_layer) else []):
-        ax["p-update"].plot(g["step"], g["update_ratio"], lw=0.5, alpha=0.4, color="0.4")
-    f = fp8[fp8["run"] == run] if len(fp8) else fp8
-    for (module, role), g in (f.groupby(["module", "role"]) if len(f) else []):
-        ax["p-scale"].plot(g["step"], g["scale"], color=ROLE_COLORS.get(role, "0.5"), lw=0.7, alpha=0.6)
-    for role, c in ROLE_COLORS.items():
-        ax["p-scale"].plot([], [], color=c, label=role)
-    ax["p-scale"].legend(fontsize=6)
-    lay = layers[(layers["run"] == run) & layers["act_amax"].notna()] if len(layers) else layers
-    for layer, g in (lay.groupby("layer") if len(lay) else []):
-        ax["p-act"].plot(g["step"], g["act_amax"], marker=".", lw=0.9, label=layer)
-    if len(lay):
-        ax["p-act"].legend(fontsize=6)
-    kinds = list(EVENT_STYLE)
-    for k, (c, shape) in EVENT_STYLE.items():
-        ek = e[e["kind"] == k] if len(e) else e
-        if len(ek):
-            ax["p-events"].scatter(ek["step"], [kinds.index(k)] * len(ek), color=c, marker=MPL_MARKERS[shape], s=40)
-            if k in ("grad_spike", "nonfinite"):
-                y = s.set_index("step")["grad_norm"].reindex(ek["step"]).fillna(s["grad_norm"].max())
-                ax["p-grad"].scatter(ek["step"], y, color=c, marker=MPL_MARKERS[shape], s=40, zorder=3)
-    ax["p-events"].set(yticks=range(len(kinds)), yticklabels=kinds, xlim=ax["p-loss"].get_xlim(),
-                       ylabel=BY_ID["p-events"].ylabel)
-    for p in shown:
-        if p.id != "p-events":
-            ax[p.id].set_ylabel(p.ylabel)
-    return save(fig, d / f"health_{run}.png", describe_runs(steps))
 
 
 def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
@@ -216,14 +159,3 @@ def _clean_counterpart(d: Path, run: str, s: pd.DataFrame) -> tuple[pd.DataFrame
             bf16 = o[o["precision"] == "bf16"].drop_duplicates(subset=["seed", "step"])
             return same.sort_values("step").assign(folder=other.name), bf16
     return None, None
-
-
-def monitor_lines(d: Path) -> list[str]:
-    m = _read(d / "bench_monitor.csv")
-    if not len(m):
-        return []
-    rows = [[r.run, r.d_model, f"{r.step_time_off_s * 1e3:.1f}", f"{r.step_time_on_s * 1e3:.1f}",
-             f"{r.overhead_pct:+.1f}%", f"< {r.target_pct:g}%", "yes" if str(r.meets_target).lower() == "true"
-             else "**no**"] for r in m.itertuples()]
-    return [S("bench.monitor"), "", md_table(["run", "d_model", "off ms", "on ms", "overhead", "target", "met"], rows),
-            ""]

@@ -1,17 +1,10 @@
 """Every low-precision run's per-tensor scales and amaxes, one row per run, for the report: no silent cell.
 
 fp8.csv has one row per FP8 tensor every --stats-every steps (amax, the scale cast with, and every
---fractions-every steps the share of values that underflowed to zero or saturated). What a backend
-lets the lab see differs, so a quantity a run did not record is a cell that says so, and why in a note:
-
-    grad_output of torchao, compiled    torchao scales dynamically and keeps no state; the lab's
-                                        backward hooks break torch.compile graphs, so they are off
-    grad_output of TE current scaling   no amax history to read, and the backward hook on te.Linear
-                                        did not fire in these runs
-    underflow / saturation              counted only in the lab's own FP8 layer; TE and torchao cast
-                                        inside their kernels; block formats have a scale per block
-    a run with no rows at all           its backend exposed no per-tensor state to the lab
-    a damaged record                    evidence.damage: named, its numbers left out
+--fractions-every steps the share of values that underflowed to zero or saturated). What a backend lets the lab
+see differs (torchao and TE current scaling keep no grad_output state; only the lab's own layer counts
+underflow; block formats have a scale per block), so a cell a run did not record says why in a note
+(findings_template.md's [why.*]); a damaged record (evidence.damage) is named and its numbers left out.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ import pandas as pd
 
 from precision import backends
 from reporting.comparison import Folder, Run, _md
+from reporting.findings import S
 
 ROLES = ("input", "weight", "grad_output")
 
@@ -30,18 +24,14 @@ def why_missing(r: Run, role: str, quantity: str, kind: str) -> str:
     """Why a run wrote no value of a quantity."""
     be = backends.lookup(r.backend)
     if quantity == "fractions":
-        if r.precision != "fp8":
-            return "not computed for block formats (one scale per block)"
-        if be is None or not be.own_layer:
-            return f"{r.backend} casts inside its own kernels (counted in the lab's FP8 layer only)"
-        return "no --fractions-every step in this run"
-    if role == "grad_output" and be is not None and be.dynamic_only and r.compiled:
-        return f"{r.backend} keeps no scale state (dynamic scaling) and the lab's backward hooks are off under compile"
-    if role == "grad_output" and be is not None and be.library_state is not None and kind == "current":
-        return "TE current scaling keeps no amax history and the lab's backward hook on te.Linear did not fire"
-    if role == "grad_output" and r.compiled:
-        return f"backward hooks are off under torch.compile ({r.backend})"
-    return f"{r.backend} exposed no {role} {quantity} to the lab in this run"
+        why = "block" if r.precision != "fp8" else "kernels" if be is None or not be.own_layer else "no_fractions"
+    elif role == "grad_output" and be is not None and be.dynamic_only and r.compiled:
+        why = "dynamic"
+    elif role == "grad_output" and be is not None and be.library_state is not None and kind == "current":
+        why = "te_current"
+    else:
+        why = "compiled" if role == "grad_output" and r.compiled else "other"
+    return S(f"why.{why}", backend=r.backend, role=role, quantity=quantity)
 
 
 def _g(x: float) -> str:
@@ -52,7 +42,7 @@ def row_for(r: Run, fp8: pd.DataFrame | None, note) -> list[str]:
     """One run's cells; note(why) returns the marker of a reason, numbered once per table."""
     g = fp8[fp8["run"] == r.name] if fp8 is not None and len(fp8) else pd.DataFrame()
     if g.empty:
-        why = note(f"no fp8.csv rows for this run ({r.backend} exposed no per-tensor state to the lab)")
+        why = note(S("why.no_rows", backend=r.backend))
         return [f"{r.name} (`{r.folder}`)", r.recipe, why, why, why]
     kind = str(g["scale_kind"].dropna().iloc[0]) if "scale_kind" in g and g["scale_kind"].notna().any() else ""
     fmts = "/".join(dict.fromkeys(str(g.loc[g["role"] == role, "format"].iloc[0]) for role in ROLES

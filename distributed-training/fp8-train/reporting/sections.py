@@ -26,10 +26,9 @@ from common.findings import block, fill, listing
 from common.plotting import describe_runs
 from precision import backends
 from reporting import bench_report, comparison, evidence, findings, health_report, scale_stats
-from reporting.answer_plots import plot_answer, plot_underflow
 from reporting.comparison import Folder, ModelKey, is_gpu, model_key, summarize
 from reporting.findings import S, short_gpu, then
-from reporting.report_plots import plot_loss, plot_scales
+from reporting.plots import plot_answer, plot_loss, plot_scales, plot_underflow
 from reporting.tables import SCHEMAS, read as _read
 
 LAB = Path(__file__).resolve().parents[1]  # the lab: results/, REPORT.md
@@ -140,13 +139,11 @@ def model_section(ctx: Context, key: ModelKey) -> str:
     steps = pd.concat([x.steps for x in folders], ignore_index=True)
     joined = lambda col: "/".join(sorted({str(v) for v in steps[col].dropna()})) if col in steps else "?"  # noqa: E731
     bound = _bound(ctx, key)
-    finals = {evidence.ident(r): float(f.gap(r).iloc[-1]) for r in f.low()}
     fp8 = {x.name: x.fp8 for x in folders}
     shown = findings.shown_runs(f)
     missing = {id(r): scale_stats.missing_roles(r, fp8[r.folder]) for r in shown}
-    plots = _picture(ctx, plot_loss(f.runs, {(x.name, run): g.sort_values("step") for x in folders
-                                             for run, g in x.steps.groupby("run")}, f.band,
-                                    ctx.plot_path(key, "loss"), ctx.footer(key)),
+    curves = {(x.name, run): g.sort_values("step") for x in folders for run, g in x.steps.groupby("run")}
+    plots = _picture(ctx, plot_loss(f, curves, ctx.plot_path(key, "loss"), ctx.footer(key)),
                      "loss curves and final validation loss", findings.caption_loss(f))
     plots += _picture(ctx, plot_scales(shown, fp8, missing, ctx.plot_path(key, "scales"), ctx.footer(key)),
                       "FP8 scales over steps", findings.caption_scales(f, shown, any(missing.values())))
@@ -161,12 +158,12 @@ def model_section(ctx: Context, key: ModelKey) -> str:
                 about=S("model.about", model=key.describe(), data=folders[0].config.get("data", key.data),
                         folders=", ".join(f"`{x.name}`" for x in folders), torch=joined("torch_version"),
                         commit=joined("git_commit")) + ("" if f.gpu else "\n\n" + S("model.cpu")),
-                table=comparison.table(f.runs, f.band, f.gpu, bound, finals),
+                table=comparison.table(f.runs, f.band, f.gpu, bound),
                 loss=findings.loss_paragraph(f), early=findings.early_paragraph(f),
                 memory=findings.memory_sentence(f),
-                targets=comparison.targets(
-                    key, f.runs, bound, {k: None if f.noise is None else not f.beyond(g) for k, g in finals.items()})
-                if f.gpu else [],
+                targets=comparison.targets(key, f.runs, bound, {evidence.ident(r): None if f.noise is None else
+                                                                 not f.beyond(float(f.gap(r).iloc[-1]))
+                                                                 for r in f.low()}) if f.gpu else [],
                 bound=("" if not f.gpu or bound is None else S(
                     "bound", step=bound["bf16_step_ms"], gemm=bound["bf16_gemm_ms"], share=bound["gemm_share"],
                     fp8=bound["fp8_gemm_ms"], b=bound["bound_speedup"])),

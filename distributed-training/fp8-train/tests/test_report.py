@@ -9,7 +9,7 @@ import pytest
 
 import report
 from reporting import comparison
-from reporting.report_plots import speedups
+from reporting.plots import speedups
 
 LAB = Path(report.__file__).resolve().parent
 H100 = ("h100_ws1", "h100_ws1-te", "h100_ws1-te-current")
