@@ -50,31 +50,27 @@ def step_lines(b: pd.DataFrame, d: Path, rel: Callable[[Path], str], written: li
     gpu = str(b["cuda_version"].iloc[0]) not in ("none", "nan")
     ref_prec = "bf16" if gpu else "fp32"
     sp = speedups(b, "step_time_s", ref_prec).set_index(["d_model", "run"]) if len(b) else pd.DataFrame()
-    targeted = b["target_ratio"].notna().any()
-    head = ["d_model", "run", "backend, version", "compiled", "ms/step (fastest)", "model TFLOP/s",
-            "speedup vs BF16" if gpu else "vs fp32", "kernels/step"] + (["target", "met"] if targeted else [])
     ref = b[b["precision"] == ref_prec].set_index("d_model")["step_time_s"]
+    targeted = b["target_ratio"].notna().any()
     rows = []
     for r in b.itertuples():
-        if gpu and (r.d_model, r.run) in sp.index:
-            s = sp.loc[(r.d_model, r.run)]
-            vs = f"{s['speedup']:.2f}x ({s['lo']:.2f}-{s['hi']:.2f})"
-        elif gpu:
-            vs = "1.00x (reference)" if r.precision == ref_prec else "no BF16 row"
+        if gpu:
+            s = sp.loc[(r.d_model, r.run)] if (r.d_model, r.run) in sp.index else None
+            vs = f"{s['speedup']:.2f}x ({s['lo']:.2f}-{s['hi']:.2f})" if s is not None else \
+                "1.00x (reference)" if r.precision == ref_prec else "no BF16 row"
         else:
             vs = f"{r.step_time_s / ref[r.d_model]:.2f}x" if r.d_model in ref.index else "no fp32 row"
         fastest = f" ({r.step_time_min_s * 1e3:.2f})" if hasattr(r, "step_time_min_s") else ""
-        row = [r.d_model, r.run, f"{r.precision_backend}, "
-               + comparison.version_cell(b[b["run"] == r.run], r.precision_backend),
-               "compiled" if str(r.compiled).lower() == "true" else "eager", f"{r.step_time_s * 1e3:.2f}{fastest}",
-               f"{r.model_tflops:.3g}", vs, "not counted" if pd.isna(r.kernels_per_step) else int(r.kernels_per_step)]
-        if targeted:
-            met = "yes" if str(r.meets_target).lower() == "true" else "**no**"
-            row += ["", ""] if pd.isna(r.target_ratio) else [f"<= {r.target_ratio} vs fp32", met]
-        rows.append(row)
+        rows.append([r.d_model, r.run, f"{r.precision_backend}, " + comparison.version_cell(
+            b[b["run"] == r.run], r.precision_backend), "compiled" if str(r.compiled).lower() == "true" else "eager",
+            f"{r.step_time_s * 1e3:.2f}{fastest}", f"{r.model_tflops:.3g}", vs,
+            "not counted" if pd.isna(r.kernels_per_step) else int(r.kernels_per_step)] + (
+            [] if not targeted else ["", ""] if pd.isna(r.target_ratio) else
+            [f"<= {r.target_ratio} vs fp32", "yes" if str(r.meets_target).lower() == "true" else "**no**"]))
+    head = ["d_model", "run", "backend, version", "compiled", "ms/step (fastest)", "model TFLOP/s",
+            "speedup vs BF16" if gpu else "vs fp32", "kernels/step"] + (["target", "met"] if targeted else [])
     lines = [S("bench.step.gpu" if gpu else "bench.step.cpu", hardware=short_gpu(str(b["hardware"].iloc[0])),
-               blocks=b["n_layers"].iloc[0],
-               tokens=b["tokens_per_step"].iloc[0]), "", md_table(head, rows), ""]
+               blocks=b["n_layers"].iloc[0], tokens=b["tokens_per_step"].iloc[0]), "", md_table(head, rows), ""]
     if gpu and b["d_model"].nunique() > 1 and len(sp):
         lines += crossover(sp.reset_index(), d, describe_runs(b), rel, written)
     return lines
@@ -112,7 +108,8 @@ def gemm_lines(g: pd.DataFrame) -> list[str]:
             notes.append(S("bench.gemm.slower", op=op, big=h["tflops"].iloc[-1], bshape=h["shape"].iloc[-1],
                            small=small["tflops"].iloc[0], sshape=small["shape"].iloc[0],
                            pct=1 - h["tflops"].iloc[-1] / small["tflops"].iloc[0]))
-    return [S("bench.gemm", timing=g["timing"].iloc[0], hardware=short_gpu(str(g["hardware"].iloc[0]))), "", md_table(["M x K x N", *ops], rows), ""] + \
+    lead = S("bench.gemm", timing=g["timing"].iloc[0], hardware=short_gpu(str(g["hardware"].iloc[0])))
+    return [lead, "", md_table(["M x K x N", *ops], rows), ""] + \
         ([" ".join(notes), ""] if notes else [])
 
 

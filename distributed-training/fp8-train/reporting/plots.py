@@ -106,7 +106,8 @@ def plot_loss(f: Facts, curves: dict[tuple[str, str], pd.DataFrame], path: Path,
                  color="0.3" if r.precision == "bf16" else "tab:red")
     axf.set_yticks(range(len(order)), [_name(r) + (" [repeat]" if id(r) in repeats else "") for r in order], fontsize=7)
     axf.invert_yaxis()
-    axf.set(xlabel="final validation loss" + (" (hollow: a repeated seed)" if repeats else ""), title="final val loss (" + (
+    axf.set(xlabel="final validation loss" + (" (hollow: a repeated seed)" if repeats else ""),
+            title="final val loss (" + (
         f"grey: BF16 band, {len(seeds)} distinct seeds)" if lim else "no BF16 band: < 2 seeds)"))
     return save(fig, path, footer)
 

@@ -63,7 +63,8 @@ class Context(NamedTuple):
 
     def footer(self, key: ModelKey) -> str:
         steps = pd.concat([f.steps for f in self.models[key]], ignore_index=True)
-        return describe_runs(steps, {"model": f"d{key.d_model}-L{key.n_layers}", "tokens/step": key.batch * key.seq_len})
+        return describe_runs(steps, {"model": f"d{key.d_model}-L{key.n_layers}",
+                                     "tokens/step": key.batch * key.seq_len})
 
 
 # What the report reads from a run's saved config (comparison.py), each of its kind when present.
