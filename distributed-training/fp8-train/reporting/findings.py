@@ -88,12 +88,15 @@ def answer_sentence(f: Facts, others: list[Facts] = (), also: bool = False) -> s
 
 def speeds(f: Facts) -> list[tuple[Run, Spread]]:
     """Each FP8 run's tokens/s over BF16's median with its run-to-run spread: an FP8 run is measured once, so it is
-    given the spread of the BF16 runs around their median, and the ratio spans the extremes (Spread.over)."""
-    bf16 = [r.tokens_per_s for r in f.runs if r.precision == "bf16" and not math.isnan(r.tokens_per_s)]
+    given the spread of the BF16 runs around their median (with one BF16 run, its steps' interquartile range), and
+    the ratio spans the extremes (Spread.over)."""
+    bf16 = [r for r in f.runs if r.precision == "bf16" and not math.isnan(r.tokens_per_s)]
     if not bf16:
         return []
-    mid = float(pd.Series(bf16).median())
-    base, lo, hi = Spread(mid, min(bf16), max(bf16)), min(bf16) / mid, max(bf16) / mid
+    tps = [r.tokens_per_s for r in bf16]
+    mid = float(pd.Series(tps).median())
+    lo, hi = (min(tps) / mid, max(tps) / mid) if len(tps) > 1 else (1 - bf16[0].tps_iqr, 1 + bf16[0].tps_iqr)
+    base = Spread(mid, mid * lo, mid * hi)
     out = [(r, Spread(r.tokens_per_s, r.tokens_per_s * lo, r.tokens_per_s * hi).over(base)) for r in f.runs
            if r.fp8 and not math.isnan(r.tokens_per_s)]
     return sorted(out, key=lambda rs: -rs[1].mid)
