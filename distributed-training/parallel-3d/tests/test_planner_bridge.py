@@ -43,13 +43,14 @@ def test_activation_formula_is_korthikanti_without_dropout():
 def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     """`make plan --cp 1` prints train.py flags; parsed by this lab's own config they describe the planner's
     choice (a plan with context parallelism says it needs another runner: test_launch.py)."""
-    from planner import launch, plan as planner_cli, search
+    from planner.search import launch, search
+    from planner import plan as planner_cli
 
     cfg = planner_cli.PlanConfig(params=params, gpus=gpus, top=1, cp=1)
-    w, cl, pins = cfg.resolve()
-    res = search.search(w, cl, pins, top=1)
+    w, cl, pins, enumerated = cfg.resolved
+    res = search.search(w, cl, pins, top=1, enumerated=enumerated)
     cmd = planner_cli.run_commands(w, cl, res)
-    flags = cmd["torchrun"].split(launch.RUNNER)[1].split()
+    flags = cmd.torchrun.split(launch.RUNNER)[1].split()
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     from common.config import parse_preset
 
@@ -57,8 +58,8 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     layout = check(run, gpt_config(run), gpus)
     best = res.best
     assert (layout.tp, layout.pp, layout.dp, layout.microbatch, layout.num_microbatches) == \
-        (best["tp"], best["pp"], best["dp"], best["microbatch"], best["num_microbatches"])
-    assert [v.interleave for v in variants(run)] == [best["interleave"]]
-    assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd["slurm"]
-    split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
-    assert split_layers(w.shape.layers, best["pp"] * best["interleave"], run.stage_layers) == split
+        (best.tp, best.pp, best.dp, best.microbatch, best.num_microbatches)
+    assert [v.interleave for v in variants(run)] == [best.interleave]
+    assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd.slurm
+    split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
+    assert split_layers(w.shape.layers, best.pp * best.interleave, run.stage_layers) == split
