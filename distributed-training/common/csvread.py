@@ -279,16 +279,27 @@ def read_text(path: str | Path, what: str) -> str:
 
 def read_json(path: str | Path, what: str, kinds: Mapping[str, type] | None = None) -> dict[str, Any]:
     """A JSON object a report reads (the config saved beside a result), checked as read_text, then: valid
-    JSON, cut nowhere, an object, no NaN or Infinity, and each key of `kinds` that it holds of that type (int,
-    float, str, bool, list, dict); BadResults naming the file otherwise."""
+    JSON, cut nowhere, an object, no NaN or Infinity, no key given twice with two values, and each key of `kinds`
+    that it holds of that type (int, float, str, bool, list, dict); BadResults naming the file otherwise."""
     path = Path(path)
     text = read_text(path, what)
 
     def no_constant(name: str):
         raise ValueError(f"{name} is not a number JSON allows")
 
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # json.loads keeps a repeated key's last value silently
+        seen: dict[str, Any] = {}
+        for name, value in pairs:
+            if name in seen and seen[name] != value:
+                raise BadResults(f"{shown(path)} gives the key {name!r} twice, {str(seen[name])[:20]!r} and "
+                                 f"{str(value)[:20]!r} (two files mixed, or an edit?): not {what}")
+            seen[name] = value
+        return seen
+
     try:
-        data = json.loads(text, parse_constant=no_constant)
+        data = json.loads(text, parse_constant=no_constant, object_pairs_hook=once)
+    except BadResults:
+        raise
     except (json.JSONDecodeError, ValueError) as e:
         raise BadResults(f"{shown(path)} is not valid JSON ({str(e).splitlines()[0][:80]}): cut or damaged, "
                          f"not {what}") from None
