@@ -119,7 +119,11 @@ def block(findings: list[Finding], heading: str = "## What we found", one_screen
 
 def read_block(path: str | Path) -> list[Finding]:
     """The findings of a generated document (empty where it has none)."""
-    text = Path(path).read_text() if Path(path).exists() else ""
+    return parse_block(Path(path).read_text() if Path(path).exists() else "")
+
+
+def parse_block(text: str) -> list[Finding]:
+    """The findings of a generated document's text (empty where it has none)."""
     if START not in text or END not in text:
         return []
     inner = text.split(START, 1)[1].split(END, 1)[0]

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.config import config_dict, parse_config
+from common.csvread import BadResults
 from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence import from_run
@@ -316,7 +317,11 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
     if cfg.from_run is not None:
-        rep = from_run.report(cfg.measured_run)
+        try:
+            rep = from_run.report(cfg.measured_run)
+        except BadResults as e:  # a damaged file its pricing reads (a GEMM benchmark): one line, exit 2
+            print(f"plan.py: error: {e}", file=sys.stderr)
+            return 2
         print(json.dumps(rep, indent=1) if cfg.json else "\n".join(from_run.lines(rep)))
         return 0
     w, cl, pins, enumerated = cfg.resolved

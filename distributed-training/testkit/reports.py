@@ -81,40 +81,59 @@ def inputs_of(root: Path, opened: set[str]) -> list[Path]:
                   and os.path.realpath(p) in opened)
 
 
-def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys, observed: dict[str, tuple[str, ...]] | None = None,
-                    watch=(), named: Callable[[Path], str] = lambda p: p.name) -> list[str]:
-    """Each of `inputs` damaged in turn (and restored): run() (an entry point's main, in this process) must end with
-    exit code 2 and one line on stderr that names the file (`named(path)` in it), print nothing on stdout and change
-    nothing under `watch`. The first file of each name (steps.csv, sweep_cpu_ws4.csv, ...) is damaged each way of
-    DAMAGES in turn, every other file of that name one way, the next in DAMAGES each time (the same reader, and every
-    file still checked). `observed`: per file name, columns where a NaN is an observation, not damage. Returns what
-    went otherwise, one entry per case ([] when all held)."""
-    problems, seen, turn = [], set(), 0
+def _cases(inputs: list[Path], every_kind: bool, observed: dict[str, tuple[str, ...]]):
+    """(path, kind, damaged bytes) for each case: with `every_kind`, the first file of each name damaged each way of
+    DAMAGES and every other file of that name one way, else every file one way; the one way is the next kind in
+    DAMAGES each time that means something for the file (a JSON file has no foreign columns)."""
+    seen, turn = set(), 0
     for path in inputs:
         raw = path.read_bytes()
-        kinds = DAMAGES if path.name not in seen else [DAMAGES[turn % len(DAMAGES)]]
-        turn += path.name in seen
-        seen.add(path.name)
         schema = SCHEMAS.get(os.path.realpath(path))
-        for kind in kinds:
-            bad = damaged(raw, path.suffix, kind, schema, (observed or {}).get(path.name, ()))
-            if bad is None or bad == raw:
-                continue
-            before = [tree_state(w) for w in watch]
-            path.write_bytes(bad)
-            try:
-                code, _ = opened_during(run)
-            except Exception as e:  # noqa: BLE001 - a traceback is what this looks for
-                code = f"{type(e).__name__}: {str(e)[:120]}"
-            finally:
-                path.write_bytes(raw)
-            out, err = capsys.readouterr()
-            code = code.code if isinstance(code, SystemExit) else code
-            lines = err.rstrip("\n").split("\n")
-            if code != 2 or len(lines) != 1 or out or named(path) not in lines[0]:
-                problems.append(f"{path} {kind}: exit {code!r}, stdout {out[-100:]!r}, stderr {err[-300:]!r}")
-            elif [tree_state(w) for w in watch] != before:
-                problems.append(f"{path} {kind}: refused, but files changed under {', '.join(map(str, watch))}")
+
+        def bad(kind: str) -> bytes | None:
+            out = damaged(raw, path.suffix, kind, schema, observed.get(path.name, ()))
+            return None if out == raw else out
+
+        if every_kind and path.name not in seen:
+            yield from ((path, kind, b) for kind in DAMAGES if (b := bad(kind)) is not None)
+        else:
+            for _ in DAMAGES:
+                kind, turn = DAMAGES[turn % len(DAMAGES)], turn + 1
+                if (b := bad(kind)) is not None:
+                    yield path, kind, b
+                    break
+        seen.add(path.name)
+
+
+def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys,
+                    observed: dict[str, tuple[str, ...]] | None = None, watch=(),
+                    named: Callable[[Path], str] = lambda p: p.name, every_kind: bool = True,
+                    ran: list[str] | None = None) -> list[str]:
+    """Each of `inputs` damaged in turn (and restored; _cases says which ways): run() (an entry point's main, in this
+    process) must end with exit code 2 and one line on stderr that names the file (`named(path)` in it), print
+    nothing on stdout and change nothing under `watch`. `observed`: per file name, columns where a NaN is an
+    observation, not damage. `capsys`: pytest's, or testkit.in_copy.Capture. Returns what went otherwise, one entry
+    per case ([] when all held); `ran` gets each case ("file kind")."""
+    problems = []
+    for path, kind, bad in list(_cases(inputs, every_kind, observed or {})):
+        if ran is not None:
+            ran.append(f"{path.name} {kind}")
+        raw = path.read_bytes()
+        before = [tree_state(w) for w in watch]
+        path.write_bytes(bad)
+        try:
+            code, _ = opened_during(run)
+        except Exception as e:  # noqa: BLE001 - a traceback is what this looks for
+            code = f"{type(e).__name__}: {str(e)[:120]}"
+        finally:
+            path.write_bytes(raw)
+        out, err = capsys.readouterr()
+        code = code.code if isinstance(code, SystemExit) else code
+        lines = err.rstrip("\n").split("\n")
+        if code != 2 or len(lines) != 1 or out or named(path) not in lines[0]:
+            problems.append(f"{path} {kind}: exit {code!r}, stdout {out[-100:]!r}, stderr {err[-300:]!r}")
+        elif [tree_state(w) for w in watch] != before:
+            problems.append(f"{path} {kind}: refused, but files changed under {', '.join(map(str, watch))}")
     return problems
 
 
