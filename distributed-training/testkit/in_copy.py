@@ -1,13 +1,14 @@
-"""Entry points that read files at fixed places of the checkout (the guide, `plan --from-run`, README's findings),
-damaged through the entry point itself without touching the checkout: copy_labs(dest) copies distributed-training/
-(code and committed results), in_child(labs, "testkit.in_copy:guide_problems", ...) calls a function of this module
-in a fresh Python whose `common`, `planner` and labs are the copy's, and returns what it returned (JSON). In the
-child, the entry point runs in-process (its main(argv)), once clean and once per damaged input (testkit.reports'
-damage_problems; Capture stands in for pytest's capsys).
+"""Entry points that read files at fixed places of the checkout (the guide, `plan --from-run`), damaged through the
+entry point itself without touching the checkout: copy_labs(dest) copies distributed-training/ (code and committed
+results), and in_child(labs, "testkit.in_copy:mains_problems", calls) runs each entry point of `calls` (its main,
+named "module:function", and argv) in a fresh Python whose `common`, `planner` and labs are the copy's, in-process
+there: once clean, then once per damaged input (testkit.reports' damage_problems; Capture stands in for pytest's
+capsys). What comes back is JSON.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -58,33 +59,36 @@ class Capture:
         return out, err
 
 
-def entry_problems(run: Callable[[], Any], watch=(), every_kind: bool = False) -> dict[str, Any]:
-    """run() on the copy's committed results, then on each results file it opened damaged (damage_problems: one
-    line naming the file relative to the copy, exit 2, nothing on stdout, nothing under `watch` changed):
-    {"inputs": the files, "cases": each "file kind", "problems": what went otherwise}."""
+def entry_problems(run: Callable[[], Any], watch=(), discover: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """run() on the copy's committed results (or discover(), where a cheaper call opens the same files: the guide's
+    inputs.check), then run() on each results file that opened damaged, one way each (damage_problems: one line naming
+    the file relative to the copy, exit 2, nothing on stdout, nothing under `watch` changed): {"inputs": the files,
+    "cases": each "file kind", "problems": what went otherwise}."""
     labs = Path.cwd()
     with Capture() as cap:
-        code, opened = opened_during(run)
+        code, opened = opened_during(discover or run)
         out, err = cap.readouterr()
         code = code.code if isinstance(code, SystemExit) else code
         if code not in (0, None):
             return {"inputs": [], "cases": [], "problems": [f"fails on the committed results: {code!r} {err[-500:]}"]}
         inputs = [p for p in inputs_of(labs, opened) if "results" in p.relative_to(labs).parts]
         ran: list[str] = []
-        problems = damage_problems(run, inputs, cap, watch=watch, every_kind=every_kind, ran=ran,
+        problems = damage_problems(run, inputs, cap, watch=watch, every_kind=False, ran=ran,
                                    named=lambda p: str(p.relative_to(labs)))
     return {"inputs": [str(p.relative_to(labs)) for p in inputs], "cases": ran, "problems": problems}
 
 
-# ---- the entry points, each called in a child on a copy (planner/tests/test_entry_points.py) -------------------
-
-def guide_problems(out: str) -> dict[str, Any]:
-    """`make guide` (python -m planner.guide), its guide written to `out`."""
-    from planner.guide import guide
-    return entry_problems(lambda: guide.main(["--out", str(Path(out) / "PARALLELISM_GUIDE.md")]), watch=[out])
+def _named(target: str) -> Callable:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def from_run_problems(file: str, run: str | None = None) -> dict[str, Any]:
-    """`make plan ARGS="--from-run <file> [--run NAME]"` (python -m planner.plan)."""
-    from planner import plan
-    return entry_problems(lambda: plan.main(["--from-run", file, *(["--run", run] if run else [])]))
+def mains_problems(calls: list[list]) -> list[dict[str, Any]]:
+    """entry_problems of each [main, argv, watch] or [main, argv, watch, discover] in turn (one child, one start-up
+    for several entry points): main is the entry point a make target runs, named "module:function" (`make guide`:
+    "planner.guide.guide:main"), discover a function of no arguments that opens the files main reads."""
+    out = []
+    for target, argv, watch, *discover in calls:
+        main = _named(target)
+        out.append(entry_problems(lambda: main(argv), watch, _named(discover[0]) if discover else None))
+    return out

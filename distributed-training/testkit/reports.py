@@ -105,6 +105,11 @@ def _cases(inputs: list[Path], every_kind: bool, observed: dict[str, tuple[str, 
         seen.add(path.name)
 
 
+def _watched(watch, damaged: Path) -> list:
+    """tree_state of each folder or file in `watch`, less the file the case damages (and restores) itself."""
+    return [[e for e in tree_state(w) if (Path(w) / e[0] if Path(w).is_dir() else Path(w)) != damaged] for w in watch]
+
+
 def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys,
                     observed: dict[str, tuple[str, ...]] | None = None, watch=(),
                     named: Callable[[Path], str] = lambda p: p.name, every_kind: bool = True,
@@ -119,7 +124,7 @@ def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys,
         if ran is not None:
             ran.append(f"{path.name} {kind}")
         raw = path.read_bytes()
-        before = [tree_state(w) for w in watch]
+        before = _watched(watch, path)
         path.write_bytes(bad)
         try:
             code, _ = opened_during(run)
@@ -132,7 +137,7 @@ def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys,
         lines = err.rstrip("\n").split("\n")
         if code != 2 or len(lines) != 1 or out or named(path) not in lines[0]:
             problems.append(f"{path} {kind}: exit {code!r}, stdout {out[-100:]!r}, stderr {err[-300:]!r}")
-        elif [tree_state(w) for w in watch] != before:
+        elif _watched(watch, path) != before:
             problems.append(f"{path} {kind}: refused, but files changed under {', '.join(map(str, watch))}")
     return problems
 

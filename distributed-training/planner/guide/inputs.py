@@ -4,7 +4,7 @@ is one line naming it and exit 2, never a traceback halfway through a render nor
 
 The readers, as the guide's sections call them: own_runs (every lab's GPU rows), explain_rows.measured_calibration
 (fp8-train's GEMM benchmarks), against_pytorch (parallel-3d's at-scale studies) and ranking (its ranking set).
-planner/tests/test_entry_points.py damages each file a whole guide run opens: a file read elsewhere and not here
+common/tests/test_entry_points.py damages each file a whole guide run opens: a file read elsewhere and not here
 would still be one line (main catches BadResults around the render), only later.
 """
 
