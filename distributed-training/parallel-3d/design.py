@@ -52,7 +52,7 @@ import math
 from collections import Counter
 
 from common.model import GPTConfig
-from common.ring_attention import ring_bytes
+from common.cp_bytes import ring_bytes
 from settings import Layout, Variant
 from pipeline_stages import StageSpec
 

@@ -13,7 +13,7 @@ kernels, FlashAttention-2 through SDPA, DTensor TP without async overlap, FSDP2 
 fp32 reduction, AdamW foreach): its memory is planner/torch_memory.py's, the terms this lab's at-scale study
 measures, and its data-parallel schedule FSDP2's. FSDP2 reduces gradients in fp32, so the comparison passes
 grad_bytes = 4 (the planner's --grad-bytes 4). Context parallelism is priced too: the ring's bytes are
-common/ring_bytes.py's, the formula this lab's design counts.
+common/cp_bytes.py's, the formula this lab's design counts.
 """
 
 from __future__ import annotations

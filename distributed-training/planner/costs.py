@@ -19,7 +19,7 @@ outermost.
   (Megatron-Core's async dgrad all-reduce; tp_overlap below); the forward ones are exposed.
 - PP (SC21 §3.2, §4.1): b·s·h per micro-batch per boundary, each way; across nodes every TP rank
   sends 1/t of it (scatter/gather). Exposed; interleaving multiplies it by v.
-- CP (ring attention; the bytes of common/ring_bytes.py, the formula the ring's tests count): c-1 hops of
+- CP (ring attention; the bytes of common/cp_bytes.py, the formula the ring's tests count): c-1 hops of
   this rank's bf16 K/V block forward; backward c-1 hops of the K/V block again and of an fp32 dK/dV
   accumulator; hidden behind the attention-core compute as far as it lasts.
 - DP over the DP×CP group: ZeRO-0 all-reduces the gradients once per step, ZeRO-1 reduce-scatters
@@ -52,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from common.collective_cost import Network, collective_time_s, members_per_domain
-from common.ring_bytes import ring_bytes
+from common.cp_bytes import ring_bytes
 
 from . import fp8_cost, host
 from .calibration import ATTENTION_EFFICIENCY, generation
@@ -165,7 +165,7 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
         # with the GEMM that consumes it, each reduce-scatter with the GEMM that produces it, forward and backward: all
         # of a layer's TP traffic hides behind its GEMMs as far as they last.
         tp_hidden_layer = np.minimum(tp_layer, lt["gemm_fwd"] * (1 + full) + lt["gemm_bwd"])
-    # CP (ring attention, common/ring_bytes.py): c-1 hops of this rank's bf16 K/V block forward; backward c-1 hops
+    # CP (ring attention, common/cp_bytes.py): c-1 hops of this rank's bf16 K/V block forward; backward c-1 hops
     # of the K/V block again with an fp32 dK/dV accumulator beside it.
     ring = ring_bytes(b, shape.seq, shape.kv_heads / t, shape.head_dim, c, ACT_BYTES)  # per layer and micro-batch
     hops = np.maximum(c - 1, 1)
