@@ -38,7 +38,7 @@ test_verify = refusal_test(verify.main, LAB, [
 test_report_refuses_damaged_results = report_refusal_test(report.main, LAB, [
     ("quote", lambda r: (r / "bench_cpu_ws4.csv").write_text('impl,"cp\n'), "bench_cpu_ws4.csv is not a readable CSV"),
     ("text-in-number", lambda r: (r / "bench_cpu_ws4.csv").write_text((r / "bench_cpu_ws4.csv").read_text().replace(
-        "\nours,1,", "\nours,one,", 1)), "column cp: 'one' is not an int")])
+        "\nring,1,", "\nring,one,", 1)), "column cp: 'one' is not an int")])
 
 
 def test_report_arguments(capsys):
