@@ -28,18 +28,21 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 
-from . import calibrate, from_run, launch
+from . import calibrate, cp_kinds, from_run, launch
 from .choose import NEAR_TIE
 from .cluster import Cluster, make_cluster
+from .cp_kinds import CP_KINDS
 from .memory import MEMORY_HEADROOM, RECOMPUTE
-from .search import Pins, Result, Workload, default_batch, enumerate_structures, search
+from .search import Pins, Result, Workload, default_batch, enumerate_structures, evaluate, search
 from .shapes import Shape, parse_count, standard_shape
 from .stacks import STACKS
 
@@ -91,6 +94,8 @@ class PlanConfig:
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
     cp: int | None = _f(None, "pin context-parallel degree")
+    cp_kind: str | None = _f(None, "pin the context-parallel design (planner/cp_kinds.py); default: per plan, the one "
+                                   "with the least exposed CP time", choices=CP_KINDS)
     zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
     microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
     interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
@@ -178,7 +183,7 @@ class PlanConfig:
         w = Workload.of(stack, shape, batch, self.precision, grad_bytes=float(self.grad_bytes),
                         sequence_parallel=self.sequence_parallel, flash_attention=self.flash_attention,
                         dropout=self.dropout, rope=self.rope, fp8_backend=self.fp8_backend,
-                        fp8_recipe=self.fp8_recipe, **software)
+                        fp8_recipe=self.fp8_recipe, cp_kind=self.cp_kind or cp_kinds.AUTO, **software)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         structures, rejected = enumerate_structures(w, cl, pins)
         if len(structures["t"]) == 0:
@@ -193,6 +198,24 @@ def run_commands(w: Workload, cl: Cluster, res: Result) -> dict | None:
         return None
     model = {k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")}
     return launch.commands(res.best, model, cl.gpu, launch.differences(w, res.best))
+
+
+def cp_choice(w: Workload, cl: Cluster, best: dict | None) -> dict | None:
+    """The chosen plan priced with each context-parallel design pinned (None where it cannot run) and the line that
+    says why its design won (cp_kinds.why); None without context parallelism."""
+    if not best or best["cp"] <= 1:
+        return None
+    one = {k: np.array([best[name]], float) for k, name in zip("tpcdbvm", ("tp", "pp", "cp", "dp", "microbatch",
+                                                                          "interleave", "num_microbatches"))}
+    priced: dict[str, dict | None] = {}
+    for kind in CP_KINDS:
+        if kind == "ulysses" and not cp_kinds.ulysses_fits(w.shape.heads, w.shape.kv_heads, best["tp"], best["cp"]):
+            priced[kind] = None
+            continue
+        ev = evaluate(replace(w, cp_kind=kind), cl, one, np.array([best["zero"]]),
+                      np.array([RECOMPUTE.index(best["recompute"])]))
+        priced[kind] = {k: round(float(ev[k][0]), 6) for k in ("step_s", "cp_comm_s", "cp_hidden_s")}
+    return {"design": best["cp_kind"], "priced": priced, "why": cp_kinds.why(best, priced)}
 
 
 def headline(w: Workload, res: Result) -> str:
@@ -231,7 +254,8 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
         "error_band": error_band(),
-        "best": res.best, "run": run_commands(w, cl, res), "candidates": res.candidates, "near_ties": res.near_ties,
+        "best": res.best, "cp_choice": cp_choice(w, cl, res.best), "run": run_commands(w, cl, res),
+        "candidates": res.candidates, "near_ties": res.near_ties,
         "rejected": res.rejected,
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
     }
@@ -280,6 +304,9 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
                   f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
                               for k in ("tp", "pp", "dp", "cp")), ""]
+        choice = cp_choice(w, cl, b)
+        if choice:
+            lines.insert(-1, f"      {choice['why']}")
         cmds = run_commands(w, cl, res)
         lines += launch.lines(cmds) if cmds else []
         if res.near_ties:

@@ -39,6 +39,7 @@ from .choose import CP_MIN_SEQ, decide
 from .cluster import Cluster
 from .compute import Kernels
 from .costs import step_costs
+from .cp_kinds import CP_KINDS, ulysses_fits
 from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from .memory import MEMORY_HEADROOM, RECOMPUTE
 from .shapes import Shape, hardware_flops_per_token, model_flops_per_token
@@ -88,6 +89,7 @@ class Workload:
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
     optimizer: str = "megatron"  # the Adam step's implementation (compute.OPTIMIZER_KERNELS)
+    cp_kind: str = "ring"  # the context-parallel design (cp_kinds.py): ring, allgather, ulysses, or auto (the cheapest)
     stack: Stack = MEGATRON  # whose memory and data-parallel schedule (stacks.py); the flags above are its software
 
     @classmethod
@@ -171,6 +173,10 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> tuple[dict, li
                 if sh.seq % (2 * c) and c > 1:
                     rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c}: seq {sh.seq} is not 2·cp chunks"})
                     continue
+                if w.cp_kind == "ulysses" and c > 1 and not ulysses_fits(sh.heads, sh.kv_heads, t, c):
+                    rejected.append({"tp": t, "pp": p, "cp": c, "reason": f"cp={c}: Ulysses needs heads/tp and "
+                                     f"kv-heads/tp ({sh.heads}/{t}, {sh.kv_heads}/{t}) divisible by cp"})
+                    continue
                 if n % (t * p * c):
                     rejected.append({"tp": t, "pp": p, "cp": c,
                                      "reason": f"tp·pp·cp = {t * p * c} does not divide {n} GPUs"})
@@ -215,7 +221,7 @@ def evaluate(w: Workload, cl: Cluster, s: dict, zero, recompute, even_stages: bo
     deg = Degrees(**{k: s[k] for k in "tpcdbvm"}, zero=zero, recompute=recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
                        dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
-                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule)
+                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule, cp_kind=w.cp_kind)
     mem = w.stack.memory(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
                          flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times["split"])
     return {"memory": mem, **times}
@@ -299,6 +305,7 @@ def describe(w: Workload, cl: Cluster, g: dict, zero, rec, ev: dict, i: int) -> 
     split = ev["split"]
     out["global_batch"] = int(g["B"][i])
     out["layers_per_stage"] = split.describe(i, out["pp"])
+    out["cp_kind"] = CP_KINDS[int(ev["cp_kind"][i])] if out["cp"] > 1 else "none"
     out["memory_gb"] = {k: round(float(v[i]) / GB, 3) for k, v in ev["memory"].items()}
     for key in TIME_KEYS:
         out[key] = round(float(ev[key][i]), 6)
