@@ -1,7 +1,6 @@
 """Every sentence that compares or explains is picked by the data: change the committed CSVs (in memory) and the
 sentence changes. In-process, without plots: the opening and the bf16 section from the rows alone."""
 
-import pandas as pd
 import pytest
 
 import findings
