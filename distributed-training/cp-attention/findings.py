@@ -123,6 +123,12 @@ def bytes_sentence(benches: dict[str, pd.DataFrame]) -> str:
     return S("bytes", s=int(b["seq_len"].max()), parts="; ".join(parts), torch=spread(torch, "{:.1f}", "-") + "x", n=n)
 
 
+def ratio(r: Spread) -> str:
+    """'1.23 (1.004-1.48)': two decimals, three where two would print a bound as 1.00."""
+    f = lambda x: f"{x:.2f}" if f"{x:.2f}" != "1.00" or x == 1 else f"{x:.3f}"  # noqa: E731
+    return f"{f(r.mid)} ({f(r.lo)}-{f(r.hi)})"
+
+
 def time_sentence(benches: dict[str, pd.DataFrame]) -> str:
     """Where one design is faster than another beyond the spread, on files whose ranks have a core each."""
     parts, shared = [], []
@@ -135,15 +141,16 @@ def time_sentence(benches: dict[str, pd.DataFrame]) -> str:
         if n < 2:
             continue
         rs = {k: r for k, r in time_spreads(b).items() if k[0] == n}
-        apart = [S("time.differs", who=NAMES[k[4]], ratio=f"{r.mid:.2f} ({r.lo:.2f}-{r.hi:.2f})", s=k[1],
-                   heads=heads_label(k[2], k[3])) for k, r in rs.items() if r.differs]
+        apart = [S("time.differs", who=NAMES[k[4]], ratio=ratio(r), s=k[1], heads=heads_label(k[2], k[3]))
+                 for k, r in rs.items() if r.differs]
+        outside = len(apart)
         load = b.loc[b["cp"] == n, "load_1m"] if "load_1m" in b else pd.Series(dtype=float)
         where = S("time.where", hardware=short_hardware(b["hardware"].iloc[0]), n=n,
                   load=S("time.load", load=spread(list(load), "{:.1f}", "-")) if load.notna().any() else "")
         mids = [r.mid for r in rs.values()]
         if len(apart) > 2:  # the opening has one screen: the rest are in the table
             apart = apart[:2] + [S("time.more", k=len(apart) - 2, count=len(rs))]
-        parts.append(where + " " + (S("time.apart", apart="; ".join(apart)) if apart else
+        parts.append(where + " " + (S("time.apart", apart="; ".join(apart), k=outside, count=len(rs)) if apart else
                                     S("time.same", lo=f"{min(mids):.2f}", hi=f"{max(mids):.2f}", count=len(mids))))
     text = "; ".join(parts) if parts else S("time.none")
     if shared:

@@ -19,7 +19,7 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results, tables_by_tag
-from common.findings import Spread, block, cores, fill, measured_line, oversubscribed, sci, spread
+from common.findings import block, cores, fill, measured_line, oversubscribed, sci, spread
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
@@ -118,10 +118,6 @@ def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
     return f"![time and bytes vs N, {tag}](plots/{name})\n\n" + findings.plot_caption(b, tag)
 
 
-def _ratio(r: Spread) -> str:
-    return f"{r.mid:.2f} ({r.lo:.2f}-{r.hi:.2f})"
-
-
 def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
     b = normalise(b)
     spreads, rows = findings.time_spreads(b), []
@@ -130,7 +126,7 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
         d = d.set_index("impl")
         cells = {"N": n, "s": s, "heads": f"{h}/{kv}", "ring ms": f"{d.loc['ring', 'time_ms']:.1f}"}
         for i in impls[1:]:
-            cells[f"{i} / ring"] = _ratio(spreads[(n, s, h, kv, i)]) if (n, s, h, kv, i) in spreads else "-"
+            cells[f"{i} / ring"] = findings.ratio(spreads[(n, s, h, kv, i)]) if (n, s, h, kv, i) in spreads else "-"
         cells["SDPA ms"] = f"{d.loc['sdpa', 'time_ms']:.1f}" if "sdpa" in d.index else "-"
         cells["MiB sent: " + " / ".join(impls)] = " / ".join(
             f"{findings.sent(d.loc[i]) / MIB:.2f}" if i in d.index else "-" for i in impls)

@@ -50,6 +50,6 @@ def test_runner_end_to_end_with_resume_then_report(tmp_path):
 
     report.main(["--results", str(res), "--out", str(tmp_path / "REPORT.md")])
     text = (tmp_path / "REPORT.md").read_text()
-    assert "### `cpu_ws2`" in text and "GPUs at N > 1 and run-to-run spread not measured yet" in text and "{{" not in text
+    assert "### `cpu_ws2`" in text and "GPUs at N > 1 and run-to-run spread unmeasured" in text and "{{" not in text
     assert "No bf16 rows with their distance from fp32 yet" in text  # a CPU-only results folder
     assert (tmp_path / "plots" / "cp_cpu_ws2.png").exists()
