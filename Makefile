@@ -34,13 +34,22 @@ else
   endif
 endif
 
+# $(call shq,text): text as one single-quoted shell word, whatever it holds (spaces, quotes, $): every path and
+# value a user gives reaches a recipe's shell through it. PY: the interpreter, quoted.
+shq = '$(subst ','\'',$(1))'
+empty :=
+space := $(empty) $(empty)
+comma := ,
+hash := \#
+PY = $(call shq,$(PYTHON))
+
 # ---- hardware and launch --------------------------------------------------------------------
 # GPU preset: auto|cpu|a100|a100-40gb|h100|h200|b200|gb200 (the table is common/hardware.py)
 GPU ?= auto
 # Under a time limit: a GPU in a bad state makes nvidia-smi hang, and make would print nothing, ever
 # (`make doctor` then names the hang; common/cuda_env.py reads the same limit).
 DT_SMI_TIMEOUT_S ?= 15
-NGPUS := $(shell timeout -k 2 $(DT_SMI_TIMEOUT_S) nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+NGPUS := $(shell timeout -k 2 $(call shq,$(DT_SMI_TIMEOUT_S)) nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
 ifeq ($(GPU),cpu)
   NPROC ?= 4
 else ifeq ($(NGPUS),0)
@@ -53,6 +62,7 @@ MASTER_ADDR ?= 127.0.0.1
 MASTER_PORT ?= 29500
 RDZV_ID ?= labs
 ARGS ?=
+ARCHIVE ?=
 
 # Every multi-rank run goes through torchrun, wrapped by common/launch.py (same arguments): before any
 # rank starts it checks NPROC/NNODES/NODE_RANK and the master port, and runs the script once as a plain
@@ -64,7 +74,9 @@ LABS_DIR := distributed-training
 # KIT_SITE: where `make offline-install` puts a carried kit's wheels (TransformerEngine, torchao) without
 # touching the interpreter's own environment; every target sees it, and the caller's PYTHONPATH after it.
 KIT_SITE ?= .kit-site
-PYRUN = $(RUN_ENV) PYTHONPATH=$(LABS_DIR):$(abspath $(KIT_SITE))$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON)
+# absolute, spaces kept (make's abspath would split a path with a space into two words)
+KIT_SITE_ABS = $(if $(filter /%,$(firstword $(KIT_SITE))),$(KIT_SITE),$(CURDIR)/$(KIT_SITE))
+PYRUN = $(RUN_ENV) PYTHONPATH=$(call shq,$(LABS_DIR):$(KIT_SITE_ABS))$${PYTHONPATH:+:$$PYTHONPATH} $(PY)
 LAUNCH = $(PYRUN) -m common.launch
 ifeq ($(NNODES),1)
   TORCHRUN = $(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(NPROC)
@@ -84,8 +96,22 @@ CHECK_ARGS = DT_CHECK_ARGS=1 $(PYRUN)
 # unless torch can use CUDA here (no NVIDIA GPU, or a torch build the driver cannot run: the line names
 # both and the fix), before anything is written: a GPU target never falls back to the CPU (common/cuda_env.py).
 require_cuda = @$(PYRUN) -m common.cuda_env require $@ $(if $(1),--cpu "$(strip $(1))")
-# $(call positive,NPROC): make stops with one line (exit 2) unless the variable is a positive integer.
-positive = $(if $(shell [ "$($(1))" -ge 1 ] 2>/dev/null && echo y),,$(error $(1) must be a positive integer, got '$($(1))'))
+# $(call check_vars,VAR ...): the first recipe line of every target that takes variables (a GPU target's too,
+# before its CUDA check). common/make_vars.py checks each value the target takes, as make holds it (type,
+# range), and against the others (NODE_RANK < NNODES, the ranks a launch starts fit the node, TP x PP x DP x CP
+# is the world): one line naming the variable, its value and what is allowed, exit 2, nothing started or
+# written. Every later line of a recipe is expanded before the first runs, so nothing in an expansion may
+# fail on a bad value (a shell's arithmetic on TP=x would): $(call product,...) stays silent and leaves it here.
+# KIT_SITE (on every target's PYTHONPATH) and DT_SMI_TIMEOUT_S (behind NGPUS, which every target reads) go
+# along with every check; NODE_RANK only where it is given (unset, a multi-node launch uses a c10d rendezvous).
+LAUNCH_VARS := NPROC NNODES NODE_RANK MASTER_ADDR MASTER_PORT RDZV_ID
+EVERY_CHECK := KIT_SITE DT_SMI_TIMEOUT_S
+check_vars = @PYTHONPATH=$(call shq,$(LABS_DIR)) $(PY) -m common.make_vars $@ NGPUS=$(call shq,$(NGPUS)) \
+  $(foreach v,$(1) $(EVERY_CHECK),$(if $(filter undefined,$(origin $(v))),,$(call shq,$(v)=$($(v)))))
+# $(call product,A,B,...): the product of up to four whole numbers, or nothing if one is not (never an error).
+product = $(shell { n=1; for x in $(call shq,$(1)) $(call shq,$(or $(2),1)) $(call shq,$(or $(3),1)) \
+  $(call shq,$(or $(4),1)); do case "$$x" in (''|*[!0-9]*|??????????*) exit 0;; esac; n=$$((n * 10$(hash)$$x)); done; \
+  echo $$n; } 2>/dev/null)
 
 # Each lab adds its targets in its own lab.mk and appends to these lists.
 REPORT_TARGETS :=
@@ -94,7 +120,8 @@ include $(sort $(wildcard $(LABS_DIR)/*/lab.mk))
 .PHONY: help setup check-env check-torch-backend test doctor reports setup-fp8 clean-venv
 
 help: ## this list
-	@echo "Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' PYTHON=... VENV=...):"
+	@printf '%s\n' $(call shq,Targets (variables: GPU=$(GPU) NPROC=$(NPROC) NNODES=$(NNODES) ARGS='...' \
+	  PYTHON=... VENV=...):)
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 # A venv left without pip (an earlier failed `python3 -m venv`) is made again.
@@ -115,21 +142,27 @@ $(VENV)/.installed: requirements.txt
 setup: $(SETUP) ## create .venv from requirements.txt (automatic for every target)
 
 check-torch-backend: $(VENV)/.installed
-	@PYTHONPATH=$(LABS_DIR) $(PYTHON) -m common.cuda_env backend "$(TORCH_BACKEND)"
+	@PYTHONPATH=$(LABS_DIR) $(PY) -m common.cuda_env backend $(call shq,$(TORCH_BACKEND))
 
 check-env:
-	@command -v "$(PYTHON)" >/dev/null || { echo "error: PYTHON=$(PYTHON) is not an executable interpreter" >&2; exit 2; }
-	@$(PYTHON) -c 'import importlib.util as u, sys; \
+	@command -v $(PY) >/dev/null || \
+	  { echo $(call shq,error: PYTHON=$(PYTHON) is not an executable interpreter) >&2; exit 2; }
+	@$(PY) -c 'import importlib.util as u, sys; \
 	  missing = [p for p in ("torch", "pandas", "matplotlib", "tqdm", "pytest") if u.find_spec(p) is None]; \
 	  missing and sys.exit(f"error: $(PYTHON) lacks {missing}; install them there or drop PYTHON/VENV for the managed .venv")'
 
 test: $(SETUP) ## run every lab's tests (CPU, gloo; GPU tests skip without CUDA)
-	$(PYTHON) -m pytest $(ARGS)
+	$(call check_vars,ARGS)
+	$(PY) -m pytest $(ARGS)
 
 doctor: $(SETUP) ## what this machine has: torch, CUDA, NCCL, GPUs and links, FP8 backends, preset
+	$(call check_vars,GPU)
 	@$(PYRUN) -m provision.doctor --gpu $(GPU)
 
-reports: $(SETUP) $(REPORT_TARGETS) ## regenerate every lab's REPORT.md, the guide and README.md's findings from the CSVs
+# The guide's variables are checked before any report is written (the report targets in a sub-make, after).
+reports: $(SETUP) ## regenerate every lab's REPORT.md, the guide and README.md's findings from the CSVs
+	$(call check_vars,CALIBRATE ARGS)
+	@$(MAKE) $(REPORT_TARGETS)
 	@$(PYRUN) -m common.readme_findings
 
 # One short GPU lease (15 minutes, no network): what results/<preset>_ws1 lacks, by priority, under BUDGET_S
@@ -149,18 +182,19 @@ BUNDLE_MIB ?= 64
 ARCHIVE_DIR ?=
 .PHONY: gpu-quick offline-kit offline-install
 gpu-quick: $(SETUP) ## one short GPU slot: what results/ lacks, by priority, under BUDGET_S=480 (RUNS=..., ARGS=--dry-run)
-	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --site "$(abspath $(KIT_SITE))" \
-	  $(if $(ARCHIVE_DIR),--archive-dir "$(ARCHIVE_DIR)") $(if $(KIT),--kit "$(KIT)") $(if $(RUNS),--runs "$(RUNS)") \
-	  $(if $(filter-out 0,$(REHEARSAL)),--rehearsal) $(ARGS)
+	$(call check_vars,GPU BUDGET_S RUNS REHEARSAL KIT ARCHIVE_DIR ARGS)
+	@$(PYRUN) -m provision.gpu_quick --gpu $(GPU) --budget-s $(BUDGET_S) --site $(call shq,$(KIT_SITE_ABS)) \
+	  $(if $(ARCHIVE_DIR),--archive-dir $(call shq,$(ARCHIVE_DIR))) $(if $(KIT),--kit $(call shq,$(KIT))) \
+	  $(if $(RUNS),--runs $(call shq,$(RUNS))) $(if $(filter-out 0,$(REHEARSAL)),--rehearsal) $(ARGS)
 
 offline-kit: $(SETUP) ## KIT=dir: wheels for an offline GPU node (KIT_PYTHON, KIT_TORCH, KIT_ARCHS), tree + kit <= BUNDLE_MIB
-	@test -n "$(KIT)" || { echo "error: offline-kit needs KIT=dir (the folder to fill)" >&2; exit 2; }
-	@$(PYRUN) -m provision.offline_kit build --kit "$(KIT)" --python $(KIT_PYTHON) --torch "$(KIT_TORCH)" \
+	$(call check_vars,KIT KIT_PYTHON KIT_TORCH KIT_ARCHS TE TORCHAO BUNDLE_MIB)
+	@$(PYRUN) -m provision.offline_kit build --kit $(call shq,$(KIT)) --python $(KIT_PYTHON) --torch $(KIT_TORCH) \
 	  --archs $(KIT_ARCHS) --te $(or $(TE),2.20.2) --torchao $(TORCHAO) --bundle-mib $(BUNDLE_MIB)
 
 offline-install: $(SETUP) ## KIT=dir: install a kit into KIT_SITE (.kit-site) with no network; every target sees it
-	@test -n "$(KIT)" || { echo "error: offline-install needs KIT=dir (made by make offline-kit)" >&2; exit 2; }
-	@$(PYRUN) -m provision.offline_kit install --kit "$(KIT)" --site "$(abspath $(KIT_SITE))"
+	$(call check_vars,KIT)
+	@$(PYRUN) -m provision.offline_kit install --kit $(call shq,$(KIT)) --site $(call shq,$(KIT_SITE_ABS))
 
 # Every GPU measurement, in parts that each fit a short job (an interactive queue, a lent node): each
 # part runs under a SIGTERM time limit (a run stopped there keeps its rows; fp8-train's --resume starts an
@@ -187,8 +221,8 @@ FP8_FIRST_HALF ?= bf16,fp8:torchao,fp8:native
         gpu-suite-part-1 gpu-suite-part-2 gpu-suite-part-3 gpu-suite-part-4 gpu-suite-part-5 gpu-suite-part-6
 
 gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+cp+allreduce+3d | fp8 | fsdp | bench | fp8 TE | bench
+	$(call check_vars,GPU PART GPU_PART_LIMIT_S FP8_FIRST_HALF FSDP_GPU_ARGS P3D_ACT_NPROC CP $(LAUNCH_VARS) ARGS)
 	$(call require_cuda,make allreduce-bench and the other labs' CPU targets)
-	@case "$(PART)" in all|1|2|3|4|5|6) ;; *) echo "error: PART=$(PART); allowed: 1, 2, 3, 4, 5, 6, all" >&2; exit 2;; esac
 	@failed=""; for p in $(GPU_PARTS); do \
 	  echo "== gpu-suite part $$p (limit $(GPU_PART_LIMIT_S) s)"; start=$$(date +%s); \
 	  timeout -s TERM -k 60 $(GPU_PART_LIMIT_S) $(MAKE) -k gpu-suite-part-$$p || failed="$$failed $$p"; \
@@ -198,10 +232,11 @@ gpu-suite: $(SETUP) ## on a GPU node, PART=1..6 or all: doctor+tests+tp+cp+allre
 # Every step runs whatever the steps before it did (a failing GPU test must not cancel the
 # measurements); the part fails at the end, naming the steps that failed.
 gpu-suite-part-1:
+	$(call check_vars,GPU P3D_ACT_NPROC CP $(LAUNCH_VARS) ARGS)
 	$(call require_cuda)
 	@failed=""; \
 	$(MAKE) doctor || failed="$$failed doctor"; \
-	$(PYTHON) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
+	$(PY) -m pytest -m gpu -rs || failed="$$failed gpu-tests"; \
 	$(MAKE) tp-attention-gpu || failed="$$failed tp-attention"; \
 	$(MAKE) cp-attention-gpu || failed="$$failed cp-attention"; \
 	$(MAKE) allreduce-bench-gpu allreduce-bench-overhead || failed="$$failed allreduce-bench"; \
@@ -212,35 +247,41 @@ gpu-suite-part-1:
 # process), and is more than one short job there: part 2 trains FP8_FIRST_HALF of its runs (--only),
 # part 5 the rest (--resume), which publishes the whole set once every run is done.
 gpu-suite-part-2:
+	$(call check_vars,GPU FP8_FIRST_HALF $(LAUNCH_VARS))
 	$(call require_cuda)
 	$(MAKE) fp8-train-run NPROC=1 ARGS="--only $(FP8_FIRST_HALF)"
 
 gpu-suite-part-5:
+	$(call check_vars,GPU $(LAUNCH_VARS))
 	$(call require_cuda)
 	$(MAKE) fp8-train-run NPROC=1 ARGS="--resume"
 	$(MAKE) fp8-train-report
 
 gpu-suite-part-3:
+	$(call check_vars,GPU FSDP_GPU_ARGS $(LAUNCH_VARS) ARGS)
 	$(call require_cuda)
 	$(MAKE) fsdp-scaling-gpu
 
 # The bench's GPU run in two parts that each fit GPU_PART_LIMIT_S (one launch of all four sizes and the
 # monitoring pass ran 8.5-10 min): each merges its rows into results/<preset>_ws1 as they are complete.
 gpu-suite-part-4:
+	$(call check_vars,GPU)
 	$(call require_cuda)
 	$(MAKE) fp8-train-bench ARGS="--hidden 1024,2048,4096 --parts step --promote merge"
 
 gpu-suite-part-6:
+	$(call check_vars,GPU)
 	$(call require_cuda)
 	$(MAKE) fp8-train-bench ARGS="--hidden 8192 --parts step,gemm,monitor --promote merge"
 	$(MAKE) fp8-train-report
 
 results-archive: $(SETUP) ## one .tar.gz of every lab's results, plots and reports (ARCHIVE_DIR=., ...), commit recorded
-	@$(PYRUN) -m provision.archive create --out "$(or $(ARCHIVE_DIR),.)"
+	$(call check_vars,ARCHIVE_DIR)
+	@$(PYRUN) -m provision.archive create --out $(call shq,$(or $(ARCHIVE_DIR),.))
 
 results-import: $(SETUP) ## ARCHIVE=file: unpack a results archive here, then regenerate every report
-	@test -n "$(ARCHIVE)" || { echo "error: results-import needs ARCHIVE=path/to/results_*.tar.gz" >&2; exit 2; }
-	@$(PYRUN) -m provision.archive extract $(ARCHIVE)
+	$(call check_vars,ARCHIVE CALIBRATE ARGS)
+	@$(PYRUN) -m provision.archive extract $(call shq,$(ARCHIVE))
 	$(MAKE) reports
 
 # The optional FP8 backends of fp8-train. torchao: the version requirements-fp8.txt pins (0.18 pairs with
@@ -256,18 +297,20 @@ TORCHAO ?= $(shell sed -n 's/^torchao==//p' requirements-fp8.txt)
 TE ?= 2.20.2
 TE_CUDA ?=
 TE_CUDA_ARCHS ?=
-TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE)) $(if $(TE_CUDA_ARCHS),--cuda-archs "$(TE_CUDA_ARCHS)")
+TE_FLAGS = --te $(TE) $(if $(WHEELHOUSE),--wheelhouse $(call shq,$(WHEELHOUSE))) \
+  $(if $(TE_CUDA_ARCHS),--cuda-archs $(call shq,$(TE_CUDA_ARCHS)))
 wheelhouse: $(SETUP) ## WHEELHOUSE=dir: download torchao, TransformerEngine (core + torch sdist) and their deps
-	@test -n "$(WHEELHOUSE)" || { echo "error: wheelhouse needs WHEELHOUSE=dir" >&2; exit 2; }
-	$(PYRUN) -m provision.wheelhouse --dest $(WHEELHOUSE) --torchao "$(TORCHAO)" --te "$(TE)" \
+	$(call check_vars,WHEELHOUSE TORCHAO TE WHEEL_PY TE_CUDA)
+	$(PYRUN) -m provision.wheelhouse --dest $(call shq,$(WHEELHOUSE)) --torchao "$(TORCHAO)" --te "$(TE)" \
 	  $(if $(WHEEL_PY),--python $(WHEEL_PY)) $(if $(TE_CUDA),--te-cuda $(TE_CUDA))
 
 setup-fp8: $(SETUP) ## optional FP8 backends: torchao + TransformerEngine (TE= torchao alone; WHEELHOUSE=dir offline)
+	$(call check_vars,TE WHEELHOUSE TE_CUDA_ARCHS)
 	$(if $(TE),@$(PYRUN) -m provision.te_install check $(TE_FLAGS))
 ifeq ($(WHEELHOUSE),)
-	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements-fp8.txt
 else
-	$(PYTHON) -m pip install --disable-pip-version-check -q --no-index --no-deps $(WHEELHOUSE)/*.whl
+	$(PY) -m pip install --disable-pip-version-check -q --no-index --no-deps $(call shq,$(WHEELHOUSE))/*.whl
 endif
 	$(if $(TE),$(PYRUN) -m provision.te_install install $(TE_FLAGS))
 	$(PYRUN) -m provision.doctor

@@ -11,6 +11,8 @@ One concept per module:
     csvread           the checked CSV loader every report uses: one line per damaged file, exit 2
     failures          exit codes per cause; a rank's failure told once (torchelastic error files); paths in messages
     launch            torchrun with checks before launch and the root-cause rank in one line
+    make_vars         every make variable a target takes, checked before it starts (one line, exit 2; no torch)
+    value_checks      what a make variable may hold: a checker per kind of value (make_vars' table)
     timing            warm-up, CUDA events / perf_counter, max over ranks, raw samples, nccl-tests' loop average
     hardware          the GPU preset table (peak TFLOP/s, memory, NVLink), the one "preset needs CUDA" check, NVML
     cuda_env          nvidia-smi's driver, the torch build that fits it, the one line when torch cannot use the GPUs
@@ -37,6 +39,7 @@ One concept per module:
     attention_flags   an attention lab's flags (SweepFlags, VerifyFlags), torch-free
     attention_sweep   an attention lab's runner, verify command and interleaved timing (tp- and cp-attention)
     fp8_names         the FP8 backends' names, shared by fp8-train's registry and the planner's cost records
+    at_commit         run a module of an older commit's tree (git archive, python -m there): before/after studies
 
 Import the submodule you need (`from common.dist import distributed`); this file imports
 nothing so that `import common` stays cheap.

@@ -1,6 +1,6 @@
 """The bytes one rank sends per layer for each design of context parallelism (CP): one formula per design, here
 only, for the implementations' tests (common/ring_attention.py, allgather_attention.py, ulysses_attention.py), the
-cp-attention lab, parallel-3d's design and the planner's CP term (planner/cp_kinds.py). Plain arithmetic, no torch,
+cp-attention lab, parallel-3d's design and the planner's CP term (planner/model/cp_kinds.py). Plain arithmetic, no torch,
 so the planner can import it; numbers or numpy arrays alike.
 
 Notation: b micro-batch, s sequence, N the CP degree, H and Hkv the query and K/V heads a rank holds (n/t under

@@ -1,7 +1,7 @@
 """The FP8 backends by name: the one list that fp8-train's run-time registry and the planner's cost records share.
 
 fp8-train runs each of these (fp8-train/precision/backends.py: one record per backend, one file per library) and the
-planner prices those whose GEMMs run in FP8 on tensor cores (planner/fp8_cost.py: what each does around its
+planner prices those whose GEMMs run in FP8 on tensor cores (planner/model/fp8_cost.py: what each does around its
 GEMMs). The names are what the CSVs' `precision_backend` column holds and what --fp8-backend takes. Both
 registries are tested to cover exactly these names (fp8-train/tests/test_backends.py), so a backend added in
 one and forgotten in the other fails there. The planner never imports a lab, so the names live here.

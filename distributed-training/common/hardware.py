@@ -16,7 +16,7 @@ A figure we do not know is None, and everything downstream prints "unknown" for 
 guessing (the CPU row, FP8 on A100, FP4 before Blackwell).
 
 SM counts are NVIDIA's data-sheet figures (A100 whitepaper: 108 SMs; H100 SXM5 and H200 SXM: 132; B200: 148
-per package of two dies); the planner's GEMM model spreads output tiles over them in waves (planner/compute.py).
+per package of two dies); the planner's GEMM model spreads output tiles over them in waves (planner/model/compute.py).
 
 The achievable matmul rates (MAMF, "maximum achievable matmul FLOPS") are measured, not vendor
 figures: the best mean TFLOP/s that ml-engineering's mamf-finder.py found over a search of GEMM

@@ -6,8 +6,9 @@
 It takes torchrun's arguments (python -m torch.distributed.run) and starts the ranks with
 torchrun's own launcher (torch.distributed.launcher.api.elastic_launch). Around it:
 
-Before any rank starts. --nproc-per-node, --nnodes and --node-rank must be integers in range; on
-node 0 of a static rendezvous the master port must be free; then the script runs once as a plain
+Before any rank starts. --nproc-per-node, --nnodes and --node-rank must be integers in range, and
+the rendezvous port (--master-port, or --rdzv-endpoint's) in 1..65535 (make checks its variables
+before this, common/make_vars.py); on node 0 of a static rendezvous the master port must be free; then the script runs once as a plain
 process with DT_CHECK_ARGS=1 and DT_PLANNED_WORLD/_LOCAL (the world it will get), so it checks its
 arguments, data paths, resume state and run-folder lock and stops where its process group would
 start (common.dist.distributed). Bad input is that one line and exit 2; no rank is started.
@@ -107,6 +108,13 @@ def check(args) -> str | None:
     nnodes = int(high or low)
     if not 0 <= int(args.node_rank) < nnodes:
         return f"NODE_RANK (--node-rank) must be in 0..{nnodes - 1}, got {args.node_rank}"
+    # torch reads a port past 65535 only once the agent starts (a traceback), and getaddrinfo wraps it silently
+    _, colon, port = str(args.rdzv_endpoint or "").rpartition(":")
+    for name, value in (("MASTER_PORT (--master-port)", args.master_port),
+                        ("the port of MASTER_ADDR:MASTER_PORT (--rdzv-endpoint)", port if colon and "]" not in port
+                         else None)):
+        if value is not None and not (str(value).isdigit() and 1 <= int(value) <= 65535):
+            return f"{name} must be a TCP port, 1..65535, got {value!r}"
     if not args.module and not args.no_python and not Path(args.training_script).is_file():
         return f"no such script {args.training_script}"
     static_host = nnodes > 1 and args.rdzv_backend == "static" and int(args.node_rank) == 0

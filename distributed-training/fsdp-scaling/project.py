@@ -5,7 +5,7 @@
 t_compute is the measured one-rank step time of the same strategy and model (scaling_<hw>*.csv,
 world size 1: no collective runs there), scaled linearly with tokens per rank: the run's measured MFU
 carried to every GPU count. Where no run of that model was measured on that GPU, it is the planner's
-compute model for the same one-rank step (planner/explain_rows.py, the function that prices every
+compute model for the same one-rank step (planner/evidence/explain_rows.py, the function that prices every
 measured GPU row beside its measurement in the reports), and every row says which it is. t_comm sums, over the
 collectives of one optimizer step (memory_model.comm_plan, the plan the fake-PG study and the
 tests check count for count and byte for byte), the cost of common/collective_cost.py: the model the
@@ -46,7 +46,7 @@ from common.model import GPTConfig, flops_per_token
 from common.results import provenance
 from common.runner import RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from common.zero_memory import ZERO_PAPER
-from planner.explain_rows import one_gpu_step_s
+from planner.evidence.explain_rows import one_gpu_step_s
 from settings import LAB, MODELS, OPERATIONAL, Config, describe_model, parse_model, preset
 
 ALLREDUCE = LAB.parent / "allreduce-bench" / "results"

@@ -9,7 +9,7 @@ Beside each measurement, two predictions per block for one micro-batch:
   planner      memory.activation_coefficient x s·b·h (sequence parallelism, FlashAttention, no dropout),
                in bf16 bytes, scaled to the run's element size (every term is a 2-byte tensor there)
   torch terms  what PyTorch keeps, tensor by tensor: the planner's pytorch-stack formula (torch_terms, from
-               planner/torch_memory.py), which the at-scale study's memory rests on; the tests hold the
+               planner/model/torch_memory.py), which the at-scale study's memory rests on; the tests hold the
                measurement to it byte for byte
 
     make parallel-3d-activations                  # CPU: 2 gloo ranks, t = 1 and 2, fp32
@@ -31,7 +31,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 import planner_bridge as pb
-from planner import degrees, torch_memory
+from planner.model import degrees, torch_memory
 from common.config import parse_preset
 from common.dist import distributed, fail, planned_world, print0
 from common.failures import entrypoint
@@ -105,7 +105,7 @@ class Shape(NamedTuple):
 
 def torch_terms(sh: Shape, t: int, recompute: str, e: int, stat_bytes: int = 4) -> int:
     """Bytes PyTorch keeps for one block's backward, tensor by tensor: the planner's pytorch-stack formula
-    (planner.torch_memory.torch_layer_bytes: the LayerNorm outputs all-gathered to full length by DTensor's
+    (planner.model.torch_memory.torch_layer_bytes: the LayerNorm outputs all-gathered to full length by DTensor's
     sequence parallelism, q/k/v kv_heads wide, the fused attention's output and fp32 log-sum-exp, LayerNorm's
     statistics in stat_bytes: fp32 on CUDA, but on the CPU a LayerNorm whose input and weights are both bf16
     keeps them in bf16, ln_stat_bytes). This lab's selective recompute is the planner's per-op AC."""

@@ -16,7 +16,7 @@ schedule with bf16 MixedPrecisionPolicy. Measured on that step, per rank:
     peak bytes       the most the step allocates at once beyond what existed before it (footprint.PeakTracker):
                      gathered parameters, gradients, activations, communication buffers; the rank's peak is
                      its parameters and optimizer state plus this (the gradients are allocated during the
-                     step), against the planner's pytorch-stack memory (planner/torch_memory.py) and, for
+                     step), against the planner's pytorch-stack memory (planner/model/torch_memory.py) and, for
                      contrast, its megatron-stack memory (Korthikanti's activations, ZeRO's accounting)
     collectives      count, payload and bus bytes per mesh dimension (comms.CollectiveLog) against the
                      planner's bus bytes (planner_bridge.predict) and the design's counts (design.py)
@@ -331,11 +331,11 @@ def cp_study_rows(study: str, gpu: str) -> list[dict]:
 def megatron_total(g, d: pb.Degrees) -> float:
     """The same degrees priced for the megatron stack (Korthikanti's activations, ZeRO's accounting, fp32 gradients):
     what the planner said of these plans before it priced PyTorch's stack."""
-    from planner import memory
+    from planner.model import memory
 
     deg = pb._planner_degrees(d)
     split = pb.lab_split(g, d)
-    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split)["total"])
+    return float(memory.memory_breakdown(pb.shape_of(g), deg, grad_bytes=pb.GRAD_BYTES, split=split).total)
 
 
 def measure_study(study: str, gpu: str, writer, term_writer) -> None:

@@ -7,7 +7,7 @@ what no term explains. Bytes are per rank per step; collectives in bus bytes (co
 
 State (between backward and the optimizer step; fp32 gradients): the planner prices FSDP2's own accounting
   (4 B fp32 sharded parameter, which is the master, + 4 B fp32 gradient + 8 B AdamW moments per parameter over
-  the dp x cp shard group, planner/torch_memory.py) on its busiest stage; the one difference is this rank's
+  the dp x cp shard group, planner/model/torch_memory.py) on its busiest stage; the one difference is this rank's
   stages (edge stages, uneven splits, TP-replicated norms, FSDP2's padding).
 TP: the planner counts the blocks' collectives (8 b·s·h (t-1)/t per layer and micro-batch, 4 more with
   full recompute) on its busiest stage's layers. PyTorch also has the embeddings', the LM head's (its logits all-gathered:

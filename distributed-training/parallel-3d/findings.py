@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.findings import Finding, Sentences, gaps_sentence, listing, short_hardware, spread
-from planner.against_pytorch import QUANTITIES, peak_rows, planned_peak, values
+from planner.evidence.against_pytorch import QUANTITIES, peak_rows, planned_peak, values
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")

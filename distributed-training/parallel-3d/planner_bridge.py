@@ -10,7 +10,7 @@ the two compare with no formula copied here.
 
 Precision and stack. The lab runs PyTorch's stack as the planner's stacks.PYTORCH record describes it (eager
 kernels, FlashAttention-2 through SDPA, DTensor TP without async overlap, FSDP2 with bf16 MixedPrecisionPolicy and
-fp32 reduction, AdamW foreach): its memory is planner/torch_memory.py's, the terms this lab's at-scale study
+fp32 reduction, AdamW foreach): its memory is planner/model/torch_memory.py's, the terms this lab's at-scale study
 measures, and its data-parallel schedule FSDP2's. FSDP2 reduces gradients in fp32, so the comparison passes
 grad_bytes = 4 (the planner's --grad-bytes 4). Context parallelism is priced too: the ring's bytes are
 common/cp_bytes.py's, the formula this lab's design counts.
@@ -23,16 +23,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from common import zero_memory
 from common.hardware import get_preset
 from common.model import GPTConfig
-from common import zero_memory
-from planner import cluster, costs, degrees, launch, memory, plan, search, shapes, stacks, stages, torch_memory
+from planner import plan
+from planner.model import cluster, costs, degrees, memory, shapes, stacks, stages, torch_memory
+from planner.search import launch, records, search
 
 GRAD_BYTES = 4  # FSDP2 reduces in fp32
 
 
 def _stack() -> dict:
-    """PyTorch's stack as this lab runs it (planner.stacks.PYTORCH), in step_costs' keywords."""
+    """PyTorch's stack as this lab runs it (planner.model.stacks.PYTORCH), in step_costs' keywords."""
     w = search.Workload.of(stacks.PYTORCH, shapes.Shape(1, 8, 1, 1, 8, 8, 32), 1)
     return {"kernels": w.kernels, "tp_overlap": w.tp_overlap, "dp_overlap": w.dp_overlap,
             "tp_layout_copies": w.tp_layout_copies, "dp_schedule": stacks.PYTORCH.dp_schedule}
@@ -50,7 +52,7 @@ class Degrees(NamedTuple):
     recompute: str
     stage_layers: tuple[int, ...] = ()  # per virtual stage; empty = the runner's balanced split
     cp: int = 1  # context parallelism: each sequence over cp ranks, FSDP2 over dp x cp
-    cp_kind: str = "ring"  # its design (common/cp_attention.py), priced as the planner prices it (planner/cp_kinds.py)
+    cp_kind: str = "ring"  # its design (common/cp_attention.py), priced as the planner prices it (planner/model/cp_kinds.py)
 
     @property
     def gpus(self) -> int:
@@ -75,19 +77,19 @@ def lab_recompute(planner_recompute: str) -> str:
     return "selective" if planner_recompute == "op" else planner_recompute
 
 
-def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTConfig, Degrees, dict]:
+def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTConfig, Degrees, records.Plan]:
     """The planner's first choice for a standard model of `params` on `gpus` GPUs, exactly as `make plan` prints it
     (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the model, the
     degrees and the planner's record."""
     cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, top=1, **pins)
-    w, cl, pins_ = cfg.resolve()
-    best = search.search(w, cl, pins_, top=1).best
+    w, cl, pins_, enumerated = cfg.resolved
+    best = search.search(w, cl, pins_, top=1, enumerated=enumerated).best
     if best is None:
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
-    split = launch.virtual_stage_layers(best["layers_per_stage"], w.shape.layers, best["pp"], best["interleave"])
-    d = Degrees(best["tp"], best["pp"], best["dp"], best["zero"], best["microbatch"], best["num_microbatches"],
-                best["interleave"], lab_recompute(best["recompute"]), split if len(set(split)) > 1 else (),
-                best["cp"], best.get("cp_kind", "ring") if best["cp"] > 1 else "ring")
+    split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
+    d = Degrees(best.tp, best.pp, best.dp, best.zero, best.microbatch, best.num_microbatches, best.interleave,
+                lab_recompute(best.recompute), split if len(set(split)) > 1 else (), best.cp,
+                best.cp_kind if best.cp > 1 else "ring")
     return w.shape.gpt, d, best
 
 
@@ -135,16 +137,15 @@ def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int 
     # The unit cluster's own stage split would balance bytes, not time: rescale its split-dependent terms (TP on
     # the busiest stage's layers, DP on its parameters) to the split this lab runs.
     unit = costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, cp_kind=d.cp_kind, **_stack())
-    unit_psi = float(memory.stage_params(shape, d.tp, d.pp, unit["split"]))
-    bus = {"tp": float(unit["tp_comm_s"]) / _max_layers(unit["split"]) * _max_layers(split),
-           "pp": float(unit["pp_comm_s"]), "dp": float(unit["dp_comm_s"]) * psi / unit_psi,
-           "cp": float(unit["cp_comm_s"])}
+    unit_psi = float(memory.stage_params(shape, d.tp, d.pp, unit.split))
+    bus = {"tp": float(unit.tp_comm_s) / _max_layers(unit.split) * _max_layers(split),
+           "pp": float(unit.pp_comm_s), "dp": float(unit.dp_comm_s) * psi / unit_psi, "cp": float(unit.cp_comm_s)}
     times = None
     if gpu and gpu != "cpu":
         priced = costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, cp_kind=d.cp_kind, **_stack())
-        times = {k: float(v_) for k, v_ in priced.items() if k not in ("split", "cp_kind")}
+        times = {k: float(v_) for k, v_ in priced._asdict().items() if k not in ("split", "cp_kind")}
     state = float(sum(zero_memory.model_state_bytes(psi, d.dp * d.cp, 3, torch_memory.FSDP2_STATE)))
-    return Prediction({k: float(v_) for k, v_ in mem.items()}, bus, times, psi, _max_layers(split), state)
+    return Prediction({k: float(v_) for k, v_ in mem._asdict().items()}, bus, times, psi, _max_layers(split), state)
 
 
 def activation_bytes_per_layer(g: GPTConfig, tp: int, recompute: str, microbatch: int, elem_bytes: int = 2) -> float:

@@ -14,18 +14,18 @@ session, what the planner is allowed to know of this machine (the calibration):
   backward) over the 3 GEMMs the planner counts for it, on plain tensors and as DTensor TP (ColwiseParallel on a
   1-rank mesh): what a kernel costs the host in training, the whole cost of a small kernel on a CPU.
 
-The planner (planner/ranking.py) prices every layout from those numbers alone, never from the step times it
+The planner (planner/evidence/ranking.py) prices every layout from those numbers alone, never from the step times it
 predicts, and the guide reports the rank correlation and whether its pick is within 10% of the best.
 
     make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
     make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4
-    python -m planner.ranking                                 # the planner's predictions beside the rows
+    python -m planner.evidence.ranking                                 # the planner's predictions beside the rows
 
 GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's runs_<gpu>.csv); on a GPU machine it
 still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
-the planner must know (planner/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are measured
-(each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
+the planner must know (planner/evidence/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are
+measured (each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
 results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
 --warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
 """

@@ -24,7 +24,7 @@ from common.hardware import get_preset
 from common.plotting import new_figure, save
 import findings
 from findings import S
-from planner import against_pytorch as ap
+from planner.evidence import against_pytorch as ap
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20

@@ -29,28 +29,41 @@ import os
 import statistics
 import sys
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
-
-from . import calibrate, cp_kinds, from_run, launch
-from .choose import NEAR_TIE
-from .cluster import Cluster, make_cluster
-from .cp_kinds import CP_KINDS
-from .memory import MEMORY_HEADROOM, RECOMPUTE
-from .search import Pins, Result, Workload, default_batch, enumerate_structures, evaluate, search
-from .shapes import Shape, parse_count, standard_shape
-from .stacks import STACKS
+from planner.calibrate import calibrate
+from planner.evidence import from_run
+from planner.model import cp_kinds
+from planner.model.cluster import Cluster, make_cluster
+from planner.model.cp_kinds import CP_KINDS
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
+from planner.model.shapes import Shape, parse_count, standard_shape
+from planner.model.stacks import STACKS
+from planner.search import launch
+from planner.search.choose import NEAR_TIE
+from planner.search.records import PARALLELISMS, Plan, Result, fewest_degrees_first
+from planner.search.search import (Enumerated, Pins, Structures, Workload, default_batch, enumerate_structures,
+                                   evaluate, search)
 
 # What the planner prices: larger sizes are refused in one line (a 1e30-parameter shape alone takes minutes to
 # lay out). 1,000T parameters is a thousand times the largest dense model trained; 2^20 GPUs, 2^24-token
 # sequences and 2^24-sequence batches lie beyond every cluster and run on record.
 LIMITS = {"params": 1e15, "gpus": 2**20, "layers": 10_000, "hidden": 2**20, "heads": 2**16, "kv_heads": 2**16,
           "ffn": 2**22, "vocab": 2**24, "seq": 2**24, "global_batch": 2**24}
+
+
+class Resolved(NamedTuple):
+    """A plan request, checked and resolved once: what the search takes, and the layouts it will price."""
+    workload: Workload
+    cluster: Cluster
+    pins: Pins
+    enumerated: Enumerated
 
 
 def _f(default, text, **kw):
@@ -94,8 +107,8 @@ class PlanConfig:
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
     cp: int | None = _f(None, "pin context-parallel degree")
-    cp_kind: str | None = _f(None, "pin the context-parallel design (planner/cp_kinds.py); default: per plan, the one "
-                                   "with the least exposed CP time", choices=CP_KINDS)
+    cp_kind: str | None = _f(None, "pin the context-parallel design (planner/model/cp_kinds.py); default: per plan, "
+                                   "the one with the least exposed CP time", choices=CP_KINDS)
     zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
     microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
     interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
@@ -130,12 +143,13 @@ class PlanConfig:
             if self.params is not None or self.layers is not None:
                 raise ValueError("--from-run reads the run's own model, software and layout from its CSV; drop "
                                  "--params/--layers")
-            self.measured_run()
+            self.measured_run
         else:
-            self.resolve()
+            self.resolved
 
+    @cached_property
     def measured_run(self):
-        """The run --from-run names (from_run.pick)."""
+        """The run --from-run names (from_run.pick), read once."""
         return from_run.pick(self.from_run, self.run)
 
     def shape(self) -> Shape:
@@ -159,7 +173,10 @@ class PlanConfig:
                 raise ValueError(f"--{flag.replace('_', '-')} {value} is beyond the planner's range: at most "
                                  f"{limit:,}")
 
-    def resolve(self) -> tuple[Workload, Cluster, Pins]:
+    @cached_property
+    def resolved(self) -> Resolved:
+        """The workload, cluster, pins and layouts this request names, worked out once (on construction, where
+        every bad value raises ValueError: one line, exit 2)."""
         for flag in ("tp", "pp", "dp", "cp", "microbatch", "interleave", "global_batch", "top"):
             value = getattr(self, flag)
             if value is not None and value <= 0:
@@ -185,37 +202,36 @@ class PlanConfig:
                         dropout=self.dropout, rope=self.rope, fp8_backend=self.fp8_backend,
                         fp8_recipe=self.fp8_recipe, cp_kind=self.cp_kind or cp_kinds.AUTO, **software)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
-        structures, rejected = enumerate_structures(w, cl, pins)
-        if len(structures["t"]) == 0:
-            reasons = list(dict.fromkeys(r["reason"] for r in sorted(rejected, key=len)))  # fewest degrees first
+        enumerated = enumerate_structures(w, cl, pins)
+        if len(enumerated.structures.t) == 0:
+            reasons = list(dict.fromkeys(r.reason for r in fewest_degrees_first(enumerated.rejected)))
             raise ValueError("no configuration divides: " + "; ".join(reasons[:3]))
-        return w, cl, pins
+        return Resolved(w, cl, pins, enumerated)
 
 
-def run_commands(w: Workload, cl: Cluster, res: Result) -> dict | None:
+def run_commands(w: Workload, cl: Cluster, res: Result) -> launch.Commands | None:
     """How to run the best plan in parallel-3d (launch.py); None without a plan or a runner for the stack."""
     if not res.best or w.stack.runner is None:
         return None
-    model = {k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")}
-    return launch.commands(res.best, model, cl.gpu, launch.differences(w, res.best))
+    return launch.commands(res.best, w.shape, cl.gpu, launch.differences(w, res.best))
 
 
-def cp_choice(w: Workload, cl: Cluster, best: dict | None) -> dict | None:
+def cp_choice(w: Workload, cl: Cluster, best: Plan | None) -> dict | None:
     """The chosen plan priced with each context-parallel design pinned (None where it cannot run) and the line that
     says why its design won (cp_kinds.why); None without context parallelism."""
-    if not best or best["cp"] <= 1:
+    if not best or best.cp <= 1:
         return None
-    one = {k: np.array([best[name]], float) for k, name in zip("tpcdbvm", ("tp", "pp", "cp", "dp", "microbatch",
-                                                                          "interleave", "num_microbatches"))}
+    one = Structures(*(np.array([x], float) for x in (best.tp, best.pp, best.cp, best.dp, best.microbatch,
+                                                      best.interleave, best.num_microbatches, best.global_batch)))
     priced: dict[str, dict | None] = {}
     for kind in CP_KINDS:
-        if kind == "ulysses" and not cp_kinds.ulysses_fits(w.shape.heads, w.shape.kv_heads, best["tp"], best["cp"]):
+        if kind == "ulysses" and not cp_kinds.ulysses_fits(w.shape.heads, w.shape.kv_heads, best.tp, best.cp):
             priced[kind] = None
             continue
-        ev = evaluate(replace(w, cp_kind=kind), cl, one, np.array([best["zero"]]),
-                      np.array([RECOMPUTE.index(best["recompute"])]))
-        priced[kind] = {k: round(float(ev[k][0]), 6) for k in ("step_s", "cp_comm_s", "cp_hidden_s")}
-    return {"design": best["cp_kind"], "priced": priced, "why": cp_kinds.why(best, priced)}
+        costs = evaluate(replace(w, cp_kind=kind), cl, one, np.array([best.zero]),
+                         np.array([RECOMPUTE.index(best.recompute)])).costs
+        priced[kind] = {k: round(float(getattr(costs, k)[0]), 6) for k in ("step_s", "cp_comm_s", "cp_hidden_s")}
+    return {"design": best.cp_kind, "priced": priced, "why": cp_kinds.why(best, priced, w.cp_kind != cp_kinds.AUTO)}
 
 
 def headline(w: Workload, res: Result) -> str:
@@ -233,6 +249,8 @@ def headline(w: Workload, res: Result) -> str:
 
 
 def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
+    """The --json object: what was planned, for what, and every record of the result by its fields' names."""
+    cmds = run_commands(w, cl, res)
     return {
         "stack": {"name": w.stack.name, "what": w.stack.title, "runner": w.stack.runner, "headline": headline(w, res)},
         "model": {**{k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")},
@@ -254,9 +272,10 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
         "error_band": error_band(),
-        "best": res.best, "cp_choice": cp_choice(w, cl, res.best), "run": run_commands(w, cl, res),
-        "candidates": res.candidates, "near_ties": res.near_ties,
-        "rejected": res.rejected,
+        "best": res.best.as_json() if res.best else None, "cp_choice": cp_choice(w, cl, res.best),
+        "run": cmds._asdict() if cmds else None,
+        "candidates": [c.as_json() for c in res.candidates], "near_ties": [t._asdict() for t in res.near_ties],
+        "rejected": [r.as_json() for r in res.rejected],
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
     }
 
@@ -284,26 +303,26 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
             "exposed TP/PP/DP/CP s")
     lines += [head, "-" * len(head)]
     for i, c in enumerate(res.candidates, 1):
-        exposed = "/".join(f"{c[k + '_comm_s'] - c[k + '_hidden_s']:.3g}" for k in ("tp", "pp", "dp", "cp"))
-        lines.append(f"{i:>2} {c['tp']:>3} {c['pp']:>3} {c['dp']:>5} {c['cp']:>3} {c['zero']:>1} {c['microbatch']:>3} "
-                     f"{c['num_microbatches']:>5} {c['interleave']:>2} {c['recompute']:>9} {c['global_batch']:>6} "
-                     f"{c['memory_gb']['total']:>7.1f} {c['step_s']:>8.3f} {c['tokens_per_s_per_gpu']:>10.0f} "
-                     f"{c['mfu']:>6.1%} {c['hfu']:>6.1%} {c['bubble_fraction']:>6.1%}  {exposed}")
+        exposed = "/".join(f"{c.exposed_s(k):.3g}" for k in PARALLELISMS)
+        lines.append(f"{i:>2} {c.tp:>3} {c.pp:>3} {c.dp:>5} {c.cp:>3} {c.zero:>1} {c.microbatch:>3} "
+                     f"{c.num_microbatches:>5} {c.interleave:>2} {c.recompute:>9} {c.global_batch:>6} "
+                     f"{c.memory_gb.total:>7.1f} {c.step_s:>8.3f} {c.tokens_per_s_per_gpu:>10.0f} "
+                     f"{c.mfu:>6.1%} {c.hfu:>6.1%} {c.bubble_fraction:>6.1%}  {exposed}")
     if res.best:
         b = res.best
-        mem = ", ".join(f"{k} {v:.1f}" for k, v in b["memory_gb"].items())
+        mem = ", ".join(f"{k} {v:.1f}" for k, v in b.memory_gb._asdict().items())
         band = error_band()
-        lo, hi = b["step_s"] / (1 + band["high"]), b["step_s"] / (1 + band["low"])
-        lines += ["", f"best: step {b['step_s']:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's throughput error on "
+        lo, hi = b.step_s / (1 + band["high"]), b.step_s / (1 + band["low"])
+        lines += ["", f"best: step {b.step_s:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's throughput error on "
                       f"{band['runs']} held-out published runs: median {band['median_abs']:.0%}, "
                       f"{band['low']:+.0%} to {band['high']:+.0%})",
-                  f"      layers per stage {b['layers_per_stage']}"
-                  + (f"; runs a global batch of {b['global_batch']} sequences, not {w.global_batch} (its DP degree "
-                     "does not divide the batch)" if b["global_batch"] != w.global_batch else ""),
+                  f"      layers per stage {b.layers_per_stage}"
+                  + (f"; runs a global batch of {b.global_batch} sequences, not {w.global_batch} (its DP degree "
+                     "does not divide the batch)" if b.global_batch != w.global_batch else ""),
                   f"      memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
-                  f"      per step: compute {b['compute_s']:.3f} s, bubble {b['bubble_s']:.3f} s; comm (hidden): "
-                  + ", ".join(f"{k.upper()} {b[k + '_comm_s']:.3f} ({b[k + '_hidden_s']:.3f})"
-                              for k in ("tp", "pp", "dp", "cp")), ""]
+                  f"      per step: compute {b.compute_s:.3f} s, bubble {b.bubble_s:.3f} s; comm (hidden): "
+                  + ", ".join(f"{k.upper()} {b.comm_s(k):.3f} ({b.hidden_s(k):.3f})"
+                              for k in PARALLELISMS), ""]
         choice = cp_choice(w, cl, b)
         if choice:
             lines.insert(-1, f"      {choice['why']}")
@@ -313,25 +332,24 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
             lines += ["", f"near-ties: {len(res.near_ties)} other plans within {NEAR_TIE:.0%} of the fastest, the "
                           "model's own error: practitioners' rules chose (choose.py); the runners-up and why each "
                           "lost:"]
-            lines += [f"  TP {t['tp']} PP {t['pp']} DP {t['dp']} CP {t['cp']} Z{t['zero']} mb {t['microbatch']} "
-                      f"v {t['interleave']} {t['recompute']}: {t['lost_because']}" for t in res.near_ties[:5]]
+            lines += [f"  TP {t.tp} PP {t.pp} DP {t.dp} CP {t.cp} Z{t.zero} mb {t.microbatch} v {t.interleave} "
+                      f"{t.recompute}: {t.lost_because}" for t in res.near_ties[:5]]
     else:
         lines += ["", "nothing fits in memory: see the rejected configurations below"]
     if res.rejected:
         lines += ["", f"rejected: {res.rejected_total:,} (first {min(5, len(res.rejected))} shown; --json lists more)"]
-        lines += [f"  {r['reason']}  [" + ", ".join(f"{k}={v}" for k, v in r.items() if k != "reason") + "]"
-                  for r in res.rejected[:5]]
+        lines += [f"  {r}" for r in res.rejected[:5]]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
     if cfg.from_run is not None:
-        rep = from_run.report(cfg.measured_run())
+        rep = from_run.report(cfg.measured_run)
         print(json.dumps(rep, indent=1) if cfg.json else "\n".join(from_run.lines(rep)))
         return 0
-    w, cl, pins = cfg.resolve()
-    res = search(w, cl, pins, top=cfg.top)
+    w, cl, pins, enumerated = cfg.resolved
+    res = search(w, cl, pins, top=cfg.top, enumerated=enumerated)
     try:
         print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))
         sys.stdout.flush()

@@ -177,8 +177,10 @@ def test_the_gpu_targets_are_found():
 
 @pytest.mark.parametrize("target", GPU_TARGETS)
 def test_every_gpu_target_checks_cuda_first(target):
-    # Every *-gpu target (a new one too) starts with the check, before any script or sub-make runs.
-    assert RECIPES[target][0].startswith("$(call require_cuda"), RECIPES[target]
+    # Every *-gpu target (a new one too) checks CUDA before any script or sub-make runs, right after its variables
+    # (common/make_vars.py: a bad value is named first, wherever the target runs).
+    assert RECIPES[target][0].startswith("$(call check_vars,"), RECIPES[target]
+    assert RECIPES[target][1].startswith("$(call require_cuda"), RECIPES[target]
 
 
 def make(target, tmp_path, *variables):

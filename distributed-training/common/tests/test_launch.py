@@ -72,6 +72,10 @@ def test_a_preempted_job_reports_the_ranks_word(tmp_path):
     (["--nnodes", "0", "--nproc-per-node", "2", str(RANKS), "ok"], "NNODES (--nnodes) must be a positive integer"),
     (["--nnodes", "2", "--node-rank", "5", "--nproc-per-node", "2", str(RANKS), "ok"], "NODE_RANK (--node-rank)"),
     (["--nproc-per-node", "2", "nowhere.py"], "no such script nowhere.py"),
+    (["--nnodes", "2", "--node-rank", "0", "--master-port", "70000", "--nproc-per-node", "1", str(RANKS), "ok"],
+     "MASTER_PORT (--master-port) must be a TCP port, 1..65535, got 70000"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:0", "--nproc-per-node", "1", str(RANKS)],
+     "the port of MASTER_ADDR:MASTER_PORT (--rdzv-endpoint) must be a TCP port, 1..65535, got '0'"),
     (["--bogus"], "launch: error:"),
 ])
 def test_launch_problems_are_one_line_before_any_rank(argv, needle, capsys):

@@ -9,7 +9,14 @@ planner.x); common imports neither a lab nor the planner nor provision. provisio
 kit, doctor, gpu-quick, the results archive) imports only common: it runs the labs through their command
 lines, and no lab imports it. testkit is test support (forked gloo ranks, the bad-input and damaged-report
 checks, GPU stand-ins): it imports only common, and only tests import it (a file under a tests/ folder, or
-conftest.py), never a runner, a report or a shared package at run time. Nothing goes around the import system: no
+conftest.py), never a runner, a report or a shared package at run time. Inside the planner, its rooms
+(PLANNER_ROOMS) stand on each other in one order:
+
+    guide  ->  evidence  ->  search, calibrate  ->  model
+
+the cost model imports no other room and reads no file (a measured row reaches it only as a Cluster's figures),
+the search and calibration import the model only, the evidence never the guide; at the planner's top stand only
+its entry points (plan.py), which no room imports. Nothing goes around the import system: no
 sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
 load stays, as a measurement: fp8-train/benchmarks/kernels.py loads an older fp8_linear.py from git to count its
 kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
@@ -77,6 +84,11 @@ def _called(call: ast.Call) -> str:
     return call.func.id if isinstance(call.func, ast.Name) else ""
 
 
+def dotted(path: Path, root: Path) -> str:
+    """planner/model/costs.py -> planner.model.costs (relative to root)."""
+    return ".".join(path.relative_to(root).with_suffix("").parts)
+
+
 def modules_of(folder: Path) -> set[str]:
     """The names a lab's scripts import each other by: its .py files, its packages, and its tests/ folder's files."""
     names = {p.stem for p in folder.glob("*.py")} | {p.stem for p in (folder / "tests").glob("*.py")}
@@ -92,7 +104,9 @@ def layering_violations(root: Path) -> list[str]:
     for lab, names in labs.items():
         for name in names:
             owner[name] = f"{owner[name]}, {lab}" if name in owner else lab
-    own = {part: modules_of(root / part) - {"__init__"} for part in SHARED}
+    own = {part: {p.stem: dotted(p, root) for p in sorted(python_files(root / part), reverse=True)
+                  if p.stem not in ("__init__", "__main__") and p.stem not in sys.stdlib_module_names}
+           for part in SHARED}  # name -> where it lives (planner.model.costs): a shared package has inner rooms
     out = []
     for path in python_files(root):
         rel = path.relative_to(root)
@@ -113,7 +127,7 @@ def layering_violations(root: Path) -> list[str]:
                     out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own[part]:
                     out.append(f"{rel}:{imp.line}: {part} imports its own {imp.name} by a bare name; "
-                               f"import it as {part}.{imp.name}")
+                               f"import it as {own[part][imp.name]}")
                 elif part == "common" and imp.name in own["planner"]:
                     out.append(f"{rel}:{imp.line}: common imports the planner's {imp.name}")
             elif part in labs and imp.name not in labs[part]:
@@ -124,7 +138,7 @@ def layering_violations(root: Path) -> list[str]:
                     out.append(f"{rel}:{imp.line}: {part} imports {imp.name}, a module of {owner[imp.name]}")
                 elif imp.name in own["planner"]:  # works only with the planner's folder on sys.path
                     out.append(f"{rel}:{imp.line}: {part} imports the planner's {imp.name} by a bare name; "
-                               f"import it as planner.{imp.name}")
+                               f"import it as {own['planner'][imp.name]}")
     return out
 
 
@@ -288,6 +302,9 @@ def dotted_imports(path: Path, package: tuple[str, ...]) -> list[tuple[int, str]
             base = list(package[:len(package) + 1 - node.level]) if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Call) and _called(node) in ("import_module", "__import__") and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            out.append((node.lineno, node.args[0].value))  # a literal name: an import all the same
     return out
 
 
@@ -361,3 +378,104 @@ def test_the_common_package_indexes_every_module_in_one_line():
     listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ") and len(line.split()) > 1
               and line[4] != " " and line.split()[0].isidentifier()]
     assert sorted(listed) == sorted(p.stem for p in (LABS / "common").glob("*.py") if p.stem != "__init__")
+
+
+# ---- inside the planner: its rooms ------------------------------------------------------------------------------
+# The planner's rooms stand model first (the module docstring): each imports only the rooms PLANNER_ROOMS names, the
+# model no reader of a file, no room an entry point; every module of the planner lives in a room or is an entry
+# point, and a room's __init__.py imports nothing (its docstring is the room's map).
+PLANNER_ROOMS = {  # the planner's inner packages -> the rooms each may import
+    "model": set(),  # what a plan costs: pure functions of shape, cluster and stack
+    "calibrate": {"model"},  # measurements of your cluster become a Cluster's figures
+    "search": {"model"},  # enumerate, price, choose
+    "evidence": {"model", "calibrate", "search"},  # the model beside published and measured runs
+    "guide": {"model", "calibrate", "search", "evidence"},  # the documents
+}
+PLANNER_ENTRIES = {"plan"}  # the planner's top holds its entry points (and __init__), which no room imports
+FILE_READERS = ("csv", "pandas", "common.csvread", "common.runs", "common.results")  # what reads a result file
+
+
+def planner_room_violations(planner: Path) -> list[str]:
+    """One line per import that breaks the planner's inner layering (PLANNER_ROOMS), per module outside a room, and
+    per room whose __init__.py imports (its docstring is the room's map; importing a room stays cheap)."""
+    out = []
+    for path in python_files(planner):
+        rel = path.relative_to(planner.parent)
+        inner = path.relative_to(planner).parts
+        if inner[0] == "tests":
+            continue
+        room = inner[0] if len(inner) > 1 else None
+        if room is None and path.stem not in PLANNER_ENTRIES | {"__init__"}:
+            out.append(f"{rel}: a module outside the planner's rooms ({', '.join(PLANNER_ROOMS)}) and not an entry "
+                       "point")
+            continue
+        if room is not None and room not in PLANNER_ROOMS:
+            out.append(f"{rel}: planner/{room}/ is not one of the planner's rooms ({', '.join(PLANNER_ROOMS)})")
+            continue
+        for line, name in dotted_imports(path, ("planner",) + inner[:-1]):
+            if room is not None and len(inner) == 2 and inner[1] == "__init__.py" \
+                    and not name.startswith("__future__"):
+                out.append(f"{rel}:{line}: a room's __init__ imports nothing (its docstring is the map), not {name}")
+            parts = name.split(".")
+            if parts[0] == "planner" and room is not None and len(parts) > 1 and parts[1] != room:
+                if parts[1] in PLANNER_ENTRIES:
+                    out.append(f"{rel}:{line}: planner.{room} imports {name}, an entry point")
+                elif parts[1] not in PLANNER_ROOMS[room]:
+                    out.append(f"{rel}:{line}: planner.{room} imports planner.{parts[1]}")
+            if room == "model" and any(name == r or name.startswith(r + ".") for r in FILE_READERS):
+                out.append(f"{rel}:{line}: planner.model imports {name}: the cost model reads no file (a measured "
+                           "row reaches it as a Cluster's figures, planner.calibrate)")
+    return out
+
+
+PLANNER_CLEAN = {
+    "planner/__init__.py": "", "planner/plan.py": "from planner.search import search\nfrom planner.evidence import x\n",
+    "planner/model/__init__.py": "from __future__ import annotations\n",
+    "planner/model/costs.py": "import numpy\nfrom common.collective_cost import x\nfrom . import shapes\n",
+    "planner/model/shapes.py": "from planner.model.costs import y\nfrom common.model import GPTConfig\n",
+    "planner/calibrate/__init__.py": "",
+    "planner/calibrate/network.py": "import pandas\nfrom ..model import cluster\n",
+    "planner/search/__init__.py": "", "planner/search/search.py": "from ..model.costs import step_costs\n",
+    "planner/evidence/__init__.py": "",
+    "planner/evidence/runs.py": "import csv\nfrom planner.search import search\n"
+                                "from planner.calibrate import gemm_rates\n",
+    "planner/guide/__init__.py": "",
+    "planner/guide/guide.py": "from planner import evidence, model\nfrom ..search import x\n",
+    "planner/guide/__main__.py": "from .guide import main\n",
+    "planner/tests/test_plan.py": "from planner import plan\n",
+}
+
+
+def test_the_planner_room_checker_passes_clean_rooms_and_names_each_break(tmp_path):
+    planner = _tree(tmp_path, PLANNER_CLEAN) / "planner"
+    assert planner_room_violations(planner) == []
+    _tree(tmp_path, {"planner/model/costs.py": "from planner.search.search import Pins\n",
+                     "planner/model/shapes.py": "def f():\n    from ..evidence import runs\n",
+                     "planner/model/memory.py": "import csv\nfrom common.csvread import read_rows\n",
+                     "planner/search/search.py": "from planner.calibrate import network\n",
+                     "planner/calibrate/network.py": "from planner import search\n",
+                     "planner/evidence/runs.py": "import importlib\nimportlib.import_module('planner.guide.guide')\n",
+                     "planner/guide/guide.py": "from planner import plan\n",
+                     "planner/search/__init__.py": "from .search import search\n",
+                     "planner/helpers.py": "", "planner/extra/x.py": ""})
+    assert planner_room_violations(planner) == [
+        "planner/helpers.py: a module outside the planner's rooms (model, calibrate, search, evidence, guide) and not "
+        "an entry point",
+        "planner/calibrate/network.py:1: planner.calibrate imports planner.search",
+        "planner/evidence/runs.py:2: planner.evidence imports planner.guide",
+        "planner/extra/x.py: planner/extra/ is not one of the planner's rooms (model, calibrate, search, evidence, "
+        "guide)",
+        "planner/guide/guide.py:1: planner.guide imports planner.plan, an entry point",
+        "planner/model/costs.py:1: planner.model imports planner.search",
+        "planner/model/memory.py:1: planner.model imports csv: the cost model reads no file (a measured row reaches it "
+        "as a Cluster's figures, planner.calibrate)",
+        "planner/model/memory.py:2: planner.model imports common.csvread.read_rows: the cost model reads no file (a "
+        "measured row reaches it as a Cluster's figures, planner.calibrate)",
+        "planner/model/shapes.py:2: planner.model imports planner.evidence",
+        "planner/search/__init__.py:1: a room's __init__ imports nothing (its docstring is the map), not "
+        "planner.search.search.search",
+        "planner/search/search.py:1: planner.search imports planner.calibrate"]
+
+
+def test_the_planners_rooms_stand_model_first():
+    assert planner_room_violations(LABS / "planner") == []

@@ -23,7 +23,7 @@ from common.config import parse_config
 from common.csvread import BadResults, check_configs, guard_report, read_json, results_folder
 from common.findings import block
 from common.plotting import describe_runs
-from planner import vs_measured
+from planner.evidence import vs_measured
 from precision import backends
 from reporting import answer_plots, bench_report, comparison, findings, health_report, scale_stats, story
 from reporting.comparison import Folder, ModelKey, is_gpu, model_key, summarize

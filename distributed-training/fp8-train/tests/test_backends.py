@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common.fp8_names import FP8_BACKENDS, NAMES, PRICED
-from planner import fp8_cost
+from planner.model import fp8_cost
 from precision import backends
 from precision.backend import backend_version, named
 from precision.modes import BACKENDS

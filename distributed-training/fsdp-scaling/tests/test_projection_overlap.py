@@ -12,7 +12,7 @@ import project
 from common.collective_cost import Network, members_per_domain
 from common.hardware import PRESETS
 from common.model import GPTConfig, count_params
-from planner import cluster, costs
+from planner.model import cluster, costs
 from measured import efficiency
 from report import weak_scaling_anchor
 

@@ -64,7 +64,7 @@ def test_the_planners_pytorch_memory_is_the_measured_peak(d):
     """Issue 29 part 3 at small size: the planner's memory for the pytorch stack (its busiest rank, less the CUDA
     context a fake world does not allocate) within 10% of the busier of the first and last rank's peak (parameters
     and optimizer state, plus everything the step allocates, gradients included)."""
-    from planner.memory import CONTEXT_BYTES
+    from planner.model.memory import CONTEXT_BYTES
 
     ranks = [0] + ([(d.pp - 1) * d.dp * d.tp] if d.pp > 1 else [])
     measured = []

@@ -9,7 +9,7 @@ import pytest
 import findings
 import report
 from common.findings import block
-from planner import against_pytorch as ap
+from planner.evidence import against_pytorch as ap
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 

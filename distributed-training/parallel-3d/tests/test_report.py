@@ -8,7 +8,7 @@ import pytest
 
 import report
 from testkit import as_gpu_rows
-from planner import against_pytorch
+from planner.evidence import against_pytorch
 
 RESULTS = Path(report.__file__).resolve().parent / "results"
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from testkit import expect_bad_input, keep_tracked_files
-from planner import guide, plan
+from planner import plan
+from planner.guide import guide
 
 LAB = Path(plan.__file__).resolve().parent
 SWEEP = LAB.parent / "allreduce-bench" / "results" / "sweep_cpu_ws4.csv"

@@ -1,23 +1,25 @@
 """Near-ties: plans within the model's error are chosen by practitioners' rules; the runners-up say why they lost."""
 
+from dataclasses import fields, replace
 from types import SimpleNamespace
 
 import pytest
 
-from planner.choose import MEMORY_MARGIN, NEAR_TIE, decide
-from planner.memory import MEMORY_HEADROOM
-from planner.shapes import Shape
+from planner.model.memory import MEMORY_HEADROOM, Memory
+from planner.model.shapes import Shape
+from planner.search.choose import MEMORY_MARGIN, NEAR_TIE, decide
+from planner.search.records import Plan
 
 SHAPE = Shape(layers=48, hidden=6144, heads=48, kv_heads=48, vocab=51200, seq=2048, ffn=4 * 6144)
 W = SimpleNamespace(shape=SHAPE)
 CL = SimpleNamespace(domain=8, memory_gb=80.0)
+ZEROS = Plan(**{f.name: 0 for f in fields(Plan) if f.name != "vs_fastest"})  # what the rules do not read
 
 
-def plan(tp, pp, cp=1, tokens=1000.0, zero=0, recompute="none", mem=40.0):
-    return {"tp": tp, "pp": pp, "dp": 256 // (tp * pp * cp), "cp": cp, "zero": zero, "microbatch": 1,
-            "interleave": 1, "recompute": recompute, "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / 256,
-            "step_s": 1e6 / tokens, "memory_gb": {"total": mem},
-            "layers_per_stage": f"{48 // pp}x{pp}" if pp > 1 else "48"}
+def plan(tp, pp, cp=1, tokens=1000.0, zero=0, recompute="none", mem=40.0) -> Plan:
+    return replace(ZEROS, tp=tp, pp=pp, dp=256 // (tp * pp * cp), cp=cp, zero=zero, microbatch=1, interleave=1,
+                   recompute=recompute, tokens_per_s=tokens, tokens_per_s_per_gpu=tokens / 256, step_s=1e6 / tokens,
+                   memory_gb=Memory(0, 0, 0, 0, 0, mem), layers_per_stage=f"{48 // pp}x{pp}" if pp > 1 else "48")
 
 
 def test_rules_decide_among_near_ties_in_their_order():
@@ -25,20 +27,20 @@ def test_rules_decide_among_near_ties_in_their_order():
               plan(16, 1, tokens=955), plan(8, 2, tokens=850)]
     chosen, ties = decide(ranked, W, CL, top=10)
     # TP 8 · PP 1: no CP at 2K tokens (rule 4), TP fills the node before PP (rule 3), TP inside the node (rule 2).
-    assert (chosen[0]["tp"], chosen[0]["pp"], chosen[0]["cp"]) == (8, 1, 1)
-    assert chosen[0]["vs_fastest"] == pytest.approx(-0.04)
-    reasons = {(t["tp"], t["pp"], t["cp"]): t["lost_because"] for t in ties}
+    assert (chosen[0].tp, chosen[0].pp, chosen[0].cp) == (8, 1, 1)
+    assert chosen[0].vs_fastest == pytest.approx(-0.04)
+    reasons = {(t.tp, t.pp, t.cp): t.lost_because for t in ties}
     assert set(reasons) == {(2, 4, 2), (2, 4, 1), (4, 2, 1), (16, 1, 1)}  # 8·2 is 15% slower: not a near-tie
     assert reasons[2, 4, 2].startswith("rule 3") and reasons[2, 4, 1].startswith("rule 3")
     assert reasons[16, 1, 1].startswith("rule 2: TP 16 spans NVLink domains of 8")
     # The candidates after the chosen one keep their throughput order.
-    assert [c["tokens_per_s"] for c in chosen[1:]] == sorted([c["tokens_per_s"] for c in chosen[1:]], reverse=True)
+    assert [c.tokens_per_s for c in chosen[1:]] == sorted([c.tokens_per_s for c in chosen[1:]], reverse=True)
 
 
 def test_outside_the_band_the_fastest_wins_whatever_the_rules_say():
     ranked = [plan(16, 1, tokens=1000), plan(8, 1, tokens=(1 - NEAR_TIE) * 1000 - 1)]
     chosen, ties = decide(ranked, W, CL, top=5)
-    assert chosen[0]["tp"] == 16 and ties == []
+    assert chosen[0].tp == 16 and ties == []
 
 
 def test_memory_margin_and_the_later_rules():
@@ -46,15 +48,15 @@ def test_memory_margin_and_the_later_rules():
     tight = plan(8, 1, tokens=1000, mem=(1 - MEMORY_MARGIN / 2) * usable)
     roomy = plan(8, 2, tokens=995)
     chosen, ties = decide([tight, roomy], W, CL, top=5)
-    assert chosen[0] is roomy and ties[0]["lost_because"].startswith("rule 1:")
+    assert (chosen[0].tp, chosen[0].pp) == (8, 2) and ties[0].lost_because.startswith("rule 1:")  # the roomy one
     # Equal stages before fewer stages; ZeRO-1 beside PP; the least recompute.
-    uneven = {**plan(8, 5, tokens=1000), "layers_per_stage": "9+10x3+9"}
+    uneven = replace(plan(8, 5, tokens=1000), layers_per_stage="9+10x3+9")
     chosen, _ = decide([uneven, plan(8, 6, tokens=999)], W, CL, top=5)
-    assert chosen[0]["pp"] == 6
+    assert chosen[0].pp == 6
     chosen, _ = decide([plan(8, 2, zero=3, tokens=1000), plan(8, 2, zero=1, tokens=999)], W, CL, top=5)
-    assert chosen[0]["zero"] == 1
+    assert chosen[0].zero == 1
     chosen, _ = decide([plan(8, 1, recompute="full", tokens=1000), plan(8, 1, recompute="none", tokens=999)], W, CL, 5)
-    assert chosen[0]["recompute"] == "none"
+    assert chosen[0].recompute == "none"
 
 
 def test_issue_example_no_longer_left_to_noise(capsys):

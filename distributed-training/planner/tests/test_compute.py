@@ -5,12 +5,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.calibration import FITTED, ComputeConstants
-from planner.calibration import attention_shape_factor
-from planner.compute import (MAMF_SHAPE, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency, gemm_time,
-                             head_times, layer_times, loss_implementation, loss_passes, optimizer_time, sm_count,
-                             tensor_rate)
-from planner.shapes import Shape
+from planner.model.calibration import FITTED, ComputeConstants
+from planner.model.calibration import attention_shape_factor
+from planner.model.compute import (MAMF_SHAPE, Kernels, Rates, attention_times, elementwise_times, gemm_efficiency,
+                                   gemm_time, head_times, layer_times, loss_implementation, loss_passes, optimizer_time,
+                                   sm_count, tensor_rate)
+from planner.model.shapes import Shape
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=2048, ffn=4096)
 
@@ -145,7 +145,7 @@ def test_the_cross_entropy_as_each_stack_runs_it_by_hand():
 
 
 def test_constants_are_inside_their_fit_bounds():
-    from planner.calibration import FIT_BOUNDS
+    from planner.model.calibration import FIT_BOUNDS
     for name, (lo, hi) in FIT_BOUNDS.items():
         assert lo <= getattr(FITTED, name) <= hi, name
     assert isinstance(FITTED, ComputeConstants) and np.isfinite(FITTED.kernel_us)

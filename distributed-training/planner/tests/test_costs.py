@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from common.collective_cost import Network
-from planner.cluster import Cluster
-from planner.compute import Kernels
-from planner.costs import ACT_BYTES, dp_collectives, step_costs
-from planner.degrees import FULL, Degrees
-from planner.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
-                    sc21_flops_per_iteration)
+from planner.model.cluster import Cluster
+from planner.model.compute import Kernels
+from planner.model.costs import ACT_BYTES, dp_collectives, step_costs
+from planner.model.degrees import FULL, Degrees
+from planner.model.shapes import (Shape, hardware_flops_per_token, layer_forward_flops_per_token, model_flops_per_token,
+                                  sc21_flops_per_iteration)
 
 
 def toy_cluster(**net) -> Cluster:
@@ -51,14 +51,14 @@ def test_step_assembly():
     cl = toy_cluster()
     p, v, m = np.array([1, 2, 4, 4, 8]), np.array([1, 1, 1, 2, 4]), np.array([8, 8, 16, 16, 32])
     out = step_costs(sh, cl, Degrees.of(p=p, v=v, m=m))  # d = 1: no DP traffic at all
-    assert out["dp_comm_s"].max() == 0 and out["pp_comm_s"][0] == 0 and out["pp_comm_s"][1] > 0
-    busy = out["step_s"] - out["bubble_s"] - out["optimizer_s"]
-    np.testing.assert_allclose(out["bubble_s"] / (busy + out["bubble_s"]), out["bubble_fraction"])
-    assert out["bubble_s"][0] == 0
+    assert out.dp_comm_s.max() == 0 and out.pp_comm_s[0] == 0 and out.pp_comm_s[1] > 0
+    busy = out.step_s - out.bubble_s - out.optimizer_s
+    np.testing.assert_allclose(out.bubble_s / (busy + out.bubble_s), out.bubble_fraction)
+    assert out.bubble_s[0] == 0
     # Stages carry the embedding and the LM head, so the bubble is close to, not exactly, (p-1)/(v·m) of the ideal
     # (SC21 §2.2): (p-1)/(v·m + p - 1) of the pipeline's time.
-    np.testing.assert_allclose(out["bubble_fraction"][1:], ((p - 1) / (v * m + p - 1))[1:], rtol=0.15)
-    assert list(out["split"].first) == [16, 8, 4, 4, 2] and list(out["split"].last) == [16, 8, 4, 4, 2]
+    np.testing.assert_allclose(out.bubble_fraction[1:], ((p - 1) / (v * m + p - 1))[1:], rtol=0.15)
+    assert list(out.split.first) == [16, 8, 4, 4, 2] and list(out.split.last) == [16, 8, 4, 4, 2]
 
 
 def test_dp_collectives_are_the_shared_models_by_hand():
@@ -81,15 +81,15 @@ def test_tp_volume_is_sc21s():
     plain = Kernels(sequence_parallel=False)
     out = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), kernels=plain)
     want = sh.layers * m * 8 * b * sh.seq * sh.hidden * (t - 1) / t * ACT_BYTES / 100e9
-    assert float(out["tp_comm_s"]) == pytest.approx(want)
+    assert float(out.tp_comm_s) == pytest.approx(want)
     full = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m, recompute=FULL), kernels=plain)  # the 2 forward ones again
-    assert float(full["tp_comm_s"]) == pytest.approx(want * 6 / 4)
+    assert float(full.tp_comm_s) == pytest.approx(want * 6 / 4)
     # Overlap: the backward half hides behind the weight-gradient GEMMs, or nothing hides (SC21-era Megatron).
-    hidden = float(out["tp_hidden_s"])
+    hidden = float(out.tp_hidden_s)
     assert 0 < hidden <= want / 2 + 1e-12
     exposed = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), kernels=plain, tp_overlap=False)
-    assert float(exposed["tp_hidden_s"]) == 0
-    assert float(exposed["step_s"]) == pytest.approx(float(out["step_s"]) + hidden)
+    assert float(exposed.tp_hidden_s) == 0
+    assert float(exposed.step_s) == pytest.approx(float(out.step_s) + hidden)
 
 
 def test_megatrons_sequence_parallelism_gathers_its_column_parallel_inputs_again_in_the_backward():
@@ -103,14 +103,14 @@ def test_megatrons_sequence_parallelism_gathers_its_column_parallel_inputs_again
     deg = Degrees.of(t=t, b=b, m=m)
     want = sh.layers * m * 8 * b * sh.seq * sh.hidden * (t - 1) / t * ACT_BYTES / 100e9  # 4 all-reduces' worth
     sp = step_costs(sh, cl, deg)  # Megatron's SP (the default stack)
-    assert float(sp["tp_comm_s"]) == pytest.approx(want * 5 / 4)
-    assert float(step_costs(sh, cl, deg, kernels=Kernels(sequence_parallel=False))["tp_comm_s"]) == pytest.approx(want)
+    assert float(sp.tp_comm_s) == pytest.approx(want * 5 / 4)
+    assert float(step_costs(sh, cl, deg, kernels=Kernels(sequence_parallel=False)).tp_comm_s) == pytest.approx(want)
     # The extra gathers hide behind the activation-gradient GEMMs here (fast links): the exposed part is unchanged.
     plain = step_costs(sh, cl, deg, kernels=Kernels(sequence_parallel=False))
-    assert float(sp["tp_comm_s"] - sp["tp_hidden_s"]) == pytest.approx(float(plain["tp_comm_s"] - plain["tp_hidden_s"]))
+    assert float(sp.tp_comm_s - sp.tp_hidden_s) == pytest.approx(float(plain.tp_comm_s - plain.tp_hidden_s))
     # Without overlap they are on the critical path: a fifth of SP's TP time more than SC21's four.
     no = step_costs(sh, cl, deg, tp_overlap=False)
-    assert float(no["tp_comm_s"] - no["tp_hidden_s"]) == pytest.approx(want * 5 / 4)
+    assert float(no.tp_comm_s - no.tp_hidden_s) == pytest.approx(want * 5 / 4)
 
 
 def test_dp_overlap_and_eager_kernels_cost_time():
@@ -119,12 +119,12 @@ def test_dp_overlap_and_eager_kernels_cost_time():
     deg = Degrees.of(d=8, b=2, m=4)
     base = step_costs(sh, cl, deg)
     exposed = step_costs(sh, cl, deg, dp_overlap=False)
-    assert float(exposed["dp_hidden_s"]) == 0 < float(base["dp_hidden_s"])
-    assert float(exposed["step_s"]) == pytest.approx(float(base["step_s"]) + float(base["dp_hidden_s"]))
+    assert float(exposed.dp_hidden_s) == 0 < float(base.dp_hidden_s)
+    assert float(exposed.step_s) == pytest.approx(float(base.step_s) + float(base.dp_hidden_s))
     # Eager Llama kernels (torchtitan's composite RMSNorm, rotary and SwiGLU) against fused ones.
     fused = step_costs(sh, cl, deg, kernels=Kernels(rope=True))
     eager = step_costs(sh, cl, deg, kernels=Kernels(fused=False, rope=True))
-    assert float(eager["step_s"]) > float(fused["step_s"])
+    assert float(eager.step_s) > float(fused.step_s)
 
 
 def test_recompute_repeats_the_forward_tp_collectives_on_the_critical_path():
@@ -138,9 +138,9 @@ def test_recompute_repeats_the_forward_tp_collectives_on_the_critical_path():
     kw = dict(kernels=Kernels(sequence_parallel=False))
     plain = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), **kw)
     full = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m, recompute=FULL), **kw)
-    assert float(plain["tp_comm_s"]) == pytest.approx(sh.layers * m * 4 * one)
-    assert float(full["tp_comm_s"]) == pytest.approx(sh.layers * m * 6 * one)
-    exposed = lambda out: float(out["tp_comm_s"] - out["tp_hidden_s"])  # noqa: E731
+    assert float(plain.tp_comm_s) == pytest.approx(sh.layers * m * 4 * one)
+    assert float(full.tp_comm_s) == pytest.approx(sh.layers * m * 6 * one)
+    exposed = lambda out: float(out.tp_comm_s - out.tp_hidden_s)  # noqa: E731
     assert exposed(full) - exposed(plain) == pytest.approx(sh.layers * m * 2 * one)
 
 
@@ -153,9 +153,9 @@ def test_tp_comm_overlap_hides_the_forward_collectives_too():
     bwd_only = step_costs(sh, cl, deg)
     overlapped = step_costs(sh, cl, deg, kernels=Kernels(tp_comm_overlap=True))
     # Backward-only overlap hides the 2 reduce-scatter-equivalents and SP's re-gather (costs.py): 3 of 5.
-    assert float(bwd_only["tp_hidden_s"]) == pytest.approx(float(bwd_only["tp_comm_s"]) * 3 / 5)
-    assert float(overlapped["tp_hidden_s"]) == pytest.approx(float(overlapped["tp_comm_s"]))
-    assert float(overlapped["step_s"]) == pytest.approx(float(bwd_only["step_s"]) - float(bwd_only["tp_comm_s"]) * 2 / 5)
+    assert float(bwd_only.tp_hidden_s) == pytest.approx(float(bwd_only.tp_comm_s) * 3 / 5)
+    assert float(overlapped.tp_hidden_s) == pytest.approx(float(overlapped.tp_comm_s))
+    assert float(overlapped.step_s) == pytest.approx(float(bwd_only.step_s) - float(bwd_only.tp_comm_s) * 2 / 5)
 
 
 def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
@@ -165,19 +165,19 @@ def test_fsdp_pays_a_collective_per_layer_priced_by_its_latency():
     sh = Shape(4, 256, 8, 8, 1000, 256, 1024)
     cl = toy_cluster(intra_GBps=1e12, nic_GBps=1e12)
     out = step_costs(sh, cl, Degrees.of(d=8, m=3, zero=3))
-    assert float(out["dp_comm_s"]) == pytest.approx(3 * 4 * 3 * 7e-6, rel=1e-6)
+    assert float(out.dp_comm_s) == pytest.approx(3 * 4 * 3 * 7e-6, rel=1e-6)
     # ZeRO-0 reduces the gradients once per step, one bucket: one all-reduce latency (14 steps).
-    assert float(step_costs(sh, cl, Degrees.of(d=8, m=3, zero=0))["dp_comm_s"]) == pytest.approx(14e-6, rel=1e-6)
+    assert float(step_costs(sh, cl, Degrees.of(d=8, m=3, zero=0)).dp_comm_s) == pytest.approx(14e-6, rel=1e-6)
 
 
 def test_fewer_micro_batches_than_stages_are_priced():
     # Issue 29 part 5: m < p runs (Megatron's 1F1B, PyTorch's GPipe): every stage idles p - 1 slots of the m + p - 1,
     # and the first stage holds all m micro-batches. Equal stages of one layer and no head: the formula exactly.
-    from planner.stages import pipeline_step
+    from planner.model.stages import pipeline_step
 
     for p, m in ((4, 1), (4, 2), (8, 3), (4, 4), (4, 9)):
         step = float(pipeline_step(m, 1, 1.0, float(p)))  # slowest stage 1 s per micro-batch, p such stages
         assert step == m + p - 1 and (step - m) / step == pytest.approx((p - 1) / (m + p - 1))
     sh = Shape(16, 1024, 8, 8, 1000, 1024, 4096)
     out = step_costs(sh, toy_cluster(), Degrees.of(p=np.array([4, 4]), m=np.array([2, 8])))
-    assert out["bubble_fraction"][0] == pytest.approx(3 / 5, rel=0.1) and out["bubble_fraction"][1] < 0.3
+    assert out.bubble_fraction[0] == pytest.approx(3 / 5, rel=0.1) and out.bubble_fraction[1] < 0.3

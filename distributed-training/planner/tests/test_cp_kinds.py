@@ -8,8 +8,8 @@ import pytest
 
 from common.collective_cost import Network, collective_time_s
 from planner import plan
-from planner.cp_kinds import CP_KINDS, cp_times, design_times
-from planner.shapes import Shape
+from planner.model.cp_kinds import CP_KINDS, cp_times, design_times
+from planner.model.shapes import Shape
 
 NET = Network(domain=8, intra_GBps=100.0, nic_GBps=10.0, alpha_step_us=1.0, alpha_level_us=10.0)
 MHA = Shape(layers=4, hidden=1024, heads=16, kv_heads=16, vocab=1000, seq=8192, ffn=4096)

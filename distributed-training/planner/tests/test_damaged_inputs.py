@@ -5,7 +5,7 @@ import pytest
 
 from common.csvread import guard_report
 from testkit import damaged_inputs_problems
-from planner import own_runs
+from planner.evidence import own_runs
 
 
 def reader_main(lab: str):

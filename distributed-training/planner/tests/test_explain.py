@@ -7,8 +7,9 @@ from functools import lru_cache
 import pandas as pd
 import pytest
 
-from planner import explain_rows as explain, gemm_rates, own_runs, unexplained, vs_measured
-from planner.calibration import FITTED
+from planner.calibrate import gemm_rates
+from planner.evidence import explain_rows as explain, own_runs, unexplained, vs_measured
+from planner.model.calibration import FITTED
 
 LABS = own_runs.LABS
 H100 = "1x NVIDIA H100 80GB HBM3"

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from common.hardware import get_preset
-from planner import fp8_cost
-from planner.calibration import FITTED
-from planner.cluster import make_cluster
-from planner.compute import (Kernels, Rates, fp8_cast_times, fp8_weight_cast_time, gemm_efficiency, layer_times,
-                             tensor_rate)
-from planner.costs import rates_for, step_costs
-from planner.degrees import Degrees
-from planner.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
-from planner.shapes import Shape
+from planner.model import fp8_cost
+from planner.model.calibration import FITTED
+from planner.model.cluster import make_cluster
+from planner.model.compute import (Kernels, Rates, fp8_cast_times, fp8_weight_cast_time, gemm_efficiency, layer_times,
+                                   tensor_rate)
+from planner.model.costs import rates_for, step_costs
+from planner.model.degrees import Degrees
+from planner.model.fp8_cost import BACKENDS, LinearOperands, Passes, cast_cost, quantize_passes
+from planner.model.shapes import Shape
 
 
 @pytest.mark.parametrize("backend, recipe, compiled, want", [
@@ -96,7 +96,7 @@ def test_fsdp_gathers_fp8_weights_where_the_backend_offers_it():
     shape = Shape(8, 4096, 32, 32, 32000, 4096, 16384)
     cl = make_cluster(get_preset("h100"), 64, "fp8")
     deg = Degrees.of(d=64, b=1, m=1, zero=3)
-    comm = {be: float(step_costs(shape, cl, deg, kernels=Kernels(fp8=True, fp8_backend=be))["dp_comm_s"][()])
+    comm = {be: float(step_costs(shape, cl, deg, kernels=Kernels(fp8=True, fp8_backend=be)).dp_comm_s[()])
             for be in ("torchao", "te-fused")}
     assert BACKENDS["torchao"].fp8_all_gather and not BACKENDS["te-fused"].fp8_all_gather
     assert comm["torchao"] < comm["te-fused"]  # weight gathers at 1 byte instead of 2
@@ -138,7 +138,7 @@ def test_cached_fp8_weights_are_cast_once_per_step(monkeypatch):
     one, two = (step_costs(sh, cl, Degrees.of(m=m), kernels=te) for m in (1, 2))
     w = layer_times(sh, 1, 1, 1, te, rates_for(cl, te))["fp8_weights_per_step"]
     assert float(w) > 0
-    assert float(2 * one["compute_s"] - two["compute_s"] - one["optimizer_s"]) == pytest.approx(sh.layers * float(w))
+    assert float(2 * one.compute_s - two.compute_s - one.optimizer_s) == pytest.approx(sh.layers * float(w))
 
 
 def test_the_cost_records_are_the_priced_backends_of_the_shared_names():

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from planner import guide, guide_answer
+from planner.guide import guide, guide_answer
 
 HERE = Path(__file__).resolve().parents[1]
 

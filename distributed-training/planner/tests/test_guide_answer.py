@@ -5,7 +5,8 @@ import shutil
 
 import pandas as pd
 
-from planner import guide_answer, own_runs
+from planner.evidence import own_runs
+from planner.guide import guide_answer
 
 LABS = ("allreduce-bench", "cp-attention", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")
 

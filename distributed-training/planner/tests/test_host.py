@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.calibration import FITTED
-from planner.compute import Kernels, Rates
-from planner.costs import step_costs
-from planner.degrees import Degrees
-from planner.host import COLLECTIVE_HOST_US, HOST_US, host_time, host_us, layer_collectives, step_launches
-from planner.shapes import Shape
+from planner.model.calibration import FITTED
+from planner.model.compute import Kernels, Rates
+from planner.model.costs import step_costs
+from planner.model.degrees import Degrees
+from planner.model.host import COLLECTIVE_HOST_US, HOST_US, host_time, host_us, layer_collectives, step_launches
+from planner.model.shapes import Shape
 from planner.tests.test_costs import toy_cluster
 
 SH = Shape(layers=4, hidden=1024, heads=8, kv_heads=8, vocab=1000, seq=512, ffn=4096)
@@ -49,13 +49,13 @@ def test_a_step_is_the_larger_of_the_gpu_and_the_host():
     # A small model at high TP: the GPU's work shrinks with t, the host's does not.
     small = Shape(layers=4, hidden=256, heads=8, kv_heads=8, vocab=1000, seq=256, ffn=1024)
     out = step_costs(small, cl, Degrees.of(t=8, m=4))
-    assert float(out["host_s"]) > float(out["gpu_step_s"]) and float(out["step_s"]) == float(out["host_s"])
+    assert float(out.host_s) > float(out.gpu_step_s) and float(out.step_s) == float(out.host_s)
     compiled = step_costs(small, cl, Degrees.of(t=8, m=4), kernels=Kernels(host="compiled"))
-    assert float(compiled["host_s"]) < float(out["host_s"])  # kernels at 4 us, collectives still through c10d
+    assert float(compiled.host_s) < float(out.host_s)  # kernels at 4 us, collectives still through c10d
     # A large one: the GPU paces, the host's time is hidden in the queue.
     big = Shape(layers=4, hidden=8192, heads=64, kv_heads=64, vocab=1000, seq=4096, ffn=32768)
     out = step_costs(big, cl, Degrees.of(t=1, b=2, m=4))
-    assert float(out["host_s"]) < float(out["gpu_step_s"]) == float(out["step_s"])
+    assert float(out.host_s) < float(out.gpu_step_s) == float(out.step_s)
 
 
 def test_the_collective_host_cost_is_the_measured_one():

@@ -4,44 +4,49 @@ import csv
 
 import pytest
 
+from dataclasses import fields, replace
+
 from common.hardware import get_preset
-from planner import launch, plan
-from planner.cluster import make_cluster
-from planner.measured_runs import calibrate_from_runs
+from planner import plan
+from planner.calibrate.measured_runs import calibrate_from_runs
+from planner.model.cluster import make_cluster
+from planner.model.shapes import Shape
+from planner.search import launch
+from planner.search.records import Plan
 
-MODEL = dict(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=4096, ffn=20480)
+MODEL = Shape(layers=24, hidden=5120, heads=40, kv_heads=40, vocab=51200, seq=4096, ffn=20480)
+ZEROS = Plan(**{f.name: 0 for f in fields(Plan) if f.name != "vs_fastest"})  # what the commands do not read
 
 
-def _plan(**kw):
-    return {"tp": 8, "pp": 2, "dp": 4, "cp": 1, "zero": 3, "microbatch": 1, "interleave": 2, "recompute": "full",
-            "global_batch": 64, "layers_per_stage": "12+12", **kw}
+def _plan(**kw) -> Plan:
+    return replace(ZEROS, **{"tp": 8, "pp": 2, "dp": 4, "cp": 1, "zero": 3, "microbatch": 1, "interleave": 2,
+                             "recompute": "full", "global_batch": 64, "layers_per_stage": "12+12", **kw})
 
 
 def test_commands_carry_every_degree_and_the_shape():
     cmds = launch.commands(_plan(), MODEL, "h100")
-    assert "--nnodes 8 --nproc-per-node 8" in cmds["torchrun"] and "sbatch --nodes=8" in cmds["slurm"]
+    assert "--nnodes 8 --nproc-per-node 8" in cmds.torchrun and "sbatch --nodes=8" in cmds.slurm
     for flag in ("--tp=8", "--pp=2", "--dp=4", "--zero=3", "--microbatch=1", "--global-batch=64", "--interleave=2",
                  "--recompute=full", "--layers=24", "--hidden=5120", "--kv-heads=40", "--seq=4096"):
-        assert flag in cmds["torchrun"], flag
-    assert "TP=8 PP=2 DP=4 CP=1 GPU=h100" in cmds["slurm"] and cmds["notes"] == []
+        assert flag in cmds.torchrun, flag
+    assert "TP=8 PP=2 DP=4 CP=1 GPU=h100" in cmds.slurm and cmds.notes == ()
     # context parallelism runs in parallel-3d (issue 33): --cp is a runner flag; per-op AC is its selective policy
     cp = launch.commands(_plan(cp=2, dp=2, recompute="op"), MODEL, "h100")
-    assert "--cp=2" in cp["torchrun"] and "--recompute=selective" in cp["torchrun"] and "CP=2" in cp["slurm"]
-    assert "--zero=2" in launch.commands(_plan(zero=0), MODEL, "h100")["torchrun"]
+    assert "--cp=2" in cp.torchrun and "--recompute=selective" in cp.torchrun and "CP=2" in cp.slurm
+    assert "--zero=2" in launch.commands(_plan(zero=0), MODEL, "h100").torchrun
 
 
 def test_differences_name_what_parallel_3d_would_not_run_as_priced():
-    from planner.search import Workload
-    from planner.shapes import Shape
-    from planner.stacks import MEGATRON, PYTORCH
+    from planner.search.search import Workload
+    from planner.model.stacks import MEGATRON, PYTORCH
 
-    sh = Shape(**MODEL)
+    sh = MODEL
     assert launch.differences(Workload.of(PYTORCH, sh, 64), _plan()) == []
     assert "megatron stack" in launch.differences(Workload.of(MEGATRON, sh, 64))[0]
     fp8 = launch.differences(Workload.of(PYTORCH, sh, 64, "fp8", optimizer="fused", dropout=True), _plan(zero=1))
     assert any("bf16, not fp8" in d for d in fp8) and any("no dropout" in d for d in fp8)
     assert any("AdamW foreach" in d for d in fp8) and any("ZeRO-1 is not an FSDP2 mode" in d for d in fp8)
-    assert "--stage-layers" not in launch.commands(_plan(), MODEL, "h100")["torchrun"]  # even: the runner's default
+    assert "--stage-layers" not in launch.commands(_plan(), MODEL, "h100").torchrun  # even: the runner's default
 
 
 def test_uneven_split_becomes_stage_layers():
@@ -51,7 +56,7 @@ def test_uneven_split_becomes_stage_layers():
     assert launch.rank_layers("8x16", 128, 16) == [8] * 16 and launch.rank_layers("24", 24, 1) == [24]
     # 2 ranks x 2 chunks: rank 0 holds stages 0 and 2, rank 1 stages 1 and 3; extras to a rank's first chunk
     assert launch.virtual_stage_layers("5+6", 11, 2, 2) == (3, 3, 2, 3)
-    cmd = launch.commands(_plan(pp=2, interleave=2, layers_per_stage="11+13"), MODEL, "h100")["torchrun"]
+    cmd = launch.commands(_plan(pp=2, interleave=2, layers_per_stage="11+13"), MODEL, "h100").torchrun
     assert "--stage-layers=6,7,5,6" in cmd
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from planner import published
-from planner.degrees import FULL, NONE, SELECTIVE, Degrees
-from planner.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
-from planner.shapes import Shape
+from planner.evidence import published
+from planner.model.degrees import FULL, NONE, SELECTIVE, Degrees
+from planner.model.memory import activation_bytes, activation_coefficient, memory_breakdown, model_state_bytes
+from planner.model.shapes import Shape
 
 GIB = 2**30
 
@@ -81,10 +81,10 @@ def test_breakdown_sums_and_is_vectorised():
     sh = Shape(8, 512, 8, 4, 1000, 256, 2048)
     t, p, z = np.array([1, 2, 2]), np.array([1, 2, 4]), np.array([0, 1, 3])
     mem = memory_breakdown(sh, Degrees.of(t=t, p=p, d=4, b=2, m=8, zero=z, recompute=[NONE, SELECTIVE, FULL]))
-    parts = sum(mem[k] for k in ("params", "grads", "optimizer", "activations", "buffers"))
-    np.testing.assert_allclose(parts, mem["total"])
+    parts = mem.params + mem.grads + mem.optimizer + mem.activations + mem.buffers
+    np.testing.assert_allclose(parts, mem.total)
     one = memory_breakdown(sh, Degrees.of(t=2, p=4, d=4, b=2, m=8, zero=3, recompute=FULL))
-    assert float(one["total"]) == pytest.approx(float(mem["total"][2]))
+    assert float(one.total) == pytest.approx(float(mem.total[2]))
 
 
 def test_fp8_without_sequence_parallelism_halves_the_replicated_linear_inputs_too():

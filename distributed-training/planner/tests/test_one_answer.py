@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from planner import experiments, plan
-from planner.choose import CP_MIN_SEQ
-from planner.search import default_batch
-from planner.stacks import PYTORCH
+from planner import plan
+from planner.guide import experiments
+from planner.model.stacks import PYTORCH
+from planner.search.choose import CP_MIN_SEQ
+from planner.search.records import Plan
+from planner.search.search import default_batch
 
 AT_SCALE = Path(plan.__file__).resolve().parent.parent / "parallel-3d" / "results" / "at_scale.csv"
 KEYS = ("tp", "pp", "dp", "cp", "zero", "microbatch", "interleave", "recompute", "global_batch")
@@ -22,8 +24,9 @@ def cli(capsys, *argv) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def same(a: dict, b: dict) -> bool:
-    return all(a[k] == b[k] for k in KEYS)
+def same(printed: dict, plan: Plan) -> bool:
+    """The CLI's --json plan and a Plan agree on every degree, knob and batch."""
+    return all(printed[k] == getattr(plan, k) for k in KEYS)
 
 
 def rules_hold(best: dict, seq: int, domain: int = 8):
@@ -81,7 +84,7 @@ def test_a_megatron_plan_prints_no_command_and_says_so_first(capsys):
 def test_the_cli_gives_the_reports_number(capsys):
     """Issue 29's example: fp8-train's TE runs, priced by the CLI from their CSV (compile state, the Adam its trainer
     runs, counted kernels), give the report's predicted column (explain_rows.compare), not a second prediction."""
-    from planner import explain_rows, own_runs
+    from planner.evidence import explain_rows, own_runs
 
     labs = Path(plan.__file__).resolve().parent.parent
     for folder in ("h100_ws1-te", "h100_ws1-te-current"):

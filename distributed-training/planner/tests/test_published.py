@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from planner import accuracy, published, published_small
-from planner.calibration import FIT_BOUNDS, FITTED
-from planner.cases import gpt
-from planner.shapes import model_flops_per_token
+from planner.evidence import accuracy, published, published_small
+from planner.evidence.cases import gpt
+from planner.model.calibration import FIT_BOUNDS, FITTED
+from planner.model.shapes import model_flops_per_token
 
 FIT_CSV = Path(__file__).resolve().parents[1] / "results" / "compute_fit.csv"
 
@@ -54,11 +54,11 @@ def test_sc21_choices_under_the_papers_constraints(software):
 def test_published_shapes_that_need_the_new_features():
     by_name = {r["name"]: r for r in rows()}
     # 126 layers on 16 stages: one fewer on the first and the last, as Meta ran it.
-    assert by_name["405B on 8,192 GPUs"]["config"]["layers_per_stage"] == "7+8x14+7"
+    assert by_name["405B on 8,192 GPUs"]["config"].layers_per_stage == "7+8x14+7"
     # 992 GPUs as TP 8 x DP 124 do not divide 1,024 sequences: the nearest batch, 992.
-    assert by_name["175B on 992 GPUs"]["config"]["global_batch"] == 992
+    assert by_name["175B on 992 GPUs"]["config"].global_batch == 992
     # 70 layers on 12 stages (BLOOM).
-    first, mid, _, last = (int(x) for x in by_name["176B on 384 GPUs"]["config"]["layers_per_stage"].replace(
+    first, mid, _, last = (int(x) for x in by_name["176B on 384 GPUs"]["config"].layers_per_stage.replace(
         "x", "+").split("+"))
     assert first + 10 * mid + last == 70
 

@@ -1,12 +1,13 @@
-"""The ranking set (planner/ranking.py): predictions from the machine's calibration alone, Spearman by hand, the pick,
-and the generated sections (validation.py)."""
+"""The ranking set (planner/evidence/ranking.py): predictions from the machine's calibration alone, Spearman by hand,
+the pick, and the generated sections (validation.py)."""
 
 import shutil
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from planner import ranking, validation
+from planner.evidence import ranking, validation
 
 RESULTS = ranking.RESULTS
 
@@ -59,7 +60,7 @@ def test_the_generated_sections():
 
 def _row(name, gpus, hidden, tp, published, predicted, group=None):
     return {"name": name, "gpus": gpus, "hidden": hidden, "group": group, "published": published,
-            "predicted": predicted, "error": predicted / published - 1, "config": {"tp": tp}}
+            "predicted": predicted, "error": predicted / published - 1, "config": SimpleNamespace(tp=tp)}
 
 
 def test_the_small_model_regime_by_hand():

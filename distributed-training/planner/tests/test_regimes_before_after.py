@@ -1,13 +1,15 @@
-"""regimes_before_after.py's pieces on hand values (the old planner itself is not run here: it needs git archive)."""
+"""regimes_before_after.py's pieces on hand values, and both before/after tools' bad --before (the old planner itself
+is not run here: common/tests/test_at_commit.py runs a module of an older commit)."""
 
 from pathlib import Path
 
 import pytest
 from testkit import expect_bad_input
-from planner import regimes_before_after as rba
-from planner import validation
+from planner.evidence import before_after
+from planner.evidence import regimes_before_after as rba
+from planner.evidence import validation
 
-LAB = Path(rba.__file__).resolve().parent
+LAB = Path(rba.__file__).resolve().parents[1]  # the planner folder
 
 
 @pytest.mark.parametrize("gpus, index", [(1, 0), (8, 0), (63, 0), (64, 1), (1024, 1), (1025, 2), (16384, 2)])
@@ -42,3 +44,11 @@ def test_rank_lines_reversed_group():
 ])
 def test_bad_before(argv, needle, capsys):
     expect_bad_input(lambda: rba.main(argv), needle, capsys, watch=[LAB / "results"])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--before", "no-such-commit"], "--before 'no-such-commit' is not a commit of this repository"),
+    (["--before", " "], "--before must name a commit"),
+])
+def test_before_after_refuses_a_bad_before(argv, needle, capsys):
+    expect_bad_input(lambda: before_after.main(argv), needle, capsys, watch=[LAB / "results"])

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from planner.degrees import Degrees
-from planner.memory import activation_bytes, stage_params
-from planner.shapes import Shape
-from planner.stages import balanced_split, even_split, interleave_fits, pipeline_step, stage_times
+from planner.model.degrees import Degrees
+from planner.model.memory import activation_bytes, stage_params
+from planner.model.shapes import Shape
+from planner.model.stages import balanced_split, even_split, interleave_fits, pipeline_step, stage_times
 
 
 def split_of(layers, p, head_layers, embed_layers=0.0):
@@ -102,10 +102,10 @@ def test_interleaved_pipelines_need_not_divide_the_layers():
 def test_the_uneven_interleaved_layout_plans():
     # The planner prices and chooses it: pinned TP 8 x PP 8 with 8 chunks on 405B, where 8 does not divide 126/8.
     from common.hardware import get_preset
-    from planner.cluster import make_cluster
-    from planner.search import Pins, Workload, search
+    from planner.model.cluster import make_cluster
+    from planner.search.search import Pins, Workload, search
     shape = Shape(126, 16384, 128, 8, 128256, 8192, 53248 * 3 // 2)
     res = search(Workload(shape, 2048), make_cluster(get_preset("h100"), 2048),
                  Pins(tp=8, pp=8, cp=1, interleave=8, recompute="full"), top=1)
-    assert res.best is not None and res.best["interleave"] == 8
-    assert res.best["layers_per_stage"] == "15+16x6+15"
+    assert res.best is not None and res.best.interleave == 8
+    assert res.best.layers_per_stage == "15+16x6+15"

@@ -5,10 +5,10 @@ its at-scale study the peak (parallel-3d/tests)."""
 import numpy as np
 import pytest
 
-from planner import torch_memory as tm
-from planner.degrees import FULL, NONE, OP, Degrees
-from planner.memory import CONTEXT_BYTES
-from planner.shapes import Shape
+from planner.model import torch_memory as tm
+from planner.model.degrees import FULL, NONE, OP, Degrees
+from planner.model.memory import CONTEXT_BYTES
+from planner.model.shapes import Shape
 
 SH = Shape(layers=8, hidden=1024, heads=8, kv_heads=2, vocab=1000, seq=512, ffn=4096)  # GQA: K/V 256 wide
 
@@ -51,18 +51,18 @@ def test_in_flight_follows_pytorchs_schedules(p, v, m, i, held, forwards_remain)
 def test_the_peak_is_its_parts():
     deg = Degrees.of(t=2, p=4, d=4, b=1, v=1, m=8, zero=2, recompute=NONE)
     mem = tm.memory_breakdown(SH, deg)
-    parts = sum(float(mem[k]) for k in ("params", "grads", "optimizer", "activations", "buffers"))
-    assert float(mem["total"]) == pytest.approx(parts)
+    parts = sum(float(part) for part in (mem.params, mem.grads, mem.optimizer, mem.activations, mem.buffers))
+    assert float(mem.total) == pytest.approx(parts)
     # ZeRO-2 under 1F1B: the stage's bf16 weights gathered, its fp32 gradients unsharded, 16 B/param of state over dp
     # the busiest rank is the first (its embeddings, its 4 micro-batches in flight); its parameters per TP rank:
     psi = (2 * SH.layer_params + SH.embedding_params) / 2
     first = mem
-    assert float(first["params"]) == pytest.approx(4 * psi / 4 + 2 * psi)
-    assert float(first["optimizer"]) == pytest.approx(8 * psi / 4) and float(first["grads"]) == pytest.approx(4 * psi)
+    assert float(first.params) == pytest.approx(4 * psi / 4 + 2 * psi)
+    assert float(first.optimizer) == pytest.approx(8 * psi / 4) and float(first.grads) == pytest.approx(4 * psi)
     # the pipeline's receive buffers: one per micro-batch for the output's gradient (the first stage receives no input)
-    assert float(first["buffers"]) == pytest.approx(CONTEXT_BYTES + 8 * 2 * 1 * 512 / 2 * 1024)
+    assert float(first.buffers) == pytest.approx(CONTEXT_BYTES + 8 * 2 * 1 * 512 / 2 * 1024)
     # more micro-batches in flight never hold less
     fewer = tm.memory_breakdown(SH, Degrees.of(t=2, p=4, d=4, b=1, v=1, m=2, zero=2, recompute=NONE))
-    assert float(fewer["activations"]) < float(first["activations"])
-    assert np.all(tm.memory_breakdown(SH, Degrees.of(t=2, p=4, d=4, b=1, v=1, m=8, zero=2, recompute=FULL))["activations"]
-                  < first["activations"])
+    assert float(fewer.activations) < float(first.activations)
+    assert np.all(tm.memory_breakdown(SH, Degrees.of(t=2, p=4, d=4, b=1, v=1, m=8, zero=2, recompute=FULL)).activations
+                  < first.activations)

@@ -1,0 +1,196 @@
+"""The planner as it is used: does it rank measured layouts in their measured order, and is its pick near the best?
+
+    PYTHONPATH=distributed-training python -m planner.evidence.ranking  # layouts measured and predicted, the verdict
+    section()                                                          # the markdown the validation document embeds
+
+parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 22 layouts at
+4 and 8 gloo ranks on this repository's CPU machine and measures, in the same session, what the planner may know of
+that machine: the alpha-beta fit of an all_reduce sweep at each world size, a GEMM rate, a memory rate and the fixed
+cost of one op, on plain tensors and on DTensors. The planner prices every layout from those alone (no step time
+enters it) with the cost model `make plan` uses (costs.step_costs), on a machine described by them:
+
+- compute: GEMMs at the measured rate with no tiles or waves to quantize (a CPU core: tile 1), memory-bound kernels
+  at the measured memory rate, attention at the GEMM rate; every op pays the measured fixed cost, the DTensor one
+  where TP > 1 (DTensor's sharding propagation on every op: 20 times a plain op's here). On a CPU the host *is* the
+  device, so that cost is the op's time (host.py's runtime "graphs": nothing counted twice);
+- collectives: common/collective_cost.py on a network of the fit at that world size (alpha / 2(n-1) per ring step,
+  the fitted bus rate, gloo's one protocol);
+- the stack as parallel-3d runs it on CPU: fp32 (gradients reduced in fp32), eager kernels, DTensor TP with
+  sequence parallelism and its layout copies, FSDP2 (its copies; none at dp = 1, where fp32 needs no FSDP);
+- shared cores: 4 or 8 ranks run on the machine's cores (2 here), so a step is at least every rank's work divided
+  by the cores, whatever the critical path: step = max(costs' step, ranks x work per rank / cores). A rank waiting
+  for a collective or in the pipeline's bubble leaves its core to the others.
+
+Groups are the layouts of one world size (one model, one global batch). Reported per group: Spearman's rank
+correlation of predicted and measured step time, and whether the planner's fastest layout is within 10% of the
+measured fastest. Nothing here is fitted; the calibration is a measurement of the machine, taken before the layouts.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from common import markdown
+from common.collective_cost import Network
+from common.csvread import Schema, read_table
+from planner.model.calibration import ComputeConstants
+from planner.model.cluster import Cluster
+from planner.model.compute import Kernels, Rates, head_times, layer_times
+from planner.model.costs import step_costs
+from planner.model.degrees import RECOMPUTE, Degrees
+
+from .own_runs import LABS, parse_model
+
+RESULTS = LABS / "parallel-3d" / "results"
+PICK_WITHIN = 0.10  # the planner's pick counts as right when its measured step is within 10% of the measured best
+TARGETS = {"rank correlation": 0.8, "groups with the pick within 10%": 0.8}
+ROWS = Schema("parallel-3d ranking set", {
+    "group": str, "world": int, "model": str, "global_batch": int, "tp": int, "pp": int, "dp": int, "zero": int,
+    "recompute": str, "interleave": int, "microbatch": int, "num_microbatches": int, "step_time_ms": float,
+    "step_time_min_ms": float, "step_time_max_ms": float, "hardware": str, "git_commit": str, "torch_version": str})
+CALIBRATION = Schema("parallel-3d ranking calibration", {"quantity": str, "world": int, "value": float,
+                                                         "hardware": str})
+
+
+class Machine(NamedTuple):
+    """What the calibration measured (ranking_calibration_<hw>.csv)."""
+    gemm_flops: float
+    memory_Bps: float
+    op_us: float
+    dtensor_op_us: float
+    alpha_us: dict[int, float]  # all_reduce latency by world size
+    busbw_GBps: dict[int, float]
+    cores: int
+
+
+def read_machine(path: Path) -> Machine:
+    cal = read_table(path, CALIBRATION)
+    one = {r.quantity: r.value for r in cal.itertuples() if r.world == 1}
+    by_world = {q: {int(r.world): r.value for r in cal.itertuples() if r.quantity == q}
+                for q in ("allreduce_alpha_us", "allreduce_busbw_GBps")}
+    found = re.search(r"\((\d+) cores\)", str(cal["hardware"].iloc[0]))
+    return Machine(one["gemm_flops_per_s"], one["memory_bytes_per_s"], one["op_us"], one["dtensor_op_us"],
+                   by_world["allreduce_alpha_us"], by_world["allreduce_busbw_GBps"], int(found[1]) if found else 1)
+
+
+def rates(machine: Machine, kernel_us: float) -> Rates:
+    """A CPU core as the compute model sees it: measured rates, no tile or wave quantization, the op's fixed cost."""
+    consts = ComputeConstants(1.0, 1.0, 1.0, kernel_us=kernel_us, wave_allowance=0.0, k_overhead=0.0)
+    g = machine.gemm_flops
+    return Rates(matmul=g, bf16_matmul=g, attention=g, hbm=machine.memory_Bps, sms=1, consts=consts, tile=1)
+
+
+def cluster(machine: Machine, world: int) -> Cluster:
+    """The gloo world as one domain with the fitted latency per ring step and bus rate (Simple: gloo's one protocol)."""
+    bus = machine.busbw_GBps[world]
+    net = Network(domain=world, intra_GBps=bus, nic_GBps=bus, alpha_step_us=machine.alpha_us[world] / (2 * (world - 1)),
+                  alpha_level_us=0.0, source="allreduce-bench fit (gloo)")
+    return Cluster("cpu", "CPU (gloo)", world, "fp32", machine.gemm_flops / 1e12, machine.gemm_flops / 1e12,
+                   machine.gemm_flops / 1e12, 1e3, machine.memory_Bps / 1e9, net)
+
+
+def kernels(tp: int) -> Kernels:
+    """parallel-3d on CPU: fp32, eager, SDPA, learned positions, three q/k/v Linears, SP with TP, torch's AdamW."""
+    return Kernels(flash=True, fused=False, sequence_parallel=tp > 1, fp8=False, rope=False, attention="fa2",
+                   qkv_fused=False, autocast=False, optimizer="foreach", host="graphs")
+
+
+def predict_ms(row, machine: Machine) -> float:
+    """The planner's step time for one measured layout (module docstring), in ms."""
+    shape = parse_model(row.model)
+    zero = row.zero if row.dp > 1 else 0  # fp32 at dp = 1 runs without FSDP (parallel-3d/engine.py)
+    deg = Degrees.of(t=row.tp, p=row.pp, d=row.dp, b=row.microbatch, v=row.interleave, m=row.num_microbatches,
+                     zero=zero, recompute=RECOMPUTE.index(row.recompute))
+    r = rates(machine, machine.dtensor_op_us if row.tp > 1 else machine.op_us)
+    ker = kernels(row.tp)
+    out = step_costs(shape, cluster(machine, row.world), deg, grad_bytes=4.0, kernels=ker, tp_overlap=False,
+                     dp_overlap=True, tp_layout_copies=True, fsdp_copies=zero >= 2, rates=r)
+    # Every rank's work: its share of the layers (all of them over the pipeline), the head and embedding, FSDP's
+    # copies, the optimizer; the ranks share the machine's cores.
+    lt, ht = layer_times(shape, row.tp, 1, row.microbatch, ker, r), head_times(shape, row.tp, 1, row.microbatch, ker, r)
+    rec = {"none": 0.0, "selective": lt["recompute_selective"], "full": lt["recompute_full"]}[row.recompute]
+    per_replica = (shape.layers * (lt["fwd"] + lt["bwd"] + rec) + ht["embedding"] + ht["head"]) * row.num_microbatches
+    work = row.tp * row.dp * per_replica + row.world * out.optimizer_s
+    return 1e3 * max(float(out.step_s), float(work) / machine.cores)
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    ra, rb = pd.Series(a).rank().to_numpy(), pd.Series(b).rank().to_numpy()
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+class Group(NamedTuple):
+    name: str
+    n: int
+    rho: float
+    pick: str  # the planner's fastest layout
+    pick_vs_best: float  # its measured step over the measured best, - 1
+    best: str
+
+
+def layout(r) -> str:
+    extra = [f"Z{r.zero}" if r.dp > 1 else "", r.recompute if r.recompute != "none" else "",
+             f"v{r.interleave}" if r.interleave > 1 else "", f"b{r.microbatch}"]
+    return f"{r.tp}·{r.pp}·{r.dp} " + " ".join(x for x in extra if x)
+
+
+def compare(results: Path = RESULTS, hw: str = "cpu") -> tuple[pd.DataFrame, list[Group]]:
+    rows_path, cal_path = results / f"ranking_{hw}.csv", results / f"ranking_calibration_{hw}.csv"
+    rows = read_table(rows_path, ROWS)
+    machine = read_machine(cal_path)
+    rows = rows.assign(predicted_ms=[predict_ms(r, machine) for r in rows.itertuples()],
+                       layout=[layout(r) for r in rows.itertuples()])
+    groups = []
+    for name, g in rows.groupby("group", sort=True):
+        pick = g.loc[g["predicted_ms"].idxmin()]
+        best = g.loc[g["step_time_ms"].idxmin()]
+        groups.append(Group(name, len(g), spearman(g["predicted_ms"], g["step_time_ms"]), pick["layout"],
+                            pick["step_time_ms"] / best["step_time_ms"] - 1, best["layout"]))
+    return rows, groups
+
+
+def section(results: Path = RESULTS, heading: str = "###") -> str:
+    """The ranking set as markdown: the verdict first, then the groups, then every layout."""
+    head = f"{heading} Ranking: the planner's order against parallel-3d's measured layouts (CPU, gloo)"
+    if not (results / "ranking_cpu.csv").is_file():
+        return f"{head}\n\nNot measured yet: `make parallel-3d-ranking` (about 20 minutes on 2 cores)."
+    rows, groups = compare(results)
+    within = sum(g.pick_vs_best <= PICK_WITHIN for g in groups)
+    rho = float(np.median([g.rho for g in groups]))
+    verdict = (f"Over {len(groups)} groups ({len(rows)} layouts), the planner's rank correlation with the measured "
+               f"step times is {', '.join(f'{g.rho:.2f} ({g.name})' for g in groups)} (target 0.8), and its pick is "
+               f"within {PICK_WITHIN:.0%} of the measured best in {within} of {len(groups)} groups (target 80%).")
+    hw = rows["hardware"].iloc[0]
+    lines = [head, "", verdict, "",
+             f"Measured on {hw}, torch {rows['torch_version'].iloc[0]}, commit {rows['git_commit'].iloc[0]} "
+             "(`parallel-3d/results/ranking_cpu.csv`); predicted by "
+             "[`planner/evidence/ranking.py`](../planner/evidence/ranking.py) "
+             "from this machine's calibration alone (`ranking_calibration_cpu.csv`: allreduce-bench's fit per world "
+             f"size, a GEMM rate, a memory rate, the fixed cost of an op and of a DTensor op). Median rank "
+             f"correlation {rho:.2f}.", "",
+             markdown.table(["group", "layouts", "rank correlation", "planner's pick", "its measured step vs the best",
+                             "measured best"],
+                            [[g.name, g.n, f"{g.rho:.2f}", g.pick, f"{g.pick_vs_best:+.1%}", g.best] for g in groups],
+                            align="lrrlrl"), ""]
+    body = [[r.group, r.layout, f"{r.step_time_ms:,.0f}", f"{r.step_time_min_ms:,.0f}-{r.step_time_max_ms:,.0f}",
+             f"{r.predicted_ms:,.0f}", f"{r.predicted_ms / r.step_time_ms - 1:+.0%}"]
+            for r in rows.sort_values(["group", "step_time_ms"]).itertuples()]
+    lines += [markdown.table(["group", "TP·PP·DP, ZeRO, recompute, interleave, micro-batch", "measured ms",
+                              "min-max ms", "predicted ms", "error"], body, align="llrrrr")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    print(section(Path(argv[0]) if argv else RESULTS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
