@@ -58,7 +58,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from common.fsdp import mixed_precision
-from context_parallel import apply_cp
+from context_parallel import apply_cp, attention_group
 from pipeline_stages import StageModule
 
 MESH_DIMS = ("pp", "dp", "cp", "tp")
@@ -148,11 +148,11 @@ def apply_fsdp(stage: StageModule, dp_mesh: DeviceMesh, zero: int, policy: Mixed
 
 
 def parallelize(stage: StageModule, mesh: DeviceMesh, *, zero: int, recompute: str,
-                policy: MixedPrecisionPolicy | None) -> StageModule:
+                policy: MixedPrecisionPolicy | None, cp_kind: str = "ring") -> StageModule:
     """CP (cp > 1), TP (tp > 1), recompute, FSDP2 (where `policy` is given: fsdp_policy) on one stage, in
     torchtitan's order; returns the stage."""
     if mesh["cp"].size() > 1:
-        apply_cp(stage, mesh["cp"].get_group())
+        apply_cp(stage, attention_group(mesh), cp_kind)
     if mesh["tp"].size() > 1:
         apply_tp(stage, mesh["tp"])
     apply_recompute(stage, recompute)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from common.cp_bytes import CP_KINDS
+from common.cp_checks import heads_problem
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import GPTConfig
 from common.runner import RESUME_MAY_CHANGE, RunFlags
@@ -54,8 +56,10 @@ class Config(RunFlags):
     tp: int = field(default=1, metadata=_h("tensor-parallel degree (DTensor TP + sequence parallelism)"))
     pp: int = field(default=1, metadata=_h("pipeline stages across ranks (torch.distributed.pipelining)"))
     dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp x cp)"))
-    cp: int = field(default=1, metadata=_h("context-parallel degree: each sequence split over cp ranks, ring "
-                                           "attention (context_parallel.py); FSDP2 then shards over dp x cp"))
+    cp: int = field(default=1, metadata=_h("context-parallel degree: each sequence split over cp ranks "
+                                           "(context_parallel.py); FSDP2 then shards over dp x cp"))
+    cp_kind: str = field(default="ring", metadata=_h("context-parallel design: K/V around a ring, gathered, or heads "
+                                                     "scattered by all-to-all (Ulysses)", choices=CP_KINDS))
     world: int = field(default=0, metadata=_h("ranks the launch will have, for checking before torchrun starts "
                                               "(make passes it; under torchrun WORLD_SIZE is used)"))
     zero: tuple[int, ...] = field(metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, 3 = reshard"))
@@ -161,6 +165,7 @@ class Layout(NamedTuple):
     microbatch: int
     num_microbatches: int  # m: micro-batches per step per replica
     cp: int = 1  # context parallelism: the cp ranks of a replica hold s/cp tokens of the same sequences
+    cp_kind: str = "ring"  # its design (common/cp_attention.py): ring, allgather, ulysses
 
     @property
     def world(self) -> int:
@@ -217,6 +222,8 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
     if cp > 1 and g.seq_len % (2 * cp * tp):
         raise ValueError(f"--cp {cp} with --tp {tp} needs the sequence ({g.seq_len}) to split into 2 x cp load-"
                          f"balanced chunks of whole sequence-parallel shards: a multiple of 2 x cp x tp = {2 * cp * tp}")
+    if cp > 1 and heads_problem(g.n_heads // tp, g.kv_heads // tp, cp, cfg.cp_kind):
+        raise ValueError(f"--cp-kind {cfg.cp_kind} at --tp {tp}: {heads_problem(g.n_heads // tp, g.kv_heads // tp, cp, cfg.cp_kind)}")
     if cp > 1 and "selective" in cfg.recompute:
         raise ValueError("--recompute selective with --cp > 1 is not supported: the selective-checkpoint policy and "
                          "the ring's sends and receives do not mix (recomputation hangs); use none or full")
@@ -232,7 +239,7 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
         split_layers(g.n_layers, pp * v, cfg.stage_layers)  # raises on a bad split
     if len({x.interleave for x in variants(cfg)}) > 1 and cfg.stage_layers:
         raise ValueError("--stage-layers names one split; give one --interleave value with it")
-    return Layout(tp, pp, dp, mb, m, cp)
+    return Layout(tp, pp, dp, mb, m, cp, cfg.cp_kind)
 
 
 def torchrun_world(cfg: Config) -> int:

@@ -28,23 +28,28 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence import from_run
+from planner.model import cp_kinds
 from planner.model.cluster import Cluster, make_cluster
+from planner.model.cp_kinds import CP_KINDS
 from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
 from planner.model.shapes import Shape, parse_count, standard_shape
 from planner.model.stacks import STACKS
 from planner.search import launch
 from planner.search.choose import NEAR_TIE
-from planner.search.records import PARALLELISMS, Result, fewest_degrees_first
-from planner.search.search import Enumerated, Pins, Workload, default_batch, enumerate_structures, search
+from planner.search.records import PARALLELISMS, Plan, Result, fewest_degrees_first
+from planner.search.search import (Enumerated, Pins, Structures, Workload, default_batch, enumerate_structures,
+                                   evaluate, search)
 
 # What the planner prices: larger sizes are refused in one line (a 1e30-parameter shape alone takes minutes to
 # lay out). 1,000T parameters is a thousand times the largest dense model trained; 2^20 GPUs, 2^24-token
@@ -102,6 +107,8 @@ class PlanConfig:
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
     cp: int | None = _f(None, "pin context-parallel degree")
+    cp_kind: str | None = _f(None, "pin the context-parallel design (planner/model/cp_kinds.py); default: per plan, "
+                                   "the one with the least exposed CP time", choices=CP_KINDS)
     zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
     microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
     interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
@@ -193,7 +200,7 @@ class PlanConfig:
         w = Workload.of(stack, shape, batch, self.precision, grad_bytes=float(self.grad_bytes),
                         sequence_parallel=self.sequence_parallel, flash_attention=self.flash_attention,
                         dropout=self.dropout, rope=self.rope, fp8_backend=self.fp8_backend,
-                        fp8_recipe=self.fp8_recipe, **software)
+                        fp8_recipe=self.fp8_recipe, cp_kind=self.cp_kind or cp_kinds.AUTO, **software)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         enumerated = enumerate_structures(w, cl, pins)
         if len(enumerated.structures.t) == 0:
@@ -207,6 +214,24 @@ def run_commands(w: Workload, cl: Cluster, res: Result) -> launch.Commands | Non
     if not res.best or w.stack.runner is None:
         return None
     return launch.commands(res.best, w.shape, cl.gpu, launch.differences(w, res.best))
+
+
+def cp_choice(w: Workload, cl: Cluster, best: Plan | None) -> dict | None:
+    """The chosen plan priced with each context-parallel design pinned (None where it cannot run) and the line that
+    says why its design won (cp_kinds.why); None without context parallelism."""
+    if not best or best.cp <= 1:
+        return None
+    one = Structures(*(np.array([x], float) for x in (best.tp, best.pp, best.cp, best.dp, best.microbatch,
+                                                      best.interleave, best.num_microbatches, best.global_batch)))
+    priced: dict[str, dict | None] = {}
+    for kind in CP_KINDS:
+        if kind == "ulysses" and not cp_kinds.ulysses_fits(w.shape.heads, w.shape.kv_heads, best.tp, best.cp):
+            priced[kind] = None
+            continue
+        costs = evaluate(replace(w, cp_kind=kind), cl, one, np.array([best.zero]),
+                         np.array([RECOMPUTE.index(best.recompute)])).costs
+        priced[kind] = {k: round(float(getattr(costs, k)[0]), 6) for k in ("step_s", "cp_comm_s", "cp_hidden_s")}
+    return {"design": best.cp_kind, "priced": priced, "why": cp_kinds.why(best, priced, w.cp_kind != cp_kinds.AUTO)}
 
 
 def headline(w: Workload, res: Result) -> str:
@@ -247,7 +272,8 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
         "error_band": error_band(),
-        "best": res.best.as_json() if res.best else None, "run": cmds._asdict() if cmds else None,
+        "best": res.best.as_json() if res.best else None, "cp_choice": cp_choice(w, cl, res.best),
+        "run": cmds._asdict() if cmds else None,
         "candidates": [c.as_json() for c in res.candidates], "near_ties": [t._asdict() for t in res.near_ties],
         "rejected": [r.as_json() for r in res.rejected],
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
@@ -297,6 +323,9 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
                   f"      per step: compute {b.compute_s:.3f} s, bubble {b.bubble_s:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b.comm_s(k):.3f} ({b.hidden_s(k):.3f})"
                               for k in PARALLELISMS), ""]
+        choice = cp_choice(w, cl, b)
+        if choice:
+            lines.insert(-1, f"      {choice['why']}")
         cmds = run_commands(w, cl, res)
         lines += launch.lines(cmds) if cmds else []
         if res.near_ties:

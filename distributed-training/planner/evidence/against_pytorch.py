@@ -157,7 +157,7 @@ def peak_lines(rows: list[dict]) -> list[str]:
 
 
 def cp_section(results: Path = RESULTS) -> str:
-    """The CP plan at real size (at_scale_cp.csv): the ring's counted bytes against common/ring_bytes.py's formula
+    """The CP plan at real size (at_scale_cp.csv): the ring's counted bytes against common/cp_bytes.py's formula
     and the planner's CP term, its peak against the planner's pytorch-stack memory."""
     path = results / "at_scale_cp.csv"
     if not path.exists():

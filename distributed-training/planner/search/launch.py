@@ -1,6 +1,7 @@
 """The command that runs a plan: parallel-3d's runner (../parallel-3d/train.py), as torchrun and as Slurm.
 
-The planner's degrees (CP included: parallel-3d runs ring attention over a (pp, dp, cp, tp) mesh), micro-batch,
+The planner's degrees (CP included: parallel-3d runs context-parallel attention over a (pp, dp, cp, tp) mesh, the
+design the plan was priced with: --cp-kind ring|allgather|ulysses), micro-batch,
 the global batch it runs, interleave, recompute and layers per stage, and the model's shape, become the runner's
 flags (its names are the planner's: --tp --pp --dp --cp --zero --microbatch --global-batch --interleave
 --recompute --layers --hidden --heads --kv-heads --ffn --vocab --seq, and --stage-layers for an uneven split;
@@ -60,6 +61,8 @@ def runner_flags(plan: Plan, model: Shape, gpu: str) -> list[str]:
              "microbatch": plan.microbatch, "global-batch": plan.global_batch, "interleave": plan.interleave,
              "recompute": recompute, "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
              "kv-heads": model.kv_heads, "ffn": model.ffn, "vocab": model.vocab, "seq": model.seq}
+    if plan.cp > 1 and plan.cp_kind != "none":
+        flags["cp-kind"] = plan.cp_kind  # the design the plan was priced with (model/cp_kinds.py)
     split = virtual_stage_layers(plan.layers_per_stage, model.layers, plan.pp, plan.interleave)
     if len(set(split)) > 1:  # uneven: say it, rather than rely on the runner's own balancing
         flags["stage-layers"] = ",".join(map(str, split))

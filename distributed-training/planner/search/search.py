@@ -39,6 +39,7 @@ import numpy as np
 from planner.model.cluster import Cluster
 from planner.model.compute import Kernels
 from planner.model.costs import StepCosts, step_costs
+from planner.model.cp_kinds import CP_KINDS, ulysses_fits
 from planner.model.degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE, Memory
 from planner.model.shapes import Shape, hardware_flops_per_token, model_flops_per_token
@@ -89,6 +90,7 @@ class Workload:
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
     optimizer: str = "megatron"  # the Adam step's implementation (compute.OPTIMIZER_KERNELS)
+    cp_kind: str = "ring"  # the context-parallel design (model/cp_kinds.py): ring, allgather, ulysses, or auto
     stack: Stack = MEGATRON  # whose memory and data-parallel schedule (stacks.py); the flags above are its software
 
     @classmethod
@@ -190,6 +192,10 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> Enumerated:
                 if sh.seq % (2 * c) and c > 1:
                     refuse(f"cp={c}: seq {sh.seq} is not 2·cp chunks", tp=t, pp=p, cp=c)
                     continue
+                if w.cp_kind == "ulysses" and c > 1 and not ulysses_fits(sh.heads, sh.kv_heads, t, c):
+                    refuse(f"cp={c}: Ulysses needs heads/tp and kv-heads/tp ({sh.heads}/{t}, {sh.kv_heads}/{t}) "
+                           "divisible by cp", tp=t, pp=p, cp=c)
+                    continue
                 if n % (t * p * c):
                     refuse(f"tp·pp·cp = {t * p * c} does not divide {n} GPUs", tp=t, pp=p, cp=c)
                     continue
@@ -229,7 +235,7 @@ def evaluate(w: Workload, cl: Cluster, s: Structures, zero, recompute, even_stag
     deg = s.degrees(zero, recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
                        dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
-                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule)
+                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule, cp_kind=w.cp_kind)
     mem = w.stack.memory(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
                          flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times.split)
     return Priced(mem, times)
@@ -316,9 +322,10 @@ def describe(w: Workload, cl: Cluster, g: Structures, zero, rec, ev: Priced, i: 
     step = float(times.step_s[i])
     model_tf = model_flops_per_token(w.shape) * tokens / step / cl.gpus / 1e12
     hw_tf = hardware_flops_per_token(w.shape, degrees["recompute"]) * tokens / step / cl.gpus / 1e12
-    seconds = {f: round(float(getattr(times, f)[i]), 6) for f in StepCosts._fields if f != "split"}
+    seconds = {f: round(float(getattr(times, f)[i]), 6) for f in StepCosts._fields if f not in ("split", "cp_kind")}
     return Plan(**degrees, global_batch=batch, layers_per_stage=times.split.describe(i, degrees["pp"]),
                 memory_gb=Memory._make(round(float(v[i]) / GB, 3) for v in ev.memory), **seconds,
                 tokens_per_s=round(tokens / step, 1), tokens_per_s_per_gpu=round(tokens / step / cl.gpus, 1),
                 model_tflops_per_gpu=round(model_tf, 2), mfu=round(model_tf / cl.peak_tflops, 4),
-                hardware_tflops_per_gpu=round(hw_tf, 2), hfu=round(hw_tf / cl.peak_tflops, 4))
+                hardware_tflops_per_gpu=round(hw_tf, 2), hfu=round(hw_tf / cl.peak_tflops, 4),
+                cp_kind=CP_KINDS[int(times.cp_kind[i])] if degrees["cp"] > 1 else "none")
