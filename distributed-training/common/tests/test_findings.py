@@ -14,7 +14,7 @@ from common.findings import (END, GLOSSARY, START, Finding, Sentences, Spread, b
 ROOT = readme_findings.ROOT
 LABS = ("allreduce-bench", "fsdp-scaling", "tp-attention", "cp-attention", "parallel-3d")
 # Their claims are a later task of issue 40: strict, so the day they fit this test says to drop them from here.
-PENDING = {"fp8-train", "the parallelism guide"}
+PENDING = {"fp8-train"}
 
 
 def test_sentences_are_named_joined_and_filled(tmp_path):
