@@ -112,8 +112,10 @@ class Stack:
             raise ValueError(f"--zero {zero} is not a mode of the {self.name} stack (it runs ZeRO "
                              f"{', '.join(map(str, self.zero_stages))})")
         if recompute is not None and recompute not in self.recompute:
+            hint = ("; per-op selective checkpointing, which parallel-3d called selective, is op"
+                    if recompute == "selective" and "op" in self.recompute else "")
             raise ValueError(f"--recompute {recompute} is not what the {self.name} stack runs (it runs "
-                             f"{', '.join(self.recompute)})")
+                             f"{', '.join(self.recompute)}{hint})")
 
     def check_layout(self, zero: int | None, recompute: str | None, split: int, cp_pinned: int | None) -> None:
         """ValueError (one line) for pins this stack cannot run together: ZeRO-0/1 where it runs them as DDP,
