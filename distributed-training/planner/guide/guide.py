@@ -83,8 +83,8 @@ def matrix_rows(stack) -> list[list]:
             if c is None:
                 rows.append([model_cell(model), gpus, no_fit(res)] + [""] * 7)
                 continue
-            rows.append([model_cell(model), gpus, degrees(c), c.zero,
-                         f"{c.microbatch} × {c.num_microbatches}" + (f", v={c.interleave}" if c.interleave > 1 else ""),
+            v = f", v={c.interleave}" if c.interleave > 1 else ""
+            rows.append([model_cell(model), gpus, degrees(c), c.zero, f"{c.microbatch} × {c.num_microbatches}{v}",
                          c.recompute, f"{c.memory_gb.total:.0f}", f"{c.bubble_fraction:.0%}", f"{c.mfu:.1%}",
                          near_tie_cell(res)])
     return rows
@@ -241,7 +241,8 @@ def _context_cluster():
 def usable() -> str:
     """The memory the search lets a plan fill on the guide's GPU, and where the figure comes from."""
     cl = _context_cluster()
-    return (f"{MEMORY_HEADROOM:.0%} of the {cl.memory_gb:g} GB as CUDA reports it, {usable_bytes(cl.memory_gb) / 1e9:.1f} "
+    gb = usable_bytes(cl.memory_gb) / 1e9
+    return (f"{MEMORY_HEADROOM:.0%} of the {cl.memory_gb:g} GB as CUDA reports it, {gb:.1f} "
             "GB (`--memory-headroom`; `planner/model/memory.py` gives the sources)")
 
 
@@ -309,7 +310,8 @@ def opening() -> str:
 
 SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_constants, "matrix_main": matrix_main,
             "matrix_megatron": matrix_megatron, "matrix_shape": matrix_shape, "named_models": named_models,
-            "usable": usable, "bias_sentence": guide_answer.bias_sentence, "long_context_commands": long_context_commands,
+            "usable": usable, "bias_sentence": guide_answer.bias_sentence,
+            "long_context_commands": long_context_commands,
             "matrix_notes": matrix_notes, "matrix_network": matrix_network,
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, "opening": opening, "setting": setting, "gpu_name": gpu_name,

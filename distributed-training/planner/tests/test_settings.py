@@ -54,8 +54,8 @@ def test_one_gpu_ddp_is_priced_with_pytorchs_bytes(capsys):
     best, params = out["best"], out["model"]["params"]
     assert (best["zero"], best["dp"], best["recompute"]) == (0, 1, "none")
     mem = best["memory_gb"]  # fp32 weights + autocast's bf16 copy, fp32 gradients, AdamW's two fp32 moments
-    assert mem["params"] == pytest.approx(6 * params / 1e9, abs=2e-3) and mem["grads"] == pytest.approx(4 * params / 1e9,
-                                                                                                        abs=2e-3)
+    assert mem["params"] == pytest.approx(6 * params / 1e9, abs=2e-3)
+    assert mem["grads"] == pytest.approx(4 * params / 1e9, abs=2e-3)
     assert mem["optimizer"] == pytest.approx(8 * params / 1e9, abs=2e-3)
     assert "as --zero 2" in out["stack"]["headline"]  # parallel-3d runs FSDP2: the command says it is not DDP
 
