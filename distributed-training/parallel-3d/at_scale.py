@@ -102,7 +102,7 @@ TERM_KEY = ["study", "role", "quantity", "term"]
 @dataclass(frozen=True)
 class AtScaleConfig(RunFlags):
     studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
-                                     metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
+                                     metadata={"help": "MODEL@GPUS: the model --params MODEL names (8B: Llama 3.1 8B)"})
     cp_studies: tuple[str, ...] = field(default=("8B@64/cp2",),
                                         metadata={"help": "MODEL@GPUS/cpN: that study's plan with N-way CP taken out "
                                                           "of its DP, at an N times longer sequence"})

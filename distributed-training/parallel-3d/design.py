@@ -13,7 +13,7 @@ TP (t > 1), per micro-batch, DTensor with sequence parallelism (parallelize.py):
     full recompute  + 2 all-gathers + 1 reduce-scatter per block in backward: the block's forward runs
                     again, but non-reentrant checkpointing stops as soon as the last tensor backward needs
                     is rebuilt, so the final reduce-scatter (w2's output, saved by nobody) is not repeated
-    selective       nothing more: the selective-checkpoint policy keeps every collective's output
+    op              nothing more: the per-op selective-checkpoint policy keeps every collective's output
   and once per step one all-reduce per LayerNorm weight (2 per block, + the final norm): their
   gradients are Partial over TP (parallelize.py).
 PP (p > 1): every stage sends its output forward unless it is last and its input gradient backward

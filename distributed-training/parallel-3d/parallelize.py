@@ -37,7 +37,8 @@ dp = 1 and the tests count none (comms.py logs 1-rank calls too).
 Recompute per block (torch.utils.checkpoint through checkpoint_wrapper, non-reentrant):
     none        nothing
     full        only the block input is kept; the whole block runs again in backward
-    selective   a selective-checkpoint policy (torch.utils.checkpoint.create_selective_checkpoint_contexts):
+    op          per-op selective checkpointing (torch.utils.checkpoint.create_selective_checkpoint_contexts;
+                torchtitan's selective_ac_option="op"; the planner's `op`):
                 the outputs of matmuls and collectives are kept, everything else is recomputed: the
                 attention core (Korthikanti's selective recompute), the LayerNorms and GELU; no
                 collective runs twice
@@ -115,11 +116,11 @@ def _selective_policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:  # noqa: 
 
 
 def apply_recompute(stage: StageModule, mode: str) -> None:
-    """Wrap every block of the stage for `mode` (none, selective, full); in place."""
+    """Wrap every block of the stage for `mode` (none, op, full); in place."""
     if mode == "none":
         return
     kw: dict = {"checkpoint_impl": CheckpointImpl.NO_REENTRANT, "preserve_rng_state": False}  # no dropout in the GPT
-    if mode == "selective":
+    if mode == "op":
         kw["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
     for key, block in list(stage.layers.items()):
         stage.layers[key] = checkpoint_wrapper(block, **kw)

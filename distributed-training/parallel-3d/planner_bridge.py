@@ -72,15 +72,10 @@ def shape_of(g: GPTConfig):
     return shapes.Shape(g.n_layers, g.d_model, g.n_heads, g.kv_heads, g.vocab_size, g.seq_len, g.ffn)
 
 
-def lab_recompute(planner_recompute: str) -> str:
-    """This lab's nearest setting: torchtitan's per-op AC ("op") runs as its selective recompute."""
-    return "selective" if planner_recompute == "op" else planner_recompute
-
-
 def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTConfig, Degrees, records.Plan]:
-    """The planner's first choice for a standard model of `params` on `gpus` GPUs, exactly as `make plan` prints it
-    (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the model, the
-    degrees and the planner's record."""
+    """The planner's first choice for the model `params` names (shapes.model_shape) on `gpus` GPUs, as `make plan`
+    prints it (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the
+    model, the degrees and the planner's record."""
     cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, top=1, **pins)
     w, cl, pins_, enumerated = cfg.resolved
     best = search.search(w, cl, pins_, top=1, enumerated=enumerated).best
@@ -88,7 +83,7 @@ def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTCon
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
     split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
     d = Degrees(best.tp, best.pp, best.dp, best.zero, best.microbatch, best.num_microbatches, best.interleave,
-                lab_recompute(best.recompute), split if len(set(split)) > 1 else (), best.cp,
+                best.recompute, split if len(set(split)) > 1 else (), best.cp,
                 best.cp_kind if best.cp > 1 else "ring")
     return w.shape.gpt, d, best
 
@@ -104,8 +99,10 @@ def _unit(cl):
 
 
 def planner_recompute(lab: str) -> str:
-    """The planner's name for this lab's recompute setting: its selective policy is the planner's per-op AC."""
-    return "op" if lab == "selective" else lab
+    """The planner's name for a recompute setting of this lab's rows: the same name (none, op, full), an older row's
+    'selective' read as op (settings.recompute_name)."""
+    from settings import recompute_name
+    return recompute_name(lab)
 
 
 def _planner_degrees(d: Degrees):

@@ -4,10 +4,10 @@ Every combination the suite can afford on 2 cores, each against the one-process 
 global batch (SGD, 2 steps: the second step's gradients follow a sharded optimizer update):
 
     fp32, within 1e-5
-    TP2 x DP2        ZeRO-2, selective recompute, no pipeline (gradient accumulation)
+    TP2 x DP2        ZeRO-2, per-op recompute, no pipeline (gradient accumulation)
     PP2 x DP2        ZeRO-3, 1F1B; and with one micro-batch per step (fewer than stages: GPipe)
     TP2 x PP2        full recompute, interleaved 1F1B over 4 uneven stages (1, 2, 2, 1 layers)
-    TP2 x PP2 x DP2  ZeRO-3, selective recompute, interleaved 1F1B, 8 ranks, built on the meta device
+    TP2 x PP2 x DP2  ZeRO-3, per-op recompute, interleaved 1F1B, 8 ranks, built on the meta device
                      (the path of models > 2 GiB): its weights equal the one-process model's exactly
     DP2 x CP2        ZeRO-3, ring attention over 2 ranks (load-balanced split), FSDP2 over dp x cp
     CP2 all-gather   the all-gather design at dp = 1, full recompute (its gathers again)
@@ -53,10 +53,10 @@ class Case(NamedTuple):
 
 BF16 = torch.bfloat16
 CASES = {
-    "tp2-dp2": Case(Layout(tp=2, pp=1, dp=2, microbatch=1, num_microbatches=4), Variant(2, "selective", 1)),
+    "tp2-dp2": Case(Layout(tp=2, pp=1, dp=2, microbatch=1, num_microbatches=4), Variant(2, "op", 1)),
     "pp2-dp2": Case(Layout(tp=1, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "none", 1)),
     "tp2-pp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 2)),
-    "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "selective", 2),
+    "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "op", 2),
                              init="meta"),
     "dp2-cp2": Case(Layout(tp=1, pp=1, dp=2, microbatch=1, num_microbatches=4, cp=2), Variant(3, "none", 1)),
     "pp2-dp2-gpipe": Case(Layout(tp=1, pp=2, dp=2, microbatch=4, num_microbatches=1), Variant(3, "none", 1)),

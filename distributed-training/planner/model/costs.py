@@ -168,6 +168,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # overlaps them (tp_overlap).
     tp_bytes = ACT_BYTES * tokens * shape.hidden  # S of one all-reduce: b·s·h on one CP rank
     ar_tp = collective_time_s("all_reduce", tp_bytes, t, members_per_domain(t, 1, dom), net)
+    if kernels.tp_comm_overlap and kernels.fp8 and kernels.sequence_parallel:
+        # TransformerEngine's userbuffers all-gather a linear's FP8 input (1 byte per element); reduce-scatters stay
+        # bf16 (Megatron-Core --tp-comm-overlap with --fp8-format: ub_overlap_ag with an FP8 buffer).
+        ar_tp = (collective_time_s("reduce_scatter", tp_bytes, t, members_per_domain(t, 1, dom), net)
+                 + collective_time_s("all_gather", tp_bytes / 2, t, members_per_domain(t, 1, dom), net))
     # DTensor's sequence parallelism shards a batch-first (b, s, h) tensor on s, not its leading dimension: NCCL
     # gathers and scatters along the leading one, so each collective also copies its full b·s·h buffer in HBM
     # (read + write), where Megatron's sequence-first (s, b, h) layout needs none (tp_layout_copies).
