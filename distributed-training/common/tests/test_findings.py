@@ -15,7 +15,7 @@ from common.findings import (END, GLOSSARY, START, Finding, Sentences, Spread, b
 ROOT = readme_findings.ROOT
 LABS = ("allreduce-bench", "fsdp-scaling", "tp-attention", "cp-attention", "fp8-train", "parallel-3d")
 # Their claims are a later task of issue 40: strict, so the day they fit this test says to drop them from here.
-PENDING = {"the parallelism guide"}
+PENDING: set[str] = set()
 
 
 def test_sentences_are_named_joined_and_filled(tmp_path):
