@@ -40,7 +40,8 @@ BENCH = Schema("cp-attention benchmark", {
     "batch": int, "dtype": str, "time_ms": float, "time_min_ms": float, "time_max_ms": float, "fwd_sent_bytes": int,
     "bwd_sent_bytes": int,
     "formula_fwd_bytes": int, "formula_bwd_bytes": int, "saved_bytes": int, "peak_mem_bytes": float,
-    "max_rel_err": float, "iters": int}, key=("impl", "kernel", "cp", "seq_len", "dtype"))  # one row per timing
+    "max_rel_err": float, "iters": int},
+    key=("impl", "kernel", "cp", "seq_len", "n_heads", "n_kv_heads", "dtype"))  # one row per timing (bench.py)
 PUBLIC = Schema("cp-attention public API", {**_PROVENANCE, "api": str, "device": str, "runs": bool, "error": str},
                 key=("api", "device"))
 
