@@ -211,7 +211,7 @@ def answer(a: pd.DataFrame, s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
     gp = gp[(gp["model"] == model) & (gp["mode"] == "weak")]
     counts = [n for n in (8, 64, 1024) if n in set(gp["n_gpus"])]
     held = findings.states(a[a["world_size"] <= 128])
-    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    one = findings.gpu_one_rank(s)
     cost = findings.step_spreads(one) if "single" in set(one["strategy"]) else {}
     rows = []
     for strat in ORDER[1:]:
