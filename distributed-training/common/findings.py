@@ -215,6 +215,19 @@ def gaps_sentence(say: Sentences, gaps: list[str]) -> str:
     return text[:1].upper() + text[1:]
 
 
+OPENING_SETS = 1  # results sets a finding speaks for by name (one screen); the others are in the body's tables
+
+
+def first_sets(parts: list[str], shown: int = OPENING_SETS, sep: str = "; ") -> str:
+    """An opening's clauses, one per results set (a GPU, a world size), ordered most telling first by the caller: the
+    first `shown`, then how many more the body holds, so that the opening stays one screen whatever results lie
+    beside the committed ones (a user's second GPU, a rerun). Repeated clauses are said once."""
+    parts = list(dict.fromkeys(p for p in parts if p))
+    rest = len(parts) - shown
+    more = f"{sep}{rest} more set{'s' if rest > 1 else ''} below" if rest > 0 else ""
+    return sep.join(parts[:shown]) + more
+
+
 def listing(items: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = [i for i in items if i]
