@@ -34,7 +34,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--on-nan", "rollback", "--ckpt-every", "0"], "--on-nan rollback needs checkpoints"),
     (["--nan-lr-factor", "2"], "--nan-lr-factor must be in (0, 1)"),
     (["--lr", "inf"], "expected a finite number"),
-    (["--steps", "-1"], "--steps must be >= 1"),
+    (["--steps", "-1"], "argument --steps: expected a whole number from 0 to 2,147,483,647, got '-1'"),
     (["--data-size", "lots"], "cannot read size 'lots'"),
     (["--promote", "later"], "invalid choice: 'later'"),
     (["--mx-scale-rule", "floor"], "invalid choice: 'floor'"),
