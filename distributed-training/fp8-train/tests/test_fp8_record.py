@@ -37,7 +37,7 @@ def _train(out: Path, backend: str, compiled: bool) -> list[dict]:
     settings = runner.settings
     with pytest.MonkeyPatch.context() as mp, torch._dynamo.config.patch(recompile_limit=1):
         mp.setattr(runner, "settings", lambda cfg: dataclasses.replace(settings(cfg), compile_backend=COMPILER))
-        assert train.main(ARGS + ["--runs", f"fp8:{backend}", "--out", str(out)] +
+        assert train.main(ARGS + ["--runs", f"fp8:{backend}", "--results", str(out)] +
                           (["--compile"] if compiled else [])) == 0
     return read_rows(out / "fp8.csv", RECORD)
 
