@@ -202,26 +202,17 @@ def rows_state(writers: Writers, run: str, steps: int) -> str:
     return "partial" if writers.steps.done({"run": run, "step": 0}) else "none"
 
 
-def bound_shape(cfg: Config) -> dict:
-    """bound.csv's key for this plan's model."""
-    return dict(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads, seq_len=cfg.seq_len,
-                batch=cfg.batch)
-
-
 def bound_due(cfg: Config, spec: RunSpec, writers: Writers) -> bool:
     """Whether this run still owes the plan its FP8 bound: the base-seed BF16 run, where asked (one GPU), once."""
-    writer = writers.bound
-    return writer is not None and spec.precision == "bf16" and spec.seed == cfg.seed and \
-        not writer.done(bound_shape(cfg))
+    return writers.bound is not None and spec.precision == "bf16" and spec.seed == cfg.seed and \
+        not writers.bound.done(bound.shape(cfg))
 
 
 def measure_bound(cfg: Config, spec: RunSpec, tr: Trainer, writers: Writers) -> None:
     """The FP8 bound of this model (bound.py), from its base-seed BF16 run (see bound_due)."""
     if not bound_due(cfg, spec, writers):
         return
-    writer, shape = writers.bound, bound_shape(cfg)
-    b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, cfg.fp8_modules, cfg.hp_modules), cfg.steps)
-    writer.write(dict(shape, tokens_per_step=tr.tokens_per_step, compiled=tr.p.compiled, **b.row()))
+    b = bound.record(tr, cfg.steps, writers.bound)
     print0(f"   FP8 bound: BF16 step {b.bf16_step_ms:.1f} ms, FP8-able GEMMs {b.bf16_gemm_ms:.1f} ms "
            f"({b.bf16_gemm_ms / b.bf16_step_ms:.0%}) -> {b.fp8_gemm_ms:.1f} ms in FP8: at most "
            f"{b.speedup:.2f}x with free casts")
