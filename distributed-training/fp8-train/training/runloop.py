@@ -56,6 +56,10 @@ class Writers(NamedTuple):
     events: ResultsWriter | NoWriter
     bound: ResultsWriter | NoWriter | None = None  # bound.csv, where the plan measures the bound
 
+    def of_runs(self) -> tuple[ResultsWriter | NoWriter, ...]:
+        """The tables whose rows belong to one run, keyed by its name (bound.csv's rows are the model's)."""
+        return self.steps, self.fp8, self.layers, self.events
+
 
 class Preempted(Exception):
     pass

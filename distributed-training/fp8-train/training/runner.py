@@ -82,8 +82,8 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             for step in range(cfg.sweep_steps):
                 times.append(tr.train_step(step)["step_time_s"])
             t = sorted(times[cfg.sweep_steps // 2:])[len(times[cfg.sweep_steps // 2:]) // 2]  # median, warm half
-            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision, precision_backend=prep.backend.name,
-                       compiled=prep.compiled,
+            row = dict(d_model=d, n_layers=4, run=spec.name, precision=spec.precision,
+                       precision_backend=prep.backend.name, compiled=prep.compiled,
                        tokens_per_s=tr.tokens_per_step / t, step_time_s=t, tokens_per_step=tr.tokens_per_step,
                        peak_mem_MiB=torch.cuda.max_memory_allocated() / 2**20 if env.device.type == "cuda" else None)
             w.write(row)
@@ -180,8 +180,7 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
                                              "rerun without --resume")
         # Checkpoints off (--ckpt-every 0, the GPU presets' default: one is ~19 GB): an interrupted run
         # cannot continue, so it starts again from its first step and its partial rows go.
-        gone = sum(w.discard("run", spec.name) for w in (writers.steps, writers.fp8, writers.layers, writers.events)
-                   if w is not None)
+        gone = sum(w.discard("run", spec.name) for w in writers.of_runs())
         print0(f"   interrupted without a checkpoint (--ckpt-every 0): starting {spec.name} again "
                f"({gone} partial rows removed)")
     elif ckpt is not None:
@@ -327,7 +326,7 @@ def publish_finished(cfg: Config, specs: list[RunSpec], where: RunPlan) -> int:
                                       config_ignore=CONFIG_IGNORE) for t in TABLES))
     states = {s.name: rows_state(writers, s.name, cfg.steps) for s in specs}
     for name in (n for n, state in states.items() if state == "partial"):
-        gone = sum(w.discard("run", name) for w in writers if w is not None)
+        gone = sum(w.discard("run", name) for w in writers.of_runs())
         (checkpoint_dir(cfg, where) / f"{name}.pt").unlink(missing_ok=True)
         print(f"{name}: cut off mid-way; its {gone} rows and checkpoint dropped (--resume trains it again)")
     folder.finish(complete=False, changed=[])
