@@ -19,8 +19,9 @@ from benchmarks.step_cost import runnable_specs, trainer_for
 from common.dist import print0
 from common.results import ResultsWriter, provenance
 from health.alerts import AlertEngine
+from training.one_run import free_memory
 from training.runloop import RunLoop
-from training.runner import free_memory, scratch_writers
+from training.runner import scratch_writers
 
 
 def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:

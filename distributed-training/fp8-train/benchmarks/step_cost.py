@@ -24,7 +24,7 @@ from precision.backend import Backend
 from precision.modes import LOW, RunSpec, parse_runs
 from precision.prepare import prepare
 from training import bound
-from training.runner import free_memory, settings
+from training.one_run import free_memory, settings
 from training.settings import Config
 from training.trainer import Trainer
 

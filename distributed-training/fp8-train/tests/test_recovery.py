@@ -19,7 +19,7 @@ from common.dist import distributed
 from common.failures import PREEMPTED
 from common.model import GPTConfig
 from precision.modes import RunSpec
-from training import checkpoint, runloop, runner
+from training import checkpoint, one_run, runloop, runner
 from training.faults import Fault
 from training.trainer import Trainer, lr_at
 
@@ -81,7 +81,7 @@ def test_rollback_restores_fp8_scaling_state(tmp_path):
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     spec = RunSpec("fp8", "emulated", 0)
     with distributed(device="cpu") as env:
-        tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, runner._load_data(None, 256 << 10), mcfg,
+        tr = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, runner._load_data(None, 256 << 10), mcfg,
                      ckpt_path=tmp_path / "ck.pt", faults=[Fault("nan", 6)])
 
         def fp8_state():

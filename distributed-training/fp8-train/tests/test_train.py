@@ -16,7 +16,7 @@ from common.dist import distributed
 from common.model import GPT, GPTConfig
 from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
 from precision.prepare import select_modules
-from training import plan, runner
+from training import one_run, plan, runner
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -130,13 +130,13 @@ def _fsdp_run(env, spec, ckpt):
                               lr=1e-2, warmup=1, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     data = runner._load_data(None, 256 << 10)
-    tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    tr = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     losses = [tr.train_step(0)["loss"]]
     first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
     losses += [tr.train_step(s)["loss"] for s in (1, 2)]
     tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
     losses.append(tr.train_step(3)["loss"])
-    again = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     again.restore(checkpoint.load(ckpt, again.fingerprint()))
     return losses, first_scales, again.train_step(3)["loss"]
 
@@ -243,8 +243,8 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
                         "--ckpt-every", "0", "--results", str(out), "--ckpt-dir", str(ckpt)]
     assert train.main(args + ["--only", "bf16"]) == 0
     built = []
-    real = runner.build
-    monkeypatch.setattr(runner, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
+    real = one_run.build
+    monkeypatch.setattr(one_run, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
     assert train.main(args + ["--resume"]) == 0
     assert built == ["fp8-emulated-s0"]  # bf16-s0 was complete: no model built for it
     assert not list(ckpt.glob("*.pt"))  # checkpoints off: none at the end of a resumed launch either

@@ -2,14 +2,14 @@
 
     plan.py              the runs of the preset or --runs, each backend resolved before anything is written;
                          --only picks some of them, --list-runs prints them
-    build, run_one       one run: its GPT in its precision (precision.prepare), a Trainer, the RunLoop around it;
-                         --resume from its checkpoint, or again from its first step where there is none
-    measure_bound        the FP8 bound after the base-seed BF16 run (bound.py), on one GPU
-    sweep                the GPU presets' hidden-size sweep (sweep.csv)
     TABLES, run_plan     what a plan writes (common.runner.RunPlan): runs/<tag>/, published to results/<tag>/ (or
                          --results) once the plan is complete
     main, _run           the checks before launch, then the plan's runs inside common.runner.open_run (rank 0's
-                         writers, the outcome recorded and published); --publish-finished; the dashboard of all runs
+                         writers, the outcome recorded and published)
+    _train_all           each run (one_run.py: built, resumed or started, trained, its bound), the checkpoints kept,
+                         the dashboard of all runs, the sweep
+    sweep                the hidden-size sweep (sweep.csv), where --sweep-hidden asks for one
+    publish_finished     --publish-finished: the plan's finished runs merged into results/, the rest kept out
 
 What it measures, the presets and the commands: train.py, whose docstring is this runner's --help.
 """
@@ -25,7 +25,7 @@ import torch
 
 from common.config import parse_size
 from common.data import load_data
-from common.dist import DistInfo, check_batch_split, distributed, fail, from_rank0, planned_world, print0, select_device
+from common.dist import DistInfo, check_batch_split, distributed, fail, planned_world, print0, select_device
 from common.failures import PREEMPTED, report
 from common.hardware import device_kind
 from common.model import GPTConfig
@@ -33,36 +33,19 @@ from common.results import ResultsWriter, provenance
 from common.runner import (RESUME_MAY_CHANGE, RunPlan, Table, check_before_launch, experiment, open_run,
                            saved_config)
 from common.runs import RunError, RunFolder, promote_run, read_manifest, run_dir_for, shown
-from health.alerts import AlertEngine
 from precision import backends
-from precision.modes import LOW, PrecisionSettings, RunSpec
-from precision.prepare import forget_initial_weights, prepare
+from precision.modes import LOW, RunSpec
+from precision.prepare import forget_initial_weights
 from training import bound, checkpoint
+from training.one_run import build, free_memory, rows_state, run_one
 from training.plan import listing, plan, selected
-from training.faults import parse as parse_faults
-from training.runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop, Writers
+from training.runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, Writers
 from training.settings import OPERATIONAL, Config, parse, preset
 from training.trainer import StopRun, Trainer
 
 LAB = Path(__file__).resolve().parents[1]  # the lab: results/, runs/
 BENCH_VERSION = "1"
 INCOMPLETE = -1  # _train_all: every run it was asked for ended well, but --only left some of the plan
-
-
-def settings(cfg: Config) -> PrecisionSettings:
-    return PrecisionSettings(cfg.fp8_modules, cfg.hp_modules, cfg.recipe, cfg.fp8_scaling, cfg.torchao_recipe,
-                             bool(cfg.compile), probes=cfg.monitor and cfg.stats_every > 0,
-                             mx_scale_rule=cfg.mx_scale_rule)
-
-
-def build(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, init_dir: Path | None = None):
-    prep = prepare(spec, mcfg, settings(cfg), env.device, init_dir)
-    if env.world_size > 1:  # FSDP2 per block then root (common.fsdp); fp32 params, autocast does bf16
-        from torch.distributed.device_mesh import init_device_mesh
-
-        from common.fsdp import apply_fsdp  # imported here: FSDP costs a second of start-up on one rank
-        apply_fsdp(prep.raw, init_device_mesh(env.device.type, (env.world_size,)), reshard_after_forward=True)
-    return prep
 
 
 def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, prov: dict) -> None:
@@ -90,15 +73,6 @@ def sweep(cfg: Config, specs: list[RunSpec], env: DistInfo, data, out: Path, pro
             print0(f"sweep d_model={d:5d} {spec.name:22s} {row['tokens_per_s']:12,.0f} tokens/s")
             del tr, prep
             free_memory(env.device)  # the next size starts from a clean allocator
-
-
-def free_memory(device: torch.device) -> None:
-    """Drop what the last run left: compiled graphs (they hold the model), garbage, cached blocks."""
-    import gc
-    torch._dynamo.reset()
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 @functools.lru_cache(maxsize=2)
@@ -136,85 +110,6 @@ def run_plan(out: Path, cfg_json: dict, with_bound: bool) -> RunPlan:
 def scratch_writers(folder: Path, env: DistInfo, prov: dict) -> Writers:
     """Every table's writer in a scratch folder outside any run folder (the benchmarks time a run's loop)."""
     return Writers(*(ResultsWriter(folder / t.name, t.columns, t.key, prov, enabled=env.is_main) for t in TABLES))
-
-
-def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, writers: Writers, out: Path,
-            ckpt_dir: Path, peak: float | None, stop: checkpoint.GracefulStop) -> Path | None:
-    """Train one run to its end (or its stop); returns its checkpoint path when it keeps one."""
-    # Rank 0 holds the CSVs: it says how far this run got, every rank acts on its answer. A finished run
-    # is told so before any model is built (at hidden 4096 building one costs seconds of the slot).
-    rows = from_rank0(rows_state(writers, spec.name, cfg.steps) if env.is_main else None)
-    if cfg.resume and rows == "complete" and not from_rank0(bound_due(cfg, spec, writers) if env.is_main else None):
-        print0(f"== {spec.name}: complete, nothing to resume")
-        return None
-    prep = build(cfg, spec, mcfg, env, ckpt_dir)
-    print0(f"== {spec.name}: backend {prep.backend.name}" + (f" ({prep.reason})" if prep.reason else "") +
-           "".join(f"; {n}" for n in prep.notes))
-    # Checkpoints only where they are on: the GPU presets turn them off (one is ~19 GB), and a resumed
-    # launch then writes none either.
-    ckpt = ckpt_dir / f"{spec.name}.pt" if cfg.ckpt_every else None
-    tr = Trainer(cfg, spec, prep, env, data, mcfg, peak, ckpt, parse_faults(cfg.inject))
-    loop = RunLoop(tr, writers, AlertEngine(cfg.thresholds), out / "dashboards" / f"{spec.name}.html")
-    start = 0
-    if cfg.resume and ckpt is not None and ckpt.exists():
-        state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend.checkpoint_pickles)
-        step = state["step"]
-        if step and not from_rank0(writers.steps.done({"run": spec.name, "step": step - 1}) if env.is_main else None):
-            raise checkpoint.CheckpointError(f"cannot resume {spec.name}: its checkpoint is at step {step} but "
-                                             f"steps.csv has no row of step {step - 1}: it continues another run's "
-                                             f"rows; delete {ckpt} or rerun without --resume")
-        tr.restore(state)
-        loop.load_health(state["health"])
-        start = state["step"]
-        print0(f"   resumed from its checkpoint at step {start}")
-    elif cfg.resume and rows == "complete":
-        # An earlier launch stopped between this run and its bound; GEMM times do not depend on the
-        # weights' values, so the bound taken on the initial weights is the same measurement.
-        print0("   complete; measuring its FP8 bound, which the launch that trained it did not reach")
-        measure_bound(cfg, spec, tr, writers)
-        return None
-    elif cfg.resume and rows == "partial":
-        if cfg.ckpt_every:
-            raise checkpoint.CheckpointError(f"cannot resume {spec.name}: steps.csv has its rows but there is no "
-                                             f"checkpoint {ckpt.name if ckpt else ''} in {ckpt_dir.name}/; "
-                                             "rerun without --resume")
-        # Checkpoints off (--ckpt-every 0, the GPU presets' default: one is ~19 GB): an interrupted run
-        # cannot continue, so it starts again from its first step and its partial rows go.
-        gone = sum(w.discard("run", spec.name) for w in writers.of_runs())
-        print0(f"   interrupted without a checkpoint (--ckpt-every 0): starting {spec.name} again "
-               f"({gone} partial rows removed)")
-    elif ckpt is not None:
-        if cfg.resume:
-            print0(f"   no checkpoint and no rows for {spec.name}: it had not started; starting it now")
-        ckpt.unlink(missing_ok=True)  # a fresh run never resumes from an older run's checkpoint later
-        if cfg.on_nan == "rollback":
-            tr.save_checkpoint(0, loop.health_state())  # something to roll back to before the first periodic one
-    loop.run(start, stop)
-    measure_bound(cfg, spec, tr, writers)
-    return ckpt
-
-
-def rows_state(writers: Writers, run: str, steps: int) -> str:
-    """How far a run's rows go: none, partial or complete."""
-    if writers.steps.done({"run": run, "step": steps - 1}):
-        return "complete"
-    return "partial" if writers.steps.done({"run": run, "step": 0}) else "none"
-
-
-def bound_due(cfg: Config, spec: RunSpec, writers: Writers) -> bool:
-    """Whether this run still owes the plan its FP8 bound: the base-seed BF16 run, where asked (one GPU), once."""
-    return writers.bound is not None and spec.precision == "bf16" and spec.seed == cfg.seed and \
-        not writers.bound.done(bound.shape(cfg))
-
-
-def measure_bound(cfg: Config, spec: RunSpec, tr: Trainer, writers: Writers) -> None:
-    """The FP8 bound of this model (bound.py), from its base-seed BF16 run (see bound_due)."""
-    if not bound_due(cfg, spec, writers):
-        return
-    b = bound.record(tr, cfg.steps, writers.bound)
-    print0(f"   FP8 bound: BF16 step {b.bf16_step_ms:.1f} ms, FP8-able GEMMs {b.bf16_gemm_ms:.1f} ms "
-           f"({b.bf16_gemm_ms / b.bf16_step_ms:.0%}) -> {b.fp8_gemm_ms:.1f} ms in FP8: at most "
-           f"{b.speedup:.2f}x with free casts")
 
 
 def prune_checkpoints(done: list[Path], keep: int) -> None:
