@@ -78,7 +78,7 @@ def test_every_mode_trains(tmp_path, capsys):
     # The report reads only these CSVs.
     assert report.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
-    assert "| fp8-native-s0 | cpu | fp8, delayed, 16-step max | native, torch " in text and "BF16 band over 2" in text
+    assert "| fp8-native-s0 | cpu | fp8, delayed, 16-step max | native, torch " in text and "between the 2 BF16 seeds" in text
     assert "GPU results: **none yet**" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
 
 

@@ -114,7 +114,7 @@ def predict_ms(row, machine: Machine) -> float:
     # Every rank's work: its share of the layers (all of them over the pipeline), the head and embedding, FSDP's
     # copies, the optimizer; the ranks share the machine's cores.
     lt, ht = layer_times(shape, row.tp, 1, row.microbatch, ker, r), head_times(shape, row.tp, 1, row.microbatch, ker, r)
-    rec = {"none": 0.0, "selective": lt["recompute_selective"], "full": lt["recompute_full"]}[row.recompute]
+    rec = 0.0 if row.recompute == "none" else lt[f"recompute_{row.recompute}"]  # op, full (or selective)
     per_replica = (shape.layers * (lt["fwd"] + lt["bwd"] + rec) + ht["embedding"] + ht["head"]) * row.num_microbatches
     work = row.tp * row.dp * per_replica + row.world * out.optimizer_s
     return 1e3 * max(float(out.step_s), float(work) / machine.cores)
