@@ -92,3 +92,23 @@ def mains_problems(calls: list[list]) -> list[dict[str, Any]]:
         main = _named(target)
         out.append(entry_problems(lambda: main(argv), watch, _named(discover[0]) if discover else None))
     return out
+
+
+def report_problems(lab: str, results: str, out: str, kinds: list[str]) -> dict[str, Any]:
+    """A lab's report (`make <lab>-report`: its report.py's main, the lab's folder first on sys.path as when run as a
+    script) on `results`, then on one of the inputs it opened damaged per kind of `kinds` (chosen_cases): one line
+    naming the file, exit 2, nothing on stdout, nothing under `out`'s folder changed. Called in a child per lab (each
+    lab has a `report` module): {"clean": the clean run's error or "", "cases", "problems"}."""
+    sys.path.insert(0, str(LABS / lab))
+    report = importlib.import_module("report")
+    argv = ["--results", results, "--out", out]
+    with Capture() as cap:
+        code, opened = opened_during(lambda: report.main(argv))
+        _, err = cap.readouterr()
+        code = code.code if isinstance(code, SystemExit) else code
+        if code not in (0, None):
+            return {"clean": f"exit {code!r}: {err[-1500:]}", "cases": [], "problems": []}
+        ran: list[str] = []
+        problems = damage_problems(lambda: report.main(argv), inputs_of(Path(results), opened), cap,
+                                   watch=[Path(out).parent], ran=ran, kinds=kinds)
+    return {"clean": "", "cases": ran, "problems": problems}
