@@ -79,7 +79,11 @@ def entry_problems(run: Callable[[], Any], watch=(), discover: Callable[[], Any]
 
 
 def _named(target: str) -> Callable:
+    """"module:function", or "lab/script.py:function" (a lab's script: its folder first on sys.path, as when run)."""
     module, name = target.split(":")
+    if module.endswith(".py"):
+        sys.path.insert(0, str(Path.cwd() / Path(module).parent))
+        module = Path(module).stem
     return getattr(importlib.import_module(module), name)
 
 

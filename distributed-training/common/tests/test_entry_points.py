@@ -1,13 +1,15 @@
 """Every entry point catches what its readers raise (issue 44): a damaged input read by `make guide`, `make plan
-ARGS="--from-run ..."`, README's findings (the last step of `make reports`) or `make results-import` is one line that
-names the file, exit 2, never a traceback, and nothing is written.
+ARGS="--from-run ..."`, gpu-quick (its plan from the committed rows, and its closing table), README's findings (the
+last step of `make reports`) or `make results-import` is one line that names the file, exit 2, never a traceback,
+and nothing is written. Each lab's report target (the rest of `make reports`) is damaged the same way where every
+report already runs: test_any_results.py, one input per damage class.
 
-Where the entry point is Python it runs in-process, on every input it opened in a clean run: the guide and plan
---from-run read files at fixed places of the checkout, so they run on a copy, in one child Python (testkit.in_copy),
-each input damaged one way, the kind turning over testkit.DAMAGES (each reader's inputs every way are
-planner/tests/test_damaged_inputs.py; each lab report's, its tests/test_damaged_inputs.py; gpu-quick's, provision's
-test_slot_plan.py and fp8-train's test_quick_summary.py; an archive's, provision's test_archive.py). One real make call
-per target shows that make adds nothing but its own `make: ***` line.
+Where the entry point is Python it runs in-process, on every input it opened in a clean run: the guide, plan
+--from-run and gpu-quick read files at fixed places of the checkout, so they run on a copy, in one child Python
+(testkit.in_copy), each input damaged one way, the kind turning over testkit.DAMAGES (each reader's inputs every way
+are planner/tests/test_damaged_inputs.py; each lab report's, its tests/test_damaged_inputs.py; gpu-quick's,
+provision's test_slot_plan.py and fp8-train's test_quick_summary.py; an archive's, provision's test_archive.py). One
+real make call per target shows that make adds nothing but its own `make: ***` line.
 """
 
 from __future__ import annotations
@@ -44,9 +46,13 @@ def test_the_guide_and_plan_from_run_turn_each_damaged_input_into_one_line(tmp_p
              ["planner.plan:main", ["--from-run", "fp8-train/results/h100_ws1/steps.csv", "--run", "fp8-native-s0"],
               []],
              ["planner.plan:main", ["--from-run", "fsdp-scaling/results/scaling_h100_ws1.csv", "--run",
-                                    "zero2 strong, 1 GPU"], []]]
-    guide, fp8, fsdp = in_child(labs, "testkit.in_copy:mains_problems", calls)
-    assert guide["problems"] == fp8["problems"] == fsdp["problems"] == []
+                                    "zero2 strong, 1 GPU"], []],
+             # gpu-quick: what it reads before it starts (its plan from the committed rows), and its closing table
+             ["provision.gpu_quick:main", ["--gpu", "h100", "--dry-run"], []],
+             ["fp8-train/quick_summary.py:main", ["--results", "fp8-train/results/h100_ws1"], []]]
+    guide, fp8, fsdp, quick, table = in_child(labs, "testkit.in_copy:mains_problems", calls)
+    assert guide["problems"] == fp8["problems"] == fsdp["problems"] == quick["problems"] == table["problems"] == []
+    assert quick["inputs"] and table["inputs"], (quick, table)
     # the guide reads every lab's results; each file was damaged once, and every kind of damage was used
     assert {p.split("/")[0] for p in guide["inputs"]} == GUIDE_LABS and len(guide["cases"]) == len(guide["inputs"])
     assert {c.split()[-1] for c in guide["cases"]} == set(DAMAGES)
