@@ -30,14 +30,16 @@ def copy_labs(dest: Path) -> Path:
     return dest
 
 
-def in_child(labs: Path, call: str, *args: Any, timeout: float = 300) -> Any:
-    """`call` ("module:function") of the copy `labs`, called with `args` in a fresh Python there (cwd, PYTHONPATH);
-    its return value, through JSON."""
+def in_child(labs: Path, call: str, *args: Any, timeout: float = 300, path: tuple[str, ...] = ()) -> Any:
+    """`call` ("module:function") of the copy `labs`, called with `args` in a fresh Python there (cwd, PYTHONPATH:
+    the copy, then its folders `path`, e.g. a lab whose scripts an entry point runs); its return value, through
+    JSON."""
     module, function = call.split(":")
     code = (f"import json, sys\nfrom {module} import {function}\n"
             f"print(json.dumps({function}(*json.loads(sys.argv[1]))))")
     r = subprocess.run([sys.executable, "-c", code, json.dumps(args)], cwd=labs, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(labs)}, timeout=timeout)
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(labs), *(str(labs / p) for p in path)])},
+                       timeout=timeout)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -79,11 +81,7 @@ def entry_problems(run: Callable[[], Any], watch=(), discover: Callable[[], Any]
 
 
 def _named(target: str) -> Callable:
-    """"module:function", or "lab/script.py:function" (a lab's script: its folder first on sys.path, as when run)."""
     module, name = target.split(":")
-    if module.endswith(".py"):
-        sys.path.insert(0, str(Path.cwd() / Path(module).parent))
-        module = Path(module).stem
     return getattr(importlib.import_module(module), name)
 
 
@@ -98,21 +96,20 @@ def mains_problems(calls: list[list]) -> list[dict[str, Any]]:
     return out
 
 
-def report_problems(lab: str, results: str, out: str, kinds: list[str]) -> dict[str, Any]:
-    """A lab's report (`make <lab>-report`: its report.py's main, the lab's folder first on sys.path as when run as a
-    script) on `results`, then on one of the inputs it opened damaged per kind of `kinds` (chosen_cases): one line
-    naming the file, exit 2, nothing on stdout, nothing under `out`'s folder changed. Called in a child per lab (each
-    lab has a `report` module): {"clean": the clean run's error or "", "cases", "problems"}."""
-    sys.path.insert(0, str(LABS / lab))
-    report = importlib.import_module("report")
+
+def report_problems(main: Callable[[list[str]], Any], results: str, out: str, kinds: list[str]) -> dict[str, Any]:
+    """A lab's report (`make <lab>-report`: its report.py's main, called in a child whose path starts with the lab's
+    folder, as when run as a script: each lab has a `report` module) on `results`, then on one of the inputs it opened
+    damaged per kind of `kinds` (chosen_cases): one line naming the file, exit 2, nothing on stdout, nothing under
+    `out`'s folder changed. {"clean": the clean run's error or "", "cases", "problems"}."""
     argv = ["--results", results, "--out", out]
     with Capture() as cap:
-        code, opened = opened_during(lambda: report.main(argv))
+        code, opened = opened_during(lambda: main(argv))
         _, err = cap.readouterr()
         code = code.code if isinstance(code, SystemExit) else code
         if code not in (0, None):
             return {"clean": f"exit {code!r}: {err[-1500:]}", "cases": [], "problems": []}
         ran: list[str] = []
-        problems = damage_problems(lambda: report.main(argv), inputs_of(Path(results), opened), cap,
+        problems = damage_problems(lambda: main(argv), inputs_of(Path(results), opened), cap,
                                    watch=[Path(out).parent], ran=ran, kinds=kinds)
     return {"clean": "", "cases": ran, "problems": problems}

@@ -31,8 +31,8 @@ LABS = Path(__file__).resolve().parents[2]
 REPORTS = ("allreduce-bench", "cp-attention", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")
 DAMAGED = [lab for lab in REPORTS if lab != "fp8-train"]  # fp8-train's report fails the first step (xfail below)
 KINDS = {lab: list(DAMAGES[i::len(DAMAGED)]) for i, lab in enumerate(DAMAGED)}
-CHILD = ("import json, sys\nfrom testkit.in_copy import report_problems\n"
-         "print(json.dumps(report_problems(*json.loads(sys.argv[1]))))")
+CHILD = ("import json, sys\nimport report\nfrom testkit.in_copy import report_problems\n"
+         "print(json.dumps(report_problems(report.main, *json.loads(sys.argv[1]))))")
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,11 @@ def reports(tmp_path_factory) -> dict[str, tuple[subprocess.Popen, Path]]:
     for lab in REPORTS:
         where = tmp_path_factory.mktemp(lab)
         results = gpu_shaped_results(LABS / lab / "results", where / "results")
-        args = [lab, str(results), str(where / "REPORT.md"), KINDS.get(lab, [])]
+        args = [str(results), str(where / "REPORT.md"), KINDS.get(lab, [])]
         started[lab] = (subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], cwd=LABS / lab,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                         env={**os.environ, "PYTHONPATH": str(LABS), "MPLBACKEND": "Agg"}), where)
+                                         env={**os.environ, "PYTHONPATH": f"{LABS / lab}{os.pathsep}{LABS}",
+                                              "MPLBACKEND": "Agg"}), where)
     yield started
     for proc, _ in started.values():
         if proc.poll() is None:

@@ -8,7 +8,7 @@ Where the entry point is Python it runs in-process, on every input it opened in 
 --from-run and gpu-quick read files at fixed places of the checkout, so they run on a copy, in one child Python
 (testkit.in_copy), each input damaged one way, the kind turning over testkit.DAMAGES (each reader's inputs every way
 are planner/tests/test_damaged_inputs.py; each lab report's, its tests/test_damaged_inputs.py; gpu-quick's,
-provision's test_slot_plan.py and fp8-train's test_quick_summary.py; an archive's, provision's test_archive.py). One
+provision's test_slot_plan.py; an archive's, provision's test_archive.py). One
 real make call per target shows that make adds nothing but its own `make: ***` line.
 """
 
@@ -49,8 +49,8 @@ def test_the_guide_and_plan_from_run_turn_each_damaged_input_into_one_line(tmp_p
                                     "zero2 strong, 1 GPU"], []],
              # gpu-quick: what it reads before it starts (its plan from the committed rows), and its closing table
              ["provision.gpu_quick:main", ["--gpu", "h100", "--dry-run"], []],
-             ["fp8-train/quick_summary.py:main", ["--results", "fp8-train/results/h100_ws1"], []]]
-    guide, fp8, fsdp, quick, table = in_child(labs, "testkit.in_copy:mains_problems", calls)
+             ["quick_summary:main", ["--results", "fp8-train/results/h100_ws1"], []]]
+    guide, fp8, fsdp, quick, table = in_child(labs, "testkit.in_copy:mains_problems", calls, path=("fp8-train",))
     assert guide["problems"] == fp8["problems"] == fsdp["problems"] == quick["problems"] == table["problems"] == []
     assert quick["inputs"] and table["inputs"], (quick, table)
     # the guide reads every lab's results; each file was damaged once, and every kind of damage was used
