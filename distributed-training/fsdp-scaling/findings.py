@@ -56,7 +56,7 @@ def gpu_one_rank(s: pd.DataFrame) -> pd.DataFrame:
     one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
     if one.empty:
         return one
-    newest = one.loc[one["timestamp_utc"].astype(str).idxmax()]
+    newest = one.iloc[one["timestamp_utc"].astype(str).to_numpy().argmax()]  # by position: sets may share labels
     return one[(one["hardware"] == newest["hardware"]) & (one["model"] == newest["model"])]
 
 
