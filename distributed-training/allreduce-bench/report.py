@@ -44,9 +44,11 @@ SWEEP = Schema("allreduce-bench sweep", {**_RUN_KINDS, "collective": str, "size_
                                          "git_commit": str, "timestamp_utc": str}, finite=True,
                key=("collective", "dtype", "size_bytes", "world_size", "nnodes"))
 NCCL_TESTS = Schema("nccl-tests", {**_RUN_KINDS, "collective": str, "size_bytes": int, "placement": str,
-                                   "busbw_GBps": float}, finite=True)
+                                   "busbw_GBps": float}, finite=True,
+                    key=("collective", "dtype", "size_bytes", "placement", "world_size", "nnodes"))
 OVERHEAD = Schema("allreduce-bench overhead", {**_RUN_KINDS, "collective": str, "size_bytes": int, "ratio": float,
-                                               "ratio_min": float, "ratio_max": float}, finite=True)
+                                               "ratio_min": float, "ratio_max": float}, finite=True,
+                  key=("collective", "dtype", "size_bytes", "world_size", "nnodes"))
 
 
 @dataclass(frozen=True)

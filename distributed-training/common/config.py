@@ -27,6 +27,11 @@ shows the values that will run:
 
 A field whose metadata names a "group" is listed under that heading in --help (common.runner's run-folder
 flags: the same in every lab).
+
+Numbers are checked as a class, here, before any `__post_init__`: a number given on the command line (a flag, or
+a flag inside a make target's ARGS) is finite and lies in its field's range: metadata "range" = (low, high), else
+0..2**31 - 1 for a whole number (a count, a size, a degree: a C int in torch and NCCL) and 0 or more for a real
+one. `--warmup -1` or `--steps 99999999999` is one line naming the flag and what it takes, exit 2, nothing run.
 """
 
 from __future__ import annotations
@@ -84,11 +89,36 @@ def _tuple_parser(elem: Any):
         items = [s.strip() for s in text.split(",") if s.strip()]
         try:
             return tuple(elem(s) for s in items)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"in {text!r}: {e}")
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {elem.__name__}, got {text!r}")
 
     parse.__name__ = f"list of {elem.__name__}"
     return parse
+
+
+INT_MAX = 2**31 - 1  # a count, size or degree beyond a C int cannot reach torch.distributed or NCCL
+
+
+def _ranged(conv: Callable[[str], Any], low: float, high: float | None) -> Callable[[str], Any]:
+    """conv, then the value's range: [low, high] (high None: no upper end)."""
+    def parse(text: str):
+        value = conv(text)
+        if value < low or (high is not None and value > high):
+            what = "a whole number" if conv is int else "a number"
+            upto = f"{high:,}" if high is not None else "any"
+            raise argparse.ArgumentTypeError(f"expected {what} from {low:g} to {upto}, got {text!r}")
+        return value
+
+    parse.__name__ = getattr(conv, "__name__", "value")
+    return parse
+
+
+def _number_type(f: dataclasses.Field, base: Any) -> Callable[[str], Any]:
+    """The converter of a number field (or a list's element): finite, in the field's range (the module's rule)."""
+    low, high = f.metadata.get("range", (0, INT_MAX if base is int else None))
+    return _ranged(_finite if base is float else int, low, high)
 
 
 def _finite(text: str) -> float:
@@ -148,12 +178,12 @@ def build_parser(cls: type, description: str | None = None, prog: str | None = N
             kw["type"] = type(kw["choices"][0])
         elif typing.get_origin(base) is tuple:
             elem = typing.get_args(base)[0]
-            kw["type"] = _tuple_parser(elem)
+            kw["type"] = _tuple_parser(_number_type(f, elem) if elem in (int, float) else elem)
             kw["metavar"] = "A,B,..."
         elif base in (int, float, str):
             # "none" is a value, not "unset", when the choices list it (e.g. --recompute none)
             literal_none = "none" in f.metadata.get("choices", ())
-            conv = _finite if base is float else base
+            conv = _number_type(f, base) if base in (int, float) else base
             kw["type"] = _optional(conv) if optional and not literal_none else conv
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unsupported config type {tp!r}")

@@ -159,8 +159,9 @@ def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]
         if len(row) != len(header):
             why = half if cut and i == len(rows) - 1 else "a damaged row"
             raise BadResults(f"{where}: line {i + 2} has {len(row)} fields, the header {len(header)}: {why}")
-    if cut and rows:
-        raise BadResults(f"{where}: line {len(rows) + 1} does not end with a newline: {half}")
+    if cut:  # the writer ends every line, the header included, with a newline
+        why = half if rows else "a cut header"
+        raise BadResults(f"{where}: line {len(rows) + 1} does not end with a newline: {why}")
     if not rows and not schema.allow_empty:
         raise BadResults(f"{where} has a header but no rows (a run stopped before its first measurement?)")
     return header, rows, text
@@ -279,16 +280,27 @@ def read_text(path: str | Path, what: str) -> str:
 
 def read_json(path: str | Path, what: str, kinds: Mapping[str, type] | None = None) -> dict[str, Any]:
     """A JSON object a report reads (the config saved beside a result), checked as read_text, then: valid
-    JSON, cut nowhere, an object, no NaN or Infinity, and each key of `kinds` that it holds of that type (int,
-    float, str, bool, list, dict); BadResults naming the file otherwise."""
+    JSON, cut nowhere, an object, no NaN or Infinity, no key given twice with two values, and each key of `kinds`
+    that it holds of that type (int, float, str, bool, list, dict); BadResults naming the file otherwise."""
     path = Path(path)
     text = read_text(path, what)
 
     def no_constant(name: str):
         raise ValueError(f"{name} is not a number JSON allows")
 
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # json.loads keeps a repeated key's last value silently
+        seen: dict[str, Any] = {}
+        for name, value in pairs:
+            if name in seen and seen[name] != value:
+                raise BadResults(f"{shown(path)} gives the key {name!r} twice, {str(seen[name])[:20]!r} and "
+                                 f"{str(value)[:20]!r} (two files mixed, or an edit?): not {what}")
+            seen[name] = value
+        return seen
+
     try:
-        data = json.loads(text, parse_constant=no_constant)
+        data = json.loads(text, parse_constant=no_constant, object_pairs_hook=once)
+    except BadResults:
+        raise
     except (json.JSONDecodeError, ValueError) as e:
         raise BadResults(f"{shown(path)} is not valid JSON ({str(e).splitlines()[0][:80]}): cut or damaged, "
                          f"not {what}") from None
@@ -310,6 +322,21 @@ def check_configs(results: str | Path) -> None:
     before the report draws anything: BadResults (one line naming the file) for the first damaged one."""
     for path in sorted(Path(results).rglob("*.config.json")):
         read_json(path, "the config saved beside a result")
+
+
+def check_file(path: str | Path) -> None:
+    """A results file whose reader is not known (an archive's member before it is unpacked: provision/archive.py),
+    checked as far as its kind says: a CSV as every CSV (structure, byte-order mark, cut, a row given twice) with each
+    column whose name carries a unit (NONNEG_UNITS) a finite number, never negative; a .json as read_json, a .md as
+    read_text. A report reads it with its own schema later (its key, its columns)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        read_json(path, "a config saved beside a result")
+    elif path.suffix == ".md":
+        read_text(path, "a report the labs write")
+    elif path.suffix == ".csv":
+        header = _parse(path, Schema(path.name, allow_empty=True))[0]
+        read_rows(path, Schema(path.name, {h: float for h in header if NONNEG_UNITS.search(h)}, allow_empty=True))
 
 
 def results_folder(folder: str | Path, hint: str = "") -> Path:

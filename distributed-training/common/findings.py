@@ -119,7 +119,11 @@ def block(findings: list[Finding], heading: str = "## What we found", one_screen
 
 def read_block(path: str | Path) -> list[Finding]:
     """The findings of a generated document (empty where it has none)."""
-    text = Path(path).read_text() if Path(path).exists() else ""
+    return parse_block(Path(path).read_text() if Path(path).exists() else "")
+
+
+def parse_block(text: str) -> list[Finding]:
+    """The findings of a generated document's text (empty where it has none)."""
     if START not in text or END not in text:
         return []
     inner = text.split(START, 1)[1].split(END, 1)[0]
@@ -209,6 +213,19 @@ def gaps_sentence(say: Sentences, gaps: list[str]) -> str:
     there are none), starting with a capital."""
     text = say("missing.lead", gaps="; ".join(gaps)) if gaps else say("missing.nothing")
     return text[:1].upper() + text[1:]
+
+
+OPENING_SETS = 1  # results sets a finding speaks for by name (one screen); the others are in the body's tables
+
+
+def first_sets(parts: list[str], shown: int = OPENING_SETS, sep: str = "; ") -> str:
+    """An opening's clauses, one per results set (a GPU, a world size), ordered most telling first by the caller: the
+    first `shown`, then how many more the body holds, so that the opening stays one screen whatever results lie
+    beside the committed ones (a user's second GPU, a rerun). Repeated clauses are said once."""
+    parts = list(dict.fromkeys(p for p in parts if p))
+    rest = len(parts) - shown
+    more = f"{sep}{rest} more set{'s' if rest > 1 else ''} below" if rest > 0 else ""
+    return sep.join(parts[:shown]) + more
 
 
 def listing(items: list[str]) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, Spread, cores, listing, oversubscribed, sci, short_hardware, spread
+from common.findings import (Finding, Sentences, Spread, cores, first_sets, listing, oversubscribed, sci,
+                             short_hardware, spread)
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -150,9 +151,11 @@ def time_sentence(benches: dict[str, pd.DataFrame]) -> str:
         mids = [r.mid for r in rs.values()]
         if len(apart) > 2:  # the opening has one screen: the rest are in the table
             apart = apart[:2] + [S("time.more", k=len(apart) - 2, count=len(rs))]
-        parts.append(where + " " + (S("time.apart", apart="; ".join(apart), k=outside, count=len(rs)) if apart else
-                                    S("time.same", lo=f"{min(mids):.2f}", hi=f"{max(mids):.2f}", count=len(mids))))
-    text = "; ".join(parts) if parts else S("time.none")
+        said = S("time.apart", apart="; ".join(apart), k=outside, count=len(rs)) if apart else \
+            S("time.same", lo=f"{min(mids):.2f}", hi=f"{max(mids):.2f}", count=len(mids))
+        parts.append((n, f"{where} {said}"))
+    # the largest N first; the opening names the first (first_sets), every set has its table below
+    text = first_sets([p for _, p in sorted(parts, key=lambda np: -np[0])]) if parts else S("time.none")
     if shared:
         text += S("time.shared", ranks=int(shared[0]["world_size"].max()), cores=cores(shared[0]["hardware"].iloc[0]))
     return text + S("time.missing", gaps=listing(missing(benches))) + "."

@@ -33,14 +33,17 @@ _PROVENANCE = {"hardware": str, "world_size": int, "backend": str, "torch_versio
 CORRECTNESS = Schema("cp-attention correctness", {
     **_PROVENANCE, "case": str, "impl": str, "kernel": str, "cp": int, "dtype": str, "err_output": float,
     "err_dq": float, "err_dk": float, "err_dv": float, "tolerance": float, "fwd_sent_bytes": int,
-    "bwd_sent_bytes": int, "formula_fwd_bytes": int, "formula_bwd_bytes": int, "bytes_ok": bool, "pass": bool})
+    "bwd_sent_bytes": int, "formula_fwd_bytes": int, "formula_bwd_bytes": int, "bytes_ok": bool, "pass": bool},
+    key=("case", "impl", "kernel", "cp", "dtype"))  # one row per check (bench.py)
 BENCH = Schema("cp-attention benchmark", {
     **_PROVENANCE, "impl": str, "cp": int, "seq_len": int, "n_heads": int, "n_kv_heads": int, "head_dim": int,
     "batch": int, "dtype": str, "time_ms": float, "time_min_ms": float, "time_max_ms": float, "fwd_sent_bytes": int,
     "bwd_sent_bytes": int,
     "formula_fwd_bytes": int, "formula_bwd_bytes": int, "saved_bytes": int, "peak_mem_bytes": float,
-    "max_rel_err": float, "iters": int})
-PUBLIC = Schema("cp-attention public API", {**_PROVENANCE, "api": str, "device": str, "runs": bool, "error": str})
+    "max_rel_err": float, "iters": int},
+    key=("impl", "kernel", "cp", "seq_len", "n_heads", "n_kv_heads", "dtype"))  # one row per timing (bench.py)
+PUBLIC = Schema("cp-attention public API", {**_PROVENANCE, "api": str, "device": str, "runs": bool, "error": str},
+                key=("api", "device"))
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,13 @@ fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery ->
 	  --run $(FP8_DIR)/results/cpu_ws1-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu_ws1-demo/overlay.html \
 	  --title "fp8-emulated: clean run vs injected faults"
 
+# ARGS go to both runners: each checks them in its check pass (nothing written) before the training starts, so a
+# flag the bench refuses is one line before any run, not after the training published its results.
 fp8-train-gpu: $(SETUP)
 	$(call check_vars,GPU $(LAUNCH_VARS) ARGS)
 	$(call require_cuda,make fp8-train GPU=cpu)
+	@$(CHECK_ARGS) $(FP8_DIR)/train.py --gpu $(GPU) $(ARGS)
+	@$(CHECK_ARGS) $(FP8_DIR)/bench.py --gpu $(GPU) $(ARGS)
 	$(MAKE) fp8-train-run fp8-train-bench fp8-train-report
 
 REPORT_TARGETS += fp8-train-report

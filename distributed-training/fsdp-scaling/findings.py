@@ -35,11 +35,29 @@ def timing(r: pd.Series) -> Spread:
     return Spread(r["step_time_ms"], r["step_time_min_ms"], r["step_time_max_ms"])
 
 
+def pooled(rows: pd.DataFrame) -> Spread:
+    """One configuration's step time over its rows: a repeated configuration (the same run measured again) is the
+    median of its medians, its spread the fastest and slowest timed step of them all."""
+    return Spread(float(rows["step_time_ms"].median()), float(rows["step_time_min_ms"].min()),
+                  float(rows["step_time_max_ms"].max()))
+
+
 def step_spreads(one: pd.DataFrame, ref: str = "single") -> dict[tuple[str, str], Spread]:
-    """(mode, strategy) -> step time / the reference strategy's in the same mode (one-rank rows)."""
-    rows = one.set_index(["mode", "strategy"])
-    return {(m, s): timing(r).over(timing(rows.loc[(m, ref)])) for (m, s), r in rows.iterrows()
-            if s != ref and (m, ref) in rows.index}
+    """(mode, strategy) -> step time / the reference strategy's in the same mode (one-rank rows of one hardware and
+    model: gpu_one_rank; repeats pooled)."""
+    times = {key: pooled(g) for key, g in one.groupby(["mode", "strategy"], sort=False)}
+    return {(m, s): t.over(times[(m, ref)]) for (m, s), t in times.items() if s != ref and (m, ref) in times}
+
+
+def gpu_one_rank(s: pd.DataFrame) -> pd.DataFrame:
+    """The one-GPU rows the opening and the answer's table compare: those of the newest GPU set (the hardware and
+    model of the latest one-rank nccl row), so that a strategy is divided by its own hardware's plain training,
+    whatever other GPUs' sets lie beside it (each set's own table is in the body)."""
+    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    if one.empty:
+        return one
+    newest = one.iloc[one["timestamp_utc"].astype(str).to_numpy().argmax()]  # by position: sets may share labels
+    return one[(one["hardware"] == newest["hardware"]) & (one["model"] == newest["model"])]
 
 
 def judged(spreads: dict[tuple[str, str], Spread], top: int = 4) -> tuple[str, list[str]]:
@@ -71,7 +89,7 @@ def memory_sentence(a: pd.DataFrame) -> str:
 
 
 def time_sentence(s: pd.DataFrame) -> str:
-    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    one = gpu_one_rank(s)
     if one.empty or "single" not in set(one["strategy"]):
         return S("time.none")
     above, same = judged(step_spreads(one))

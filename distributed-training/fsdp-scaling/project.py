@@ -67,9 +67,10 @@ WORKED_COLUMNS = ["example", "psi", "n_d", "k", "baseline_GB", "zero1_GB", "zero
 # The inputs it reads, checked (common.csvread): this lab's sweep and allreduce-bench's (its stable columns).
 SCALING = Schema("fsdp-scaling sweep", {"strategy": str, "mode": str, "model": str, "world_size": int,
                                         "step_time_ms": float, "effective_batch": int, "hardware": str,
-                                        "git_commit": str})
+                                        "git_commit": str}, key=("strategy", "mode", "world_size", "nnodes"))
 SWEEP = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "world_size": int, "nnodes": int,
-                                         "backend": str, "hardware": str, "time_us": float})
+                                         "backend": str, "hardware": str, "time_us": float},
+               key=("collective", "dtype", "size_bytes", "world_size", "nnodes"))
 
 
 def table_network(p: GPUPreset, node_size: int) -> Network | None:

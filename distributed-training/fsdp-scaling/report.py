@@ -28,7 +28,8 @@ LAB = Path(__file__).resolve().parent
 RES = LAB / "results"  # rebound by main() to --results
 MiB = 2**20
 _PROV = {"hardware": str, "backend": str, "torch_version": str}
-# What the report reads from each kind of file (common.csvread checks it before pandas does).
+# What the report reads from each kind of file (common.csvread checks it before pandas does); each key is the one its
+# writer replaces rows by (bench.py, at_scale.py, overlap.py, project.py).
 SCHEMAS = {
     "scaling_*.csv": Schema("fsdp-scaling sweep", {
         **_PROV, "strategy": str, "mode": str, "model": str, "world_size": int, "tokens_per_s": float,
@@ -41,21 +42,24 @@ SCHEMAS = {
         "model_opt_bytes": float, "exact_model_state_bytes": float, "paper_model_state_bytes": float,
         "unsharded_peak_bytes": float,
         "model_unsharded_bytes": float, "all_gathers": int, "reduce_scatters": int, "all_reduces": int,
-        "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}, finite=True),
+        "broadcasts": int, "bus_bytes_per_rank": float, "model_bus_bytes_per_rank": float}, finite=True,
+        key=("strategy", "world_size")),
     "comms_*.csv": Schema("fsdp-scaling collectives", {  # header only when every launch had one rank
         "strategy": str, "collective": str, "group_size": int, "grad_accum": int, "count": int,
         "payload_bytes": float, "model_count": int, "model_payload_bytes": float, "world_size": int, "nnodes": int},
-        allow_empty=True, finite=True),
+        allow_empty=True, finite=True, key=("strategy", "collective", "group_size", "world_size", "nnodes")),
     "projection.csv": Schema("fsdp-scaling projection", {
         "target": str, "model": str, "n_params": float, "strategy": str, "mode": str, "n_gpus": int,
         "efficiency_no_overlap": float, "efficiency_full_overlap": float, "fits_in_memory": bool,
-        "compute_source": str, "bandwidth_source": str}, finite=True),
+        "compute_source": str, "bandwidth_source": str}, finite=True,
+        key=("target", "model", "strategy", "mode", "n_gpus")),
     "zero_worked_example.csv": Schema("ZeRO worked example", {
         "psi": float, "n_d": int, "k": float, "baseline_GB": float, "zero1_GB": float, "zero2_GB": float,
-        "zero3_GB": float}, finite=True),
+        "zero3_GB": float}, finite=True, key=("example",)),
     "overlap_*.csv": Schema("fsdp-scaling overlap", {
         "hardware": str, "world_size": int, "strategy": str, "prefetch": bool, "step_time_ms": float,
-        "compute_ms": float, "comm_ms": float, "exposed_comm_ms": float, "exposed_fraction": float}, finite=True),
+        "compute_ms": float, "comm_ms": float, "exposed_comm_ms": float, "exposed_fraction": float}, finite=True,
+        key=("strategy", "prefetch", "world_size", "nnodes")),
 }
 
 
@@ -207,7 +211,7 @@ def answer(a: pd.DataFrame, s: pd.DataFrame, proj: pd.DataFrame) -> list[str]:
     gp = gp[(gp["model"] == model) & (gp["mode"] == "weak")]
     counts = [n for n in (8, 64, 1024) if n in set(gp["n_gpus"])]
     held = findings.states(a[a["world_size"] <= 128])
-    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    one = findings.gpu_one_rank(s)
     cost = findings.step_spreads(one) if "single" in set(one["strategy"]) else {}
     rows = []
     for strat in ORDER[1:]:

@@ -23,7 +23,6 @@ memory, 2 for bad input (one line on stderr).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import statistics
@@ -36,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from common.config import config_dict, parse_config
+from common.csvread import BadResults, Schema, read_rows
 from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence import from_run
@@ -307,12 +307,14 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
 
 
 FIT_CSV = Path(__file__).resolve().parent / "results" / "compute_fit.csv"
+FIT = Schema("planner compute fit", {"source": str, "run": str, "role": str, "throughput_error_pct": float},
+             key=("source", "run", "gpus", "metric"))
 
 
 @lru_cache(maxsize=None)
 def error_band() -> dict:
     """The throughput error over the held-out published runs (results/compute_fit.csv, fit_compute.py)."""
-    errs = [float(r["throughput_error_pct"]) / 100 for r in csv.DictReader(open(FIT_CSV, newline=""))
+    errs = [float(r["throughput_error_pct"]) / 100 for r in read_rows(FIT_CSV, FIT)
             if r["role"] == "held-out" and r["throughput_error_pct"]]
     return {"median_abs": round(statistics.median(abs(e) for e in errs), 4),
             "median_signed": round(statistics.median(errs), 4), "optimistic_runs": sum(e > 0 for e in errs),
@@ -374,6 +376,14 @@ def table(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(PlanConfig, argv, description=__doc__.split("\n\n")[0], prog="plan.py")
+    try:
+        return _main(cfg)
+    except BadResults as e:  # a damaged file it reads (a GEMM benchmark, the fit's error band): one line, exit 2
+        print(f"plan.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(cfg: PlanConfig) -> int:
     if cfg.from_run is not None:
         rep = from_run.report(cfg.measured_run)
         print(json.dumps(rep, indent=1) if cfg.json else "\n".join(from_run.lines(rep)))

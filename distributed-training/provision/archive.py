@@ -19,8 +19,11 @@ the GPU presets' size), and no `checkpoints/` folder nor any *.pt or *.tmp file 
 so any copy tool keeps it intact.
 
 Import is strict: members must be regular files under `distributed-training/<lab>/` (no absolute
-paths, no '..', no links), and each must match the manifest's hash; anything else is one line and
-exit code 2, with nothing written.
+paths, no '..', no links), each must match the manifest's hash, and each CSV, config and report must read
+as results do (common.csvread.check_file: not cut, binary or re-saved, no row twice, no negative or
+non-finite time, size or rate); anything else is one line and exit code 2, with nothing written. The
+reports then read each file with its own schema (`make reports`: one line, exit 2, for a key given twice
+or a foreign CSV).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import json
 import re
 import sys
 import tarfile
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
+from common.csvread import BadResults, check_file
 from common.hardware import describe_hardware, detect_preset
 from common.results import REPO_ROOT, git_commit
 
@@ -103,6 +108,22 @@ def _check_member(m: tarfile.TarInfo, expected: dict[str, str]) -> None:
         raise ArchiveError(f"member {m.name!r} is not listed in {MANIFEST}")
 
 
+def check_payload(payload: dict[str, bytes], archive: str) -> None:
+    """Every CSV, saved config and report of an archive read as results are read (common.csvread.check_file: cut,
+    binary, a byte-order mark, a row given twice, a unit column that is not a finite number or is negative), before
+    anything is written: ArchiveError naming the first damaged one. The reports read each file with its own schema
+    after the import (its key, its columns: `make results-import` runs `make reports`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in sorted(payload.items()):
+            path = Path(tmp) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            try:
+                check_file(path)
+            except BadResults as e:
+                raise ArchiveError(f"{str(e).replace(str(path), name)} (in {archive}); nothing was imported") from None
+
+
 def extract(archive: Path, root: Path = REPO_ROOT) -> dict:
     """Check everything first, then write: a bad archive changes nothing."""
     if not archive.is_file():
@@ -125,6 +146,7 @@ def extract(archive: Path, root: Path = REPO_ROOT) -> dict:
                 payload[m.name] = data
     except (tarfile.TarError, OSError, EOFError, json.JSONDecodeError, KeyError) as e:
         raise ArchiveError(f"{archive.name} is not a readable results archive ({type(e).__name__}: {e})") from None
+    check_payload(payload, archive.name)
     for name, data in payload.items():
         dest = root / name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -140,13 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", default=str(REPO_ROOT), help="folder for the archive")
     x = sub.add_parser("extract", help="unpack an archive into this checkout")
     x.add_argument("archive", help="a file made by `archive create`")
+    x.add_argument("--root", default=str(REPO_ROOT), help="the checkout to unpack into")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "create":
             path = create(Path(args.out))
             print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB)")
         else:
-            m = extract(Path(args.archive))
+            m = extract(Path(args.archive), Path(args.root))
             print(f"imported {m['imported']} files measured on {m['machine']} at commit {m['commit']} "
                   f"({m['created_utc']})")
     except ArchiveError as e:

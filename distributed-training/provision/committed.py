@@ -23,8 +23,8 @@ HIGH = ("fp32", "bf16", "fp16")  # fp8-train's precisions without a backend; eve
 STEPS = Schema("fp8-train steps", {"run": str, "precision": str, "step": int, "step_time_s": float,
                                    "timestamp_utc": str, "hardware": str, "git_commit": str}, key=("run", "step"))
 FP8 = Schema("fp8-train FP8 record", {"run": str, "step": int, "module": str, "role": str, "scale": float,
-                                      "underflow_frac": float}, nonfinite=("scale",),
-             key=("run", "step", "module", "role"), nonneg=("scale",))
+                                      "underflow_frac": float}, nonfinite=("scale", "amax"), finite=True,
+             key=("run", "step", "module", "role"), nonneg=("scale",))  # as the report reads it: a NaN amax is seen
 GEMMS = Schema("fp8-train GEMM benchmark", {"op": str, "time_us": float}, key=("op", "m", "k", "n"))
 BENCH_STEPS = Schema("fp8-train step benchmark", {"d_model": int, "run": str}, key=("d_model", "run", "fp8_scaling"))
 

@@ -56,3 +56,60 @@ def fake_nvidia_smi(folder, driver: int | str | None, gpus: int = 8, name: str =
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(0o755)
     return path
+
+
+# ---- a GPU-shaped results set beside the committed ones (reports take any results set: issue 44) ----------------
+
+GPUS = {"h100": ("NVIDIA H100 80GB HBM3", H100_PROVENANCE),
+        "h200": ("NVIDIA H200", {**H100_PROVENANCE, "driver_version": "570.133.20", "cuda_version": "12.8"})}
+
+
+def _relabelled(raw: str, gpu: str) -> str:
+    """A CSV's rows with their provenance columns an H100's (or H200's): hardware `<world>x <name>`, backend nccl,
+    CUDA, NCCL, driver and torch versions. Only those cells change (csv module, not pandas: no number is
+    reformatted)."""
+    import csv
+    import io
+    name, provenance = GPUS[gpu]
+    rows = list(csv.reader(io.StringIO(raw, newline="")))
+    if not rows:
+        return raw
+    header = rows[0]
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        cell = dict(zip(header, row))
+        for column, value in {**provenance, "hardware": f"{cell.get('world_size') or 1}x {name}"}.items():
+            if column in cell:
+                row[header.index(column)] = value
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def gpu_shaped_results(results, dest, gpus=("h100", "h200")):
+    """`results` copied to `dest`, plus, for each CPU set in it (a file or folder whose name says `cpu`), a copy per
+    GPU of `gpus`, renamed (`cpu` -> `h100`) and relabelled as that GPU's run (_relabelled): several GPUs, each at the
+    CPU sets' worlds, beside the committed GPU sets. Where the new name is a committed set's (fp8-train's h100_ws1),
+    the copy is `<name>-rerun`: the same configuration measured again. Never written anywhere but a test's temporary
+    folder. Returns `dest`."""
+    import shutil
+    results, dest = Path(results), Path(dest)
+    shutil.copytree(results, dest, ignore=shutil.ignore_patterns("*.png", "__pycache__"))
+    for entry in sorted(results.iterdir()):
+        if "cpu" not in entry.name or entry.suffix not in (".csv", ".json", ""):
+            continue
+        for gpu in gpus:
+            name = entry.name.replace("cpu", gpu)
+            if (results / name).exists():
+                stem, dot, ext = name.partition(".")
+                name = f"{stem}-rerun{dot}{ext}"
+            target = dest / name
+            if entry.is_dir():
+                shutil.copytree(entry, target, ignore=shutil.ignore_patterns("*.png", "*.html", "dashboards"))
+            else:
+                shutil.copy(entry, target)
+            for csv_file in ([target] if target.is_file() else sorted(target.rglob("*.csv"))):
+                if csv_file.suffix == ".csv":
+                    csv_file.write_text(_relabelled(csv_file.read_text(), gpu))
+    return dest

@@ -5,17 +5,18 @@ and exit 2 (damaged_inputs_problems: every lab's tests/test_damaged_inputs.py).
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from common import csvread
+from common.csvread import Schema
 from common.findings import read_block
 
-from .bad_input import expect_bad_input
+from .bad_input import expect_bad_input, tree_state
+from .damage import DAMAGES, damaged
 
 
 def report_opening(report_main: Callable[[list[str]], Any], tmp_path) -> dict[str, str]:
@@ -38,10 +39,10 @@ def expect_report_refuses(report_main: Callable[[list[str]], Any], lab, damage: 
                             needle, capsys, watch=[tmp_path])
 
 
-# ---- every committed input of a report, damaged every way: one line, exit 2 (tests/test_damaged_inputs.py)
+# ---- every input an entry point reads, damaged every way: one line, exit 2 (tests/test_damaged_inputs.py) ------
 
-DAMAGES = ("cut", "binary", "empty", "one-byte", "wrong-type", "nan", "bom", "repeated-row")
 _OPENED: list[str] | None = None  # while not None, every file this process opens (an audit hook, installed once)
+SCHEMAS: dict[str, Schema] = {}  # real path -> the fullest schema common.csvread read it with (any opened_during call)
 
 
 def _audit(event: str, args) -> None:
@@ -50,77 +51,111 @@ def _audit(event: str, args) -> None:
 
 
 def opened_during(call: Callable[[], Any]) -> tuple[Any, set[str]]:
-    """call()'s result (or the SystemExit it raised) and the real paths of every file it opened."""
+    """call()'s result (or the SystemExit it raised) and the real paths of every file it opened; the schema each
+    CSV was read with goes into SCHEMAS."""
     global _OPENED
     if not getattr(opened_during, "hooked", False):
         sys.addaudithook(_audit)
         opened_during.hooked = True
-    _OPENED = []
+    parse = csvread._parse
+
+    def recorded(path, schema):  # a file read twice (its report's schema, a provenance line's): the fuller one
+        known = SCHEMAS.get(real := os.path.realpath(path))
+        SCHEMAS[real] = max(filter(None, (known, schema)), key=lambda s: (len(s.key), len(s.columns)))
+        return parse(path, schema)
+
+    _OPENED, csvread._parse = [], recorded
     try:
         try:
             result = call()
         except SystemExit as e:
             result = e
     finally:
-        seen, _OPENED = set(_OPENED), None
+        seen, _OPENED, csvread._parse = set(_OPENED), None, parse
     return result, seen
 
 
-def _numeric_cells(raw: bytes, replacement: str, floats_only: bool, keep: tuple[str, ...] = ()) -> bytes | None:
-    """A CSV with the numbers of its first data row replaced (only those that are not whole numbers, where
-    `floats_only` and the row has such: a NaN where a measurement was), but in the columns `keep`; None if that
-    row holds no other number."""
-    text = raw.decode("utf-8")
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    if len(rows) < 2:
-        return None
+def inputs_of(root: Path, opened: set[str]) -> list[Path]:
+    """The results files (.csv, .json, .md) under `root` among `opened`, sorted."""
+    return sorted(p for p in Path(root).rglob("*") if p.suffix in (".csv", ".json", ".md") and p.is_file()
+                  and os.path.realpath(p) in opened)
 
-    def number(cell: str, whole_too: bool) -> bool:
+
+def _cases(inputs: list[Path], every_kind: bool, observed: dict[str, tuple[str, ...]]):
+    """(path, kind, damaged bytes) for each case: with `every_kind`, the first file of each name damaged each way of
+    DAMAGES and every other file of that name one way, else every file one way; the one way is the next kind in
+    DAMAGES each time that means something for the file (a JSON file has no foreign columns)."""
+    seen, turn = set(), 0
+    for path in inputs:
+        raw = path.read_bytes()
+        schema = SCHEMAS.get(os.path.realpath(path))
+
+        def bad(kind: str) -> bytes | None:
+            out = damaged(raw, path.suffix, kind, schema, observed.get(path.name, ()))
+            return None if out == raw else out
+
+        if every_kind and path.name not in seen:
+            yield from ((path, kind, b) for kind in DAMAGES if (b := bad(kind)) is not None)
+        else:
+            for _ in DAMAGES:
+                kind, turn = DAMAGES[turn % len(DAMAGES)], turn + 1
+                if (b := bad(kind)) is not None:
+                    yield path, kind, b
+                    break
+        seen.add(path.name)
+
+
+def chosen_cases(inputs: list[Path], kinds) -> Iterator[tuple[Path, str, bytes]]:
+    """(path, kind, damaged bytes) for each of `kinds`: the first CSV of `inputs` the kind means something for, the
+    files turning over (a representative input per damage class, where damaging every input every way is the
+    labs' own tests/test_damaged_inputs.py)."""
+    csvs = [p for p in inputs if p.suffix == ".csv"] or list(inputs)
+    for i, kind in enumerate(kinds):
+        for path in csvs[i % len(csvs):] + csvs[:i % len(csvs)]:
+            raw = path.read_bytes()
+            bad = damaged(raw, path.suffix, kind, SCHEMAS.get(os.path.realpath(path)))
+            if bad is not None and bad != raw:
+                yield path, kind, bad
+                break
+
+
+def _watched(watch, damaged: Path) -> list:
+    """tree_state of each folder or file in `watch`, less the file the case damages (and restores) itself."""
+    return [[e for e in tree_state(w) if (Path(w) / e[0] if Path(w).is_dir() else Path(w)) != damaged] for w in watch]
+
+
+def damage_problems(run: Callable[[], Any], inputs: list[Path], capsys,
+                    observed: dict[str, tuple[str, ...]] | None = None, watch=(),
+                    named: Callable[[Path], str] = lambda p: p.name, every_kind: bool = True,
+                    ran: list[str] | None = None, kinds=None) -> list[str]:
+    """Each of `inputs` damaged in turn (and restored; _cases says which ways): run() (an entry point's main, in this
+    process) must end with exit code 2 and one line on stderr that names the file (`named(path)` in it), print
+    nothing on stdout and change nothing under `watch`. `observed`: per file name, columns where a NaN is an
+    observation, not damage. `capsys`: pytest's, or testkit.in_copy.Capture. Returns what went otherwise, one entry
+    per case ([] when all held); `ran` gets each case ("file kind"). `kinds`: only these damages, one input each
+    (chosen_cases)."""
+    problems = []
+    cases = chosen_cases(inputs, kinds) if kinds is not None else _cases(inputs, every_kind, observed or {})
+    for path, kind, bad in list(cases):
+        if ran is not None:
+            ran.append(f"{path.name} {kind}")
+        raw = path.read_bytes()
+        before = _watched(watch, path)
+        path.write_bytes(bad)
         try:
-            float(cell)
-        except ValueError:
-            return False
-        return whole_too or not cell.strip().lstrip("+-").isdigit()
-
-    cells = [(j, c) for j, c in enumerate(rows[1]) if j < len(rows[0]) and rows[0][j] not in keep]
-    whole_too = not (floats_only and any(number(c, False) for _, c in cells))
-    hits = [j for j, cell in cells if number(cell, whole_too)]
-    if not hits:
-        return None
-    for j in hits:
-        rows[1][j] = replacement
-    out = io.StringIO(newline="")
-    csv.writer(out, lineterminator="\n").writerows(rows)
-    return out.getvalue().encode()
-
-
-def damaged(raw: bytes, suffix: str, kind: str, observed: tuple[str, ...] = ()) -> bytes | None:
-    """`raw` (a .csv, .json or .md the labs wrote) damaged as `kind` (one of DAMAGES); None where the damage
-    means nothing for that kind of file (a cut or one-byte text file is still text). A NaN is never put in the
-    `observed` columns, where it is a measurement the report shows as such (a diverged loss)."""
-    text_only = suffix == ".md"
-    if kind == "binary":
-        return b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe" + raw[:64]
-    if kind == "empty":
-        return b""
-    if kind == "bom":
-        return b"\xef\xbb\xbf" + raw
-    if text_only:
-        return None
-    if kind == "one-byte":
-        return b"x"
-    if kind == "cut":  # in the middle of the last row (a run killed while writing it), or of the JSON text
-        body = raw.rstrip(b"\n")
-        start = body.rfind(b"\n") + 1 if suffix == ".csv" else 0
-        return body[:start + max(1, (len(body) - start) // 2)]
-    if suffix == ".json":
-        if kind == "repeated-row":
-            return None
-        return b"[" + raw + b"]" if kind == "wrong-type" else raw.replace(b"{", b'{"damaged": NaN, ', 1)
-    if kind == "repeated-row":  # the first row twice: two runs' rows mixed, or a resume that wrote one again
-        lines = raw.splitlines(keepends=True)
-        return raw + lines[1] if len(lines) > 1 and raw.endswith(b"\n") else None
-    return _numeric_cells(raw, "abc" if kind == "wrong-type" else "nan", kind == "nan", observed)
+            code, _ = opened_during(run)
+        except Exception as e:  # noqa: BLE001 - a traceback is what this looks for
+            code = f"{type(e).__name__}: {str(e)[:120]}"
+        finally:
+            path.write_bytes(raw)
+        out, err = capsys.readouterr()
+        code = code.code if isinstance(code, SystemExit) else code
+        lines = err.rstrip("\n").split("\n")
+        if code != 2 or len(lines) != 1 or out or named(path) not in lines[0]:
+            problems.append(f"{path} {kind}: exit {code!r}, stdout {out[-100:]!r}, stderr {err[-300:]!r}")
+        elif _watched(watch, path) != before:
+            problems.append(f"{path} {kind}: refused, but files changed under {', '.join(map(str, watch))}")
+    return problems
 
 
 def damaged_inputs_problems(report_main: Callable[[list[str]], Any], lab, tmp_path, capsys,
@@ -137,29 +172,6 @@ def damaged_inputs_problems(report_main: Callable[[list[str]], Any], lab, tmp_pa
     code, opened = opened_during(lambda: report_main(argv))
     capsys.readouterr()
     assert code in (0, None), f"the report fails on the committed results: {code}"
-    inputs = sorted(p for p in results.rglob("*") if p.suffix in (".csv", ".json", ".md")
-                    and os.path.realpath(p) in opened)
+    inputs = inputs_of(results, opened)
     assert inputs, "the report opened none of its results"
-    problems, seen, turn = [], set(), 0
-    for path in inputs:
-        raw = path.read_bytes()
-        kinds = DAMAGES if path.name not in seen else [DAMAGES[turn % len(DAMAGES)]]
-        turn += path.name in seen
-        seen.add(path.name)
-        for kind in kinds:
-            bad = damaged(raw, path.suffix, kind, (observed or {}).get(path.name, ()))
-            if bad is None or bad == raw:
-                continue
-            path.write_bytes(bad)
-            try:
-                code, _ = opened_during(lambda: report_main(argv))
-            except Exception as e:  # noqa: BLE001 - a traceback is what this looks for
-                code = f"{type(e).__name__}: {str(e)[:120]}"
-            finally:
-                path.write_bytes(raw)
-            out, err = capsys.readouterr()
-            code = code.code if isinstance(code, SystemExit) else code
-            lines = err.rstrip("\n").split("\n")
-            if code != 2 or len(lines) != 1 or out or path.name not in lines[0]:
-                problems.append(f"{path.relative_to(results)} {kind}: exit {code!r}, stderr {err[-300:]!r}")
-    return problems
+    return [p.replace(f"{results}/", "") for p in damage_problems(lambda: report_main(argv), inputs, capsys, observed)]

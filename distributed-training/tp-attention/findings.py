@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, cores, gaps_sentence, listing, oversubscribed, short_hardware
+from common.findings import (Finding, Sentences, cores, first_sets, gaps_sentence, listing, oversubscribed,
+                             short_hardware)
 
 LAB = Path(__file__).resolve().parent
 S = Sentences(LAB / "findings_template.md")
@@ -44,7 +45,7 @@ def correctness_sentence(corrs: dict[str, pd.DataFrame], benches: dict[str, pd.D
               rows=len(multi)) if len(multi) else ""
     return S("correct.ok" if fails == 0 else "correct.failed", n=len(every), fails=fails,
              degrees=listing([str(t) for t in sorted(set(every["tp"]))]),
-             where="; ".join(where(c) for c in corrs.values()), exact=" " + exact if exact else "")
+             where=first_sets([where(c) for c in corrs.values()], shown=2), exact=" " + exact if exact else "")
 
 
 def dtensor_verdict(b: pd.DataFrame) -> str:
@@ -66,14 +67,14 @@ def dtensor_verdict(b: pd.DataFrame) -> str:
 
 def dtensor_sentence(benches: dict[str, pd.DataFrame]) -> str:
     parts = []
-    for b in benches.values():
+    for b in sorted(benches.values(), key=lambda b: -int(b["world_size"].max())):  # the most GPUs first
         if b["backend"].iloc[0] != "nccl" or oversubscribed(b):
             continue
         r = b["ours_over_dtensor"]
         parts.append(S("dtensor.gpu", hardware=short_hardware(b["hardware"].iloc[0]), median=r.median(), lo=r.min(),
                        hi=r.max(), n=len(r),
                        verdict=dtensor_verdict(b)))
-    text = "; ".join(parts) if parts else S("dtensor.none")
+    text = first_sets(parts) if parts else S("dtensor.none")
     cpu = [b for b in benches.values() if oversubscribed(b)]
     if cpu:
         text += S("dtensor.shared", ranks=int(cpu[0]["world_size"].max()), cores=cores(cpu[0]["hardware"].iloc[0]))

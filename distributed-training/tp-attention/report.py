@@ -36,13 +36,14 @@ _PROVENANCE = {"hardware": str, "world_size": int, "backend": str, "torch_versio
 CORRECTNESS = Schema("tp-attention correctness", {
     **_PROVENANCE, "case": str, "impl": str, "tp": int, "sp": bool, "dtype": str, "err_output": float,
     "err_params_max": float, "tolerance": float, "fwd_collectives": str, "bwd_collectives": str,
-    "comm_bytes_measured": float, "comm_bytes_analytic": float, "pass": bool}, finite=True)
+    "comm_bytes_measured": float, "comm_bytes_analytic": float, "pass": bool}, finite=True,
+    key=("case", "impl", "tp", "sp", "dtype"))  # one row per check, as bench.py writes them
 BENCH = Schema("tp-attention benchmark", {
     **_PROVENANCE, "tp": int, "sp": bool, "seq_len": int, "d_model": int, "batch": int, "dtype": str,
     "ref_ms": float, "ours_ms": float, "ours_compute_ms": float, "comm_share": float, "dtensor_ms": float,
     "ours_over_dtensor": float, "ours_over_ref": float, "ours_max_rel_err": float, "dtensor_max_rel_err": float,
     "verified": bool, "comm_bytes_ours": float, "comm_bytes_dtensor": float, "comm_bytes_analytic": float,
-    "iters": int}, finite=True)
+    "iters": int}, finite=True, key=("tp", "sp", "seq_len", "d_model"))  # one row per timed shape (bench.py)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--collectives", "all_reduce,reduce"], "unknown collective 'reduce'; valid: all_reduce, all_gather"),
     (["--min-bytes", "1M", "--max-bytes", "1K"], "size range reversed"),
     (["--iters", "0"], "--iters must be a positive integer"),
-    (["--min-iters", "-3"], "--min-iters must be a positive integer"),
+    (["--min-iters", "-3"], "argument --min-iters: expected a whole number from 0 to 2,147,483,647, got '-3'"),
     (["--min-iters", "50", "--iters", "5"], "--min-iters 50 exceeds --iters 5"),
     (["--dtypes", "fp8"], "unknown dtype 'fp8'"),
     (["--min-bytes", "2G", "--gpu", "cpu"], "size range reversed: --min-bytes 2G > --max-bytes 64M"),

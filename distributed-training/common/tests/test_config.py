@@ -84,3 +84,30 @@ def test_only_rank_0_prints_but_every_rank_exits_2(capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
         parse_config(Cfg, ["--iters", "0"], prog="bench.py")
     assert e.value.code == 2 and capsys.readouterr() == ("", "")
+
+
+@dataclass(frozen=True)
+class Numbers:
+    steps: int = field(default=5, metadata={"help": "a count"})
+    lr: float = field(default=0.1, metadata={"help": "a rate"})
+    cap: float | None = field(default=None, metadata={"help": "optional"})
+    sizes: tuple[int, ...] = field(default=(1,), metadata={"help": "a list of counts"})
+    shift: int = field(default=0, metadata={"help": "may be negative", "range": (-8, 8)})
+
+
+@pytest.mark.parametrize("flag, value", [(flag, value) for flag in ("--steps", "--lr", "--cap", "--sizes")
+                                         for value in ("-1", "99999999999" if flag in ("--steps", "--sizes") else
+                                                       "-0.5", "nan", "inf", "-inf", "x")] +
+                         [("--steps", ""), ("--lr", ""), ("--sizes", "4,-2"), ("--shift", "9"), ("--shift", "-9")])
+def test_every_number_given_is_checked_against_its_range_in_one_place(capsys, flag, value):
+    """Values as a class (issue 44): a number on the command line (or inside a make target's ARGS) is finite and in
+    its field's range, whatever the field: one line naming the flag, exit 2, before any __post_init__ runs."""
+    with pytest.raises(SystemExit) as e:
+        parse_config(Numbers, [flag, value], prog="runner.py")
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and f"argument {flag}" in err, err
+
+
+def test_a_declared_range_and_the_edges_are_taken():
+    assert parse_config(Numbers, ["--shift", "-8", "--steps", str(2**31 - 1), "--lr", "0", "--sizes", "0,7"]) == \
+        Numbers(steps=2**31 - 1, lr=0.0, sizes=(0, 7), shift=-8)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, Spread, gaps_sentence, listing, short_hardware, spread
+from common.findings import Finding, Sentences, Spread, first_sets, gaps_sentence, listing, short_hardware, spread
 from reporting.comparison import Run
 from reporting.evidence import DELAYED, Facts, ident
 
@@ -82,7 +82,8 @@ def answer_sentence(f: Facts, others: list[Facts] = (), also: bool = False) -> s
     if also:
         return "" if not gaps else S("also.unknown" if n is None else "also.known", **values, verdict=S(
             "verdict.beyond", **values) if values["k"] else S("verdict.within"))
-    rest = "".join(answer_sentence(g, also=True) for g in others)
+    also = [answer_sentence(g, also=True).removeprefix("; ") for g in others]  # one other set by name (one screen)
+    rest = "; " + first_sets(also) if any(also) else ""
     return S(f"answer.{verdict_key(f)}" if gaps else "answer.none", **values, also=rest)
 
 
@@ -113,12 +114,13 @@ def speed_sentence(gpu_facts: list[Facts]) -> str:
         return S("speed.cpu")
     parts = []
     for f in gpu_facts:
-        runs = listing([f"{run_label(r)} {s.mid:.2f}x" if s.differs else S("speed.same", name=run_label(r),
-                                                                              x=s.mid) for r, s in speeds(f)])
+        said = [f"{run_label(r)} {s.mid:.2f}x" if s.differs else S("speed.same", name=run_label(r), x=s.mid)
+                for r, s in speeds(f)]
+        runs = listing(said[:4] + ([f"{len(said) - 4} more"] if len(said) > 4 else []))  # one screen: the table has all
         if runs:
             bound = " " + S("speed.bound", bound=f.bound) if f.bound else ""
             parts.append(S("speed.gpu", gpu=short_gpu(f.key.hardware), runs=runs) + bound)
-    return S("speed", speeds="; ".join(parts)) if parts else S("speed.none")
+    return S("speed", speeds=first_sets(parts, shown=2)) if parts else S("speed.none")
 
 
 class Early:
@@ -177,7 +179,7 @@ def meaning_sentence(f: Facts) -> str:
     top = fastest(f)
     if not top:
         return S("meaning.none")
-    best = " or ".join(run_label(r) for r, _ in top)
+    best = " or ".join(dict.fromkeys(run_label(r) for r, _ in top))
     x = spread([s.mid for _, s in top], "{:.2f}x", "-")
     if not any(s.differs and s.mid > 1 for _, s in top):
         return S("meaning.slower", best=best, x=x, gpu=short_gpu(f.key.hardware))
@@ -194,7 +196,7 @@ def missing_sentence(all_facts: list[Facts], bounds_missing: list, multi_gpu: bo
     gaps += [S("missing.noise", gpu=short_gpu(f.key.hardware, False)) for f in gpu if f.noise is None]
     if gpu and not multi_gpu:
         gaps.append(S("missing.multi_gpu"))
-    return gaps_sentence(S, gaps)
+    return gaps_sentence(S, list(dict.fromkeys(gaps)))  # two sets of one GPU lack its bound once
 
 
 def opening(all_facts: list[Facts], bounds_missing: list, multi_gpu: bool) -> list[Finding]:

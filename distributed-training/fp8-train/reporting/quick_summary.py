@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -17,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from common.config import parse_config
-from common.csvread import BadResults
+from common.csvread import BadResults, read_json
 from common.markdown import table
 from reporting import comparison, tables
+from reporting.tables import CONFIG_KINDS
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def rows(folder: Path) -> tuple[list[str], list[list[str]], str]:
     if steps is None:
         raise BadResults(f"{folder} has no steps.csv: no run of the preset finished")
     cfg_path = folder / "steps.config.json"
-    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    cfg = read_json(cfg_path, "the config saved beside steps.csv", CONFIG_KINDS) if cfg_path.is_file() else {}
     runs = comparison.summarize(comparison.Folder(folder.name, steps, cfg, None))
     key = comparison.model_key(steps, cfg)
     bound = comparison.bound_for(key, tables.read(folder / "bound.csv"))

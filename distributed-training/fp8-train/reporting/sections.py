@@ -29,7 +29,7 @@ from reporting import bench_report, comparison, evidence, findings, health_repor
 from reporting.comparison import Folder, ModelKey, is_gpu, model_key, summarize
 from reporting.findings import S, short_gpu, then
 from reporting.plots import plot_answer, plot_loss, plot_scales, plot_underflow
-from reporting.tables import SCHEMAS, read as _read
+from reporting.tables import CONFIG_KINDS, SCHEMAS, read as _read
 
 LAB = Path(__file__).resolve().parents[1]  # the lab: results/, REPORT.md
 HERE = Path(__file__).resolve().parent
@@ -65,11 +65,6 @@ class Context(NamedTuple):
         steps = pd.concat([f.steps for f in self.models[key]], ignore_index=True)
         return describe_runs(steps, {"model": f"d{key.d_model}-L{key.n_layers}",
                                      "tokens/step": key.batch * key.seq_len})
-
-
-# What the report reads from a run's saved config (comparison.py), each of its kind when present.
-CONFIG_KINDS = {"n_heads": int, "steps": int, "data": str, "data_fingerprint": str, "skipped_runs": list,
-                "fp8_backend": str, "fp8_scaling": str, "torchao_recipe": str, "mx_scale_rule": str}
 
 
 def load(results: Path, root: Path) -> Context:

@@ -57,6 +57,10 @@ BOUND = Schema("fp8-train FP8 bound", {  # per model shape and GPU: what FP8 GEM
     "hardware": str, "d_model": int, "n_layers": int, "seq_len": int, "tokens_per_step": int, "bf16_step_ms": float,
     "bf16_gemm_ms": float, "gemm_share": float, "fp8_gemm_ms": float, "bound_speedup": float}, finite=True,
     key=("d_model", "n_layers", "seq_len", "batch"), nonneg=("gemm_share", "bound_speedup"))
+
+# What the reports read from a run's saved config (comparison.py), each of its kind when present.
+CONFIG_KINDS = {"n_heads": int, "steps": int, "data": str, "data_fingerprint": str, "skipped_runs": list,
+                "fp8_backend": str, "fp8_scaling": str, "torchao_recipe": str, "mx_scale_rule": str}
 SCHEMAS = {"steps.csv": STEPS, "fp8.csv": FP8, "layers.csv": LAYERS, "events.csv": EVENTS, "sweep.csv": SWEEP,
            "bench_step.csv": BENCH_STEP, "bench_gemm.csv": BENCH_GEMM, "bench_monitor.csv": BENCH_MONITOR,
            "bench_kernels.csv": BENCH_KERNELS, "bound.csv": BOUND}

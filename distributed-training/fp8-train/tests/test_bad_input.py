@@ -13,7 +13,7 @@ import bench
 import dashboard
 import report
 import train
-from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark, tree_state
 
 LAB = Path(train.__file__).resolve().parent
 NO_GPU = no_gpu_mark()
@@ -34,7 +34,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--on-nan", "rollback", "--ckpt-every", "0"], "--on-nan rollback needs checkpoints"),
     (["--nan-lr-factor", "2"], "--nan-lr-factor must be in (0, 1)"),
     (["--lr", "inf"], "expected a finite number"),
-    (["--steps", "-1"], "--steps must be >= 1"),
+    (["--steps", "-1"], "argument --steps: expected a whole number from 0 to 2,147,483,647, got '-1'"),
     (["--data-size", "lots"], "cannot read size 'lots'"),
     (["--promote", "later"], "invalid choice: 'later'"),
     (["--mx-scale-rule", "floor"], "invalid choice: 'floor'"),
@@ -99,3 +99,30 @@ def test_dashboard_command(run, needle, tmp_path, capsys):
     (tmp_path / "steps.csv").write_text((LAB / "results" / "cpu_ws1-wide" / "steps.csv").read_text()[:-200])  # cut
     argv = ["--run", run.format(tmp=tmp_path), "--out", str(tmp_path / "d.html")]
     expect_bad_input(lambda: dashboard.main(argv), needle, capsys, watch=[LAB, tmp_path])
+
+
+@pytest.mark.parametrize("args, refuses", [("--noise-seeds 2", ["fp8-train-bench"]),  # a training flag
+                                           ("--warmup -1", ["fp8-train", "fp8-train-bench"])])  # out of range
+def test_the_gpu_target_checks_its_args_for_both_runners_before_anything_runs(args, refuses, tmp_path):
+    """`make fp8-train-gpu ARGS=...` hands ARGS to the training and then the bench: both runners' check passes
+    (DT_CHECK_ARGS=1: every flag checked, nothing written) come first in its recipe, right after the CUDA check, so
+    a flag one of them refuses is one line before the training writes anything. The recipe's lines as make expands
+    them (`make -n`), the checks run here on the CPU preset."""
+    import subprocess
+    import sys
+    root = LAB.parents[1]
+    plan = subprocess.run(["make", "-n", "fp8-train-gpu", f"PYTHON={sys.executable}", "GPU=h100", f"ARGS={args}"],
+                          cwd=root, capture_output=True, text=True, timeout=60).stdout.splitlines()
+    checks = [i for i, line in enumerate(plan) if line.startswith("DT_CHECK_ARGS=1")]
+    cuda = next(i for i, line in enumerate(plan) if "common.cuda_env require" in line)
+    started = next(i for i, line in enumerate(plan) if "fp8-train-run" in line)
+    assert len(checks) == 2 and cuda < min(checks) and max(checks) < started, plan
+    assert "train.py" in plan[checks[0]] and "bench.py" in plan[checks[1]]
+    watched = [LAB / "results", LAB / "runs"]
+    before = [tree_state(w) for w in watched]
+    results = [subprocess.run(plan[i].replace("--gpu h100", "--gpu cpu"), shell=True, cwd=root, capture_output=True,
+                              text=True, timeout=120) for i in checks]
+    refused = [r for r in results if r.returncode != 0]
+    assert [r.stderr.split(":")[0] for r in refused] == refuses, [r.stderr for r in results]
+    assert all(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 for r in refused)
+    assert [tree_state(w) for w in watched] == before

@@ -49,7 +49,7 @@ def test_sweep(world, argv, needle, capsys, monkeypatch):
     (at_scale.main, ["--scale-worlds", "8,12"], "not a multiple of --node-size 8"),
     (at_scale.main, ["--node-size", "0"], "--node-size must be a positive integer"),
     (project.main, ["--gpu", "h900"], "unknown GPU preset 'h900'"),
-    (project.main, ["--node-size", "-8"], "--node-size must be a positive integer"),
+    (project.main, ["--node-size", "-8"], "argument --node-size: expected a whole number from 0"),
 ], ids=["at-scale-worlds", "at-scale-node", "project-gpu", "project-node"])
 def test_studies(main, argv, needle, capsys):
     expect_bad_input(lambda: main(argv), needle, capsys, watch=[LAB])

@@ -46,6 +46,20 @@ def test_time_is_a_cost_only_beyond_the_spread(committed):
     assert "zero3 weak" not in after.split(";")[0] and "hsdp strong" not in after and "6 show no difference" in after
 
 
+def test_time_speaks_for_one_gpu_set_and_pools_a_repeated_configuration(committed):
+    """Another GPU's one-rank rows beside the committed ones (issue 44: a lookup then returned several rows), and the
+    same configuration measured twice: the sentence names the newest set's GPU, and a repeat widens the spread."""
+    import pandas as pd
+    s = committed["scaling_*.csv"]
+    one = s[(s["backend"] == "nccl") & (s["world_size"] == 1)]
+    other = one.assign(hardware="1x NVIDIA H200", timestamp_utc="2099-01-01T00:00:00Z")
+    assert "1x H200" in _opening({**committed, "scaling_*.csv": pd.concat([s, other])})["Time"].replace("NVIDIA ", "")
+    rerun = one[one["strategy"] == "single"].copy()
+    rerun[["step_time_min_ms", "step_time_max_ms"]] *= [0.1, 10.0]  # a noisy rerun of plain training
+    after = _opening({**committed, "scaling_*.csv": pd.concat([s, rerun])})["Time"]
+    assert "beyond its" in after and "hsdp weak" not in after  # nothing differs beyond the pooled spread
+
+
 def test_the_projection_and_its_captions_follow_the_rows(committed):
     p = committed["projection.csv"]
     assert "needs 129 GB/GPU of states under DDP (no fit), 19 GB under ZeRO-3" in _opening(committed)["At scale"]

@@ -25,7 +25,7 @@ def _listing() -> list[str]:
     (["--tp", "2"], "needs 2 ranks: launch it with torchrun"),
     (["--recompute", "some"], "--recompute 'some'"),
     (["--gpu", "h100"], "needs a CUDA GPU"),
-    (["--tp", "2", "--steps", "-1"], "--steps must be >= 1"),
+    (["--tp", "2", "--steps", "-1"], "argument --steps: expected a whole number from 0"),
     (["--cp", "0"], "--cp must be >= 1"),
     (["--tp", "2", "--cp", "3", "--world", "6"], "a multiple of 2 x cp x tp = 12"),
     (["--cp", "2", "--recompute", "selective", "--world", "2"], "--recompute op with --cp > 1"),

@@ -21,6 +21,7 @@ from common.csvread import has_columns
 from planner.model.cluster import Cluster
 
 COLUMNS = {"step_time_ms", "planner_step_s", "preset"}
+KEY = ("variant", "tp", "pp", "dp", "cp", "world_size", "nnodes")  # a row per run, as parallel-3d's train.py writes
 
 
 def is_runs_csv(path: str) -> bool:
@@ -30,7 +31,7 @@ def is_runs_csv(path: str) -> bool:
 
 def ratios(cluster: Cluster, paths: list[str]) -> list[float]:
     from common.csvread import BadResults, Schema, read_rows
-    schema = Schema("parallel-3d runs", {"step_time_ms": float, "planner_step_s": float, "preset": str})
+    schema = Schema("parallel-3d runs", {"step_time_ms": float, "planner_step_s": float, "preset": str}, key=KEY)
     out = []
     for path in paths:
         try:
@@ -48,7 +49,7 @@ def gpus(paths: list[str]) -> set[str]:
     """The GPU presets of the runs with a planner prediction in these files."""
     from common.csvread import read_rows
     from common.csvread import Schema
-    schema = Schema("parallel-3d runs", {"planner_step_s": float, "preset": str})
+    schema = Schema("parallel-3d runs", {"planner_step_s": float, "preset": str}, key=KEY)
     return {r["preset"] for path in paths for r in read_rows(path, schema) if r["planner_step_s"]}
 
 

@@ -21,7 +21,8 @@ from common.csvread import BadResults, Schema, read_table
 from planner.model.cluster import Cluster
 
 SCHEMA = Schema("allreduce-bench sweep", {"collective": str, "world_size": int, "nnodes": int, "size_bytes": int,
-                                          "time_us": float})
+                                          "time_us": float},
+                key=("collective", "dtype", "size_bytes", "world_size", "nnodes"))
 
 
 def calibrate_from_sweeps(cluster: Cluster, paths: list[str]) -> Cluster:

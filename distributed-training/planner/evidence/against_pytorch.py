@@ -26,28 +26,34 @@ QUANTITIES = (("state", "state bytes (params + grads + optimizer)"), ("tp", "TP 
               ("pp", "PP bytes sent / step"), ("dp", "DP bus bytes / step"))
 
 
-# What the report reads from each kind of file, checked by common/csvread.py before it is used.
+# What the report reads from each kind of file, checked by common/csvread.py before it is used; each key is the one
+# its writer (parallel-3d's train.py, activations.py, at_scale.py, ranking.py) replaces rows by.
 _PROV = {"hardware": str, "world_size": int, "backend": str, "git_commit": str}
 SCHEMAS = {
     "runs_": Schema("parallel-3d runs", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
                                          "step_time_ms": float, "loss_first": float, "loss_last": float}, finite=True,
-                     key=("variant", "tp", "pp", "dp", "world_size", "nnodes")),
+                     key=("variant", "tp", "pp", "dp", "cp", "world_size", "nnodes")),
     # a header alone is a complete result: launches of one rank (the 1-GPU baseline) issue no collective
     "comms_": Schema("parallel-3d collectives", {**_PROV, "variant": str, "tp": int, "pp": int, "dp": int,
                                                  "kind": str, "count": int, "payload_bytes": float},
-                     allow_empty=True, finite=True),
+                     allow_empty=True, finite=True,
+                     key=("variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "world_size", "nnodes")),
     "activations_": Schema("parallel-3d activations", {"tp": int, "recompute": str, "measured_bytes": float,
-                                                       "planner_bytes": float}, finite=True),
+                                                       "planner_bytes": float}, finite=True,
+                             key=("tp", "recompute", "dtype", "microbatch", "seq", "hidden", "heads", "kv_heads",
+                                  "ffn")),
     "at_scale_terms": Schema("parallel-3d planner terms", {"study": str, "role": str, "quantity": str, "term": str,
-                                                          "bytes": float}, finite=True),
+                                                          "bytes": float}, finite=True,
+                               key=("study", "role", "quantity", "term")),
     "at_scale_cp": Schema("parallel-3d at-scale CP study", {"study": str, "role": str, "baseline_study": str,
                                                             "world": int, "cp": int, "param_bytes": float,
                                                             "cp_payload_bytes": float, "ring_formula_bytes": float},
-                          finite=True),
+                          finite=True, key=("study", "role")),
     "ranking_calibration_": RANKING_CALIBRATION,  # the ranking set (parallel-3d/ranking.py, evidence/ranking.py)
     "ranking_": RANKING_ROWS,
     "at_scale": Schema("parallel-3d at-scale study", {"study": str, "role": str, "world": int, "tp": int, "pp": int,
-                                                      "dp": int, "param_bytes": float}, finite=True),
+                                                      "dp": int, "param_bytes": float}, finite=True,
+                       key=("study", "role")),
 }
 
 

@@ -25,22 +25,37 @@ def _rel(path: Path) -> str:
     return own_runs._rel(path)
 
 
+def _own_readers(p: Path) -> tuple | None:
+    """The readers of the lab whose folder holds `p` (None for a file outside the labs)."""
+    try:
+        return own_runs.READERS.get(p.resolve().relative_to(own_runs.LABS).parts[0])
+    except ValueError:
+        return None
+
+
 def runs_in(path: str) -> list[own_runs.Run]:
-    """Every GPU run own_runs reads from the file `path` (its readers look in the file's folder and the one above)."""
+    """Every GPU run own_runs reads from the file `path` (its readers look in the file's folder and the one above).
+
+    A file of a lab's results is read by that lab's readers, as its report reads it: a damaged file among those
+    they read (the file, its saved config, the run folders beside it) is one line (ValueError). A file elsewhere (a
+    run copied home) is tried with every lab's readers, each of which skips what is not its kind."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"--from-run: no such file {path}")
+    own = _own_readers(p)
+    readers = own or tuple(r for rs in own_runs.READERS.values() for r in rs)
     want, found = _rel(p), {}
-    for readers in own_runs.READERS.values():
-        for reader in readers:
-            for folder in (p.parent, p.parent.parent):
-                try:
-                    runs = reader(folder)
-                except (BadResults, ValueError, KeyError, TypeError) as e:
-                    if folder == p.parent and isinstance(e, BadResults) and str(p) in str(e):
-                        raise ValueError(f"--from-run: {e}") from None
-                    continue
-                found.update({(r.file, r.name): r for r in runs if r.file == want})
+    for reader in readers:
+        for folder in (p.parent, p.parent.parent):
+            try:
+                runs = reader(folder)
+            except BadResults as e:
+                if own is not None or (folder == p.parent and str(p) in str(e)):
+                    raise ValueError(f"--from-run: {e}") from None
+                continue
+            except (ValueError, KeyError, TypeError):
+                continue
+            found.update({(r.file, r.name): r for r in runs if r.file == want})
     return list(found.values())
 
 

@@ -142,14 +142,15 @@ def gpt_shape(layers: int, d: int, heads: int, seq: int, vocab: int = 256) -> Sh
 
 STEPS = Schema("fp8-train steps", {"hardware": str, "timestamp_utc": str, "run": str, "precision": str,
                                    "precision_backend": str, "compiled": bool, "step": int, "tokens_per_s": float,
-                                   "batch": int, "grad_accum": int, "seq_len": int, "d_model": int, "n_layers": int})
+                                   "batch": int, "grad_accum": int, "seq_len": int, "d_model": int, "n_layers": int},
+               key=("run", "step"))
 BENCH_STEP = Schema("fp8-train step-cost benchmark", {"hardware": str, "timestamp_utc": str, "d_model": int,
                                                       "n_layers": int, "run": str,
                                                       "precision": str, "precision_backend": str, "compiled": bool,
                                                       "tokens_per_step": int, "step_time_s": float,
-                                                      "step_time_min_s": float})
+                                                      "step_time_min_s": float}, key=("d_model", "run", "fp8_scaling"))
 BENCH_GEMM = Schema("fp8-train GEMM benchmark", {"hardware": str, "op": str, "m": int, "k": int, "n": int,
-                                                 "time_us": float})
+                                                 "time_us": float}, key=("op", "m", "k", "n"))
 # The Adam step each lab times (compute.optimizer_bytes): fp8-train's trainer runs torch.optim.AdamW(fused=True) on
 # CUDA with the clip factor folded into its grad_scale; fsdp-scaling and parallel-3d run torch.optim.AdamW's default
 # (foreach on CUDA, DTensors included) without clipping.
@@ -280,7 +281,8 @@ def busy(gpu_busy_ms, step_s: float) -> dict:
 
 
 BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "seq_len": int,
-                                      "tokens_per_step": int, "gemm_share": float, "bound_speedup": float})
+                                      "tokens_per_step": int, "gemm_share": float, "bound_speedup": float},
+               key=("d_model", "n_layers", "seq_len", "batch"), nonneg=("gemm_share", "bound_speedup"))
 
 
 def fp8_train_bound(results: Path) -> list[Run]:
@@ -316,7 +318,7 @@ SCALING = Schema("fsdp-scaling sweep", {"hardware": str, "strategy": str, "mode"
                                         "world_size": int, "micro_batch": int, "grad_accum": int,
                                         "precision": str, "tokens_per_s_per_rank": float, "step_time_ms": float,
                                         "step_time_min_ms": float, "step_time_max_ms": float,
-                                        "tokens_per_step": int})
+                                        "tokens_per_step": int}, key=("strategy", "mode", "world_size", "nnodes"))
 ZERO = {"single": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "hsdp": 3}
 
 
@@ -340,7 +342,8 @@ def fsdp_scaling(results: Path) -> list[Run]:
 # ---- tp-attention --------------------------------------------------------------------------------
 
 TP_BENCH = Schema("tp-attention bench", {"hardware": str, "tp": int, "sp": bool, "seq_len": int, "d_model": int,
-                                         "n_heads": int, "batch": int, "dtype": str, "ours_ms": float})
+                                         "n_heads": int, "batch": int, "dtype": str, "ours_ms": float},
+                  key=("tp", "sp", "seq_len", "d_model"))
 DTYPES = {"bfloat16": "bf16", "float16": "bf16", "float32": "fp32"}
 
 
@@ -361,7 +364,8 @@ def tp_attention(results: Path) -> list[Run]:
 
 SWEEP = Schema("allreduce-bench sweep", {"hardware": str, "collective": str, "size_bytes": int, "world_size": int,
                                          "nnodes": int, "time_us": float, "time_min_us": float,
-                                         "time_max_us": float})
+                                         "time_max_us": float},
+               key=("collective", "dtype", "size_bytes", "world_size", "nnodes"))
 
 
 def allreduce_bench(results: Path) -> list[Run]:
@@ -381,7 +385,8 @@ RUNS_3D = Schema("parallel-3d runs", {"hardware": str, "tp": int, "pp": int, "dp
                                       "recompute": str, "interleave": int, "stage_layers": str, "microbatch": int,
                                       "num_microbatches": int, "model": str, "precision": str,
                                       "step_time_ms": float, "step_time_min_ms": float,
-                                      "step_time_max_ms": float})
+                                      "step_time_max_ms": float},
+                 key=("variant", "tp", "pp", "dp", "cp", "world_size", "nnodes"))
 
 
 def parallel_3d(results: Path) -> list[Run]:

@@ -53,9 +53,10 @@ TARGETS = {"rank correlation": 0.8, "groups with the pick within 10%": 0.8}
 ROWS = Schema("parallel-3d ranking set", {
     "group": str, "world": int, "model": str, "global_batch": int, "tp": int, "pp": int, "dp": int, "zero": int,
     "recompute": str, "interleave": int, "microbatch": int, "num_microbatches": int, "step_time_ms": float,
-    "step_time_min_ms": float, "step_time_max_ms": float, "hardware": str, "git_commit": str, "torch_version": str})
+    "step_time_min_ms": float, "step_time_max_ms": float, "hardware": str, "git_commit": str, "torch_version": str},
+    key=("group", "tp", "pp", "dp", "zero", "recompute", "interleave", "microbatch"))  # parallel-3d/ranking.py's
 CALIBRATION = Schema("parallel-3d ranking calibration", {"quantity": str, "world": int, "value": float,
-                                                         "hardware": str})
+                                                         "hardware": str}, key=("quantity", "world"))
 
 
 class Machine(NamedTuple):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from common.collective_cost import collective_time_s, half_bandwidth_bytes
 from common.config import parse_config
+from common.csvread import BadResults
 from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence import accuracy, against_pytorch, own_runs, validation
@@ -32,7 +33,7 @@ from planner.model.cluster import make_cluster
 from planner.model.memory import MEMORY_HEADROOM, usable_bytes
 from planner.model.shapes import NAMED, named
 
-from . import experiments, guide_answer
+from . import experiments, guide_answer, inputs
 from .experiments import degrees, no_fit, plan, shape_of
 
 HERE = Path(__file__).resolve().parent  # the templates lie here; the documents two folders up
@@ -367,6 +368,7 @@ class GuideConfig:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(GuideConfig, argv, description=__doc__.split("\n\n")[0], prog="guide.py")
     try:
+        inputs.check()  # every results file it reads, before anything is written: a damaged one is one line (exit 2)
         ctx = cfg.context()
         experiments.set_context(ctx)
         experiments.cluster_for(ctx.gpu, 8)  # a file that cannot calibrate fails here, before anything is written
@@ -381,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text, proof = render(TEMPLATE), render(VALIDATION_TEMPLATE)
         guide_answer.draw_mfu(png)
+    except BadResults as e:  # a file inputs.check() does not read: still one line, and no document written
+        print(f"guide.py: error: {e}", file=sys.stderr)
+        return 2
     finally:
         experiments.set_context(experiments.Context())
         LINKS.update(DEFAULT_LINKS)
