@@ -41,6 +41,8 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+from .config import env_seconds
+
 # The CUDA builds PyTorch publishes for the pinned torch (requirements.txt), one wheel index each.
 TORCH_CUDA_BUILDS = ("cu126", "cu128", "cu130")
 TORCH_INDEX = "https://download.pytorch.org/whl"
@@ -86,11 +88,7 @@ def variant_of(torch_cuda: str | None) -> str:
 
 def smi_timeout_s() -> float:
     """How long nvidia-smi may take to answer (DT_SMI_TIMEOUT_S, default 15 s)."""
-    try:
-        value = float(os.environ.get("DT_SMI_TIMEOUT_S", "15"))
-    except ValueError:
-        return 15.0
-    return value if value > 0 else 15.0
+    return env_seconds("DT_SMI_TIMEOUT_S", 15.0)
 
 
 class _NoAnswer(Exception):

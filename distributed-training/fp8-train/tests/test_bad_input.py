@@ -14,6 +14,7 @@ import dashboard
 import report
 import train
 from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit.bad_input import report_arguments_test
 
 LAB = Path(train.__file__).resolve().parent
 NO_GPU = no_gpu_mark()
@@ -86,8 +87,7 @@ def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
     expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
 
 
-def test_report_arguments(capsys):
-    expect_bad_input(lambda: report.main(["--bogus"]), "unrecognized arguments: --bogus", capsys, watch=[LAB])
+test_report_arguments = report_arguments_test(report.main, LAB)
 
 
 @pytest.mark.parametrize("run, needle", [
