@@ -57,6 +57,8 @@ def test_resume_with_nothing_to_resume(tmp_path, capsys):
     (["--iters", "0"], "--iters/--batch/--seq-len/--n-layers must be >= 1"),
     (["--resume"], "--resume: fp8-train-bench measures every part it is given afresh"),
     (["--gpu", "h900"], "unknown GPU preset 'h900'"),
+    (["--parts", "kernels", "--kernels-baseline", "no-such-commit"], "'no-such-commit' is not a commit"),
+    (["--parts", "kernels", "--kernels-baseline=--all"], "'--all' is not a commit"),  # never a git option
 ])
 def test_benchmark(argv, needle, capsys):
     expect_bad_input(lambda: bench.main(["--gpu", "cpu", *argv]), needle, capsys, watch=[LAB])
