@@ -217,7 +217,7 @@ def refusal(target: str, cpu_alternative: str | None, driver: Driver | DriverFau
     return f"{target} runs on NVIDIA GPUs only: {mismatch(torch_version, torch_cuda, False, driver)}"
 
 
-BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (common/torch_install.py)
+BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (provision/torch_install.py)
 
 
 def backend_problem(requested: str, installed: str | None, driver: Driver | DriverFault | None) -> str | None:
