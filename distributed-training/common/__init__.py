@@ -38,6 +38,7 @@ One concept per module:
     cp_attention      the three CP designs behind one call, by name
     attention_flags   an attention lab's flags (SweepFlags, VerifyFlags), torch-free
     attention_sweep   an attention lab's runner, verify command and interleaved timing (tp- and cp-attention)
+    sweep_report      an attention lab's report generator: its result sets read and checked, its text written
     fp8_names         the FP8 backends' names, shared by fp8-train's registry and the planner's cost records
     fp8_record        fp8-train's FP8 record judged from fp8.csv: damaged or whole, which layer version wrote it
     at_commit         run a module of an older commit's tree (git archive, python -m there): before/after studies

@@ -262,6 +262,16 @@ def changed_flags(cfg: Any, reference: Any, ignore: Sequence[str] = ()) -> list[
             if f.name not in ignore and getattr(cfg, f.name) != getattr(reference, f.name)]
 
 
+def env_seconds(name: str, default: float) -> float:
+    """A time limit a user may set in the environment variable `name`, in seconds: `default` where it is unset, not a
+    number, or not positive (a limit that cannot be read never becomes "no limit")."""
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return float(default)
+    return value if value > 0 else float(default)
+
+
 def parse_size(text: str) -> int:
     """'64', '4K', '1M', '4G' -> bytes (binary units, as nccl-tests' -b/-e)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

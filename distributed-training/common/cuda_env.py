@@ -41,6 +41,8 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+from .config import env_seconds
+
 # The CUDA builds PyTorch publishes for the pinned torch (requirements.txt), one wheel index each.
 TORCH_CUDA_BUILDS = ("cu126", "cu128", "cu130")
 TORCH_INDEX = "https://download.pytorch.org/whl"
@@ -86,11 +88,7 @@ def variant_of(torch_cuda: str | None) -> str:
 
 def smi_timeout_s() -> float:
     """How long nvidia-smi may take to answer (DT_SMI_TIMEOUT_S, default 15 s)."""
-    try:
-        value = float(os.environ.get("DT_SMI_TIMEOUT_S", "15"))
-    except ValueError:
-        return 15.0
-    return value if value > 0 else 15.0
+    return env_seconds("DT_SMI_TIMEOUT_S", 15.0)
 
 
 class _NoAnswer(Exception):
@@ -219,7 +217,7 @@ def refusal(target: str, cpu_alternative: str | None, driver: Driver | DriverFau
     return f"{target} runs on NVIDIA GPUs only: {mismatch(torch_version, torch_cuda, False, driver)}"
 
 
-BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (common/torch_install.py)
+BACKENDS = ("auto", "cpu", *TORCH_CUDA_BUILDS, "registry")  # TORCH_BACKEND's values (provision/torch_install.py)
 
 
 def backend_problem(requested: str, installed: str | None, driver: Driver | DriverFault | None) -> str | None:

@@ -30,7 +30,6 @@ gets a row of unknowns instead of a borrowed guess.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from contextlib import contextmanager
@@ -38,6 +37,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import torch
+
+from .config import env_seconds
 
 
 @dataclass(frozen=True)
@@ -226,11 +227,7 @@ T = TypeVar("T")
 
 def nvml_timeout_s() -> float:
     """How long an NVML query may take (DT_NVML_TIMEOUT_S, default 15 s): a hung GPU makes the driver hang."""
-    try:
-        value = float(os.environ.get("DT_NVML_TIMEOUT_S", "15"))
-    except ValueError:
-        return 15.0
-    return value if value > 0 else 15.0
+    return env_seconds("DT_NVML_TIMEOUT_S", 15.0)
 
 
 def bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:

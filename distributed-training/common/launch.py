@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 from types import MethodType
 
+from .config import env_seconds
 from .failures import BAD_INPUT, INTERRUPTED, PEER_LOST, PREEMPTED
 
 
@@ -178,11 +179,7 @@ def _cap_failure_teardown(grace_s: float) -> None:
 
 def rdzv_timeout_s() -> float:
     """How long a multi-node launch waits for its nodes (DT_RDZV_TIMEOUT_S, default 300 s)."""
-    try:
-        value = float(os.environ.get("DT_RDZV_TIMEOUT_S", "300"))
-    except ValueError:
-        return 300.0
-    return value if value > 0 else 300.0
+    return env_seconds("DT_RDZV_TIMEOUT_S", 300.0)
 
 
 _WATCHED: "Rendezvous | None" = None  # the launch's rendezvous, for the handler wrappers (one launch per process)

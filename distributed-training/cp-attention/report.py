@@ -11,17 +11,16 @@ labelled with its hardware and versions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from common import measured_on
-from common.config import parse_config
-from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results, tables_by_tag
+from common.csvread import Schema
 from common.findings import block, cores, fill, measured_line, oversubscribed, sci, spread
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
+from common.sweep_report import SweepReport, SweepTables, report_main
 import findings
 from findings import OURS, S, TORCH, heads_label, normalise
 
@@ -44,12 +43,6 @@ BENCH = Schema("cp-attention benchmark", {
     key=("impl", "kernel", "cp", "seq_len", "n_heads", "n_kv_heads", "dtype"))  # one row per timing (bench.py)
 PUBLIC = Schema("cp-attention public API", {**_PROVENANCE, "api": str, "device": str, "runs": bool, "error": str},
                 key=("api", "device"))
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
-    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots: plots/ beside it)"})
 
 
 def correctness_section(c: pd.DataFrame, tag: str) -> list[str]:
@@ -152,25 +145,24 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
             "", frame(pd.DataFrame(rows)), ""]
 
 
-@guard_report
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
-    results, out = results_folder(cfg.results, RUN_IT), report_path(cfg.out)
-    corrs, benches = sweep_results(results, CORRECTNESS, BENCH, RUN_IT)
-    publics = tables_by_tag(results, "public_api", PUBLIC)
-    text = fill(LAB / "report_template.md",
-                findings=block(findings.opening(benches, corrs), one_screen=True),
-                measured_on=measured_on.paragraph(results, ["correctness_*.csv", "bench_*.csv"],
+REPORT = SweepReport(LAB, CORRECTNESS, BENCH, RUN_IT, {"public_api": PUBLIC})
+
+
+def render(t: SweepTables) -> str:
+    publics = t.extra["public_api"]
+    return fill(LAB / "report_template.md",
+                findings=block(findings.opening(t.benches, t.corrs), one_screen=True),
+                measured_on=measured_on.paragraph(t.results, ["correctness_*.csv", "bench_*.csv"],
                                                   "`make cp-attention-gpu` (one GPU: N = 1; a node: N up to its GPUs)"),
-                plots=[_plot(b, tag, out.parent / "plots") for tag, b in benches.items() if b["cp"].max() > 1],
-                correctness=[line for tag, c in corrs.items() for line in correctness_section(c, tag)],
+                plots=[_plot(b, tag, t.out.parent / "plots") for tag, b in t.benches.items() if b["cp"].max() > 1],
+                correctness=[line for tag, c in t.corrs.items() for line in correctness_section(c, tag)],
                 public_api=findings.public_line(pd.concat(publics.values()) if publics else None),
-                bench=[line for tag, b in benches.items() for line in bench_section(b, tag)],
-                bf16=findings.bf16_sentence(benches, corrs),
+                bench=[line for tag, b in t.benches.items() for line in bench_section(b, tag)],
+                bf16=findings.bf16_sentence(t.benches, t.corrs),
                 predicted=S("predicted"))
-    out.write_text(text)
-    print(f"wrote {out.name} from {len(corrs) + len(benches) + len(publics)} CSVs")
-    return 0
+
+
+main = report_main(REPORT, render, __doc__)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ nothing. So the default run list is what the results set gpu-quick publishes int
        precision_backend_version, `train.py --list-runs` names the version it writes: common/fp8_record.py)
     3  FP8 runs with no rows in the set; 4  the other runs with no rows there (BF16 seeds: the noise band)
     5  the GEMM rates (`gemm`: fp8-train's bench --parts gemm -> bench_gemm.csv, the sustained matmul rate
-       planner/gemm_rates.py prices this GPU with), when the set has none
+       planner/calibrate/gemm_rates.py prices this GPU with), when the set has none
     6  the bench at one hidden size (`bench`: bench_step.csv, step time beside GPU busy time), when missing
     7  runs measured only in another set of this GPU (results/<preset>_ws1-*: an experiment's folder)
 

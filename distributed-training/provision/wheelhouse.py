@@ -8,9 +8,10 @@ to the node and install from it there with no network (`make setup-fp8 WHEELHOUS
     make setup-fp8 WHEELHOUSE=wheels                      # on the node; builds TE's torch extension there
 
 The defaults follow this checkout: the running Python's version, the torchao that requirements-fp8.txt pins
-(it pairs with the pinned torch: 0.17 was built for torch 2.11, 0.18 for 2.13), and the CUDA major of the
-torch installed here (a CPU build: cu13, the build the package registry serves for the pinned torch). Name
-the node's own where they differ (WHEEL_PY, TE_CUDA=cu12 for a node whose driver predates 580).
+(0.18.0: torch 2.11 or newer, its release notes say; the committed H200 rows ran it with torch 2.11.0), and
+the CUDA major of the torch installed here (a CPU build: cu13, the build the package registry serves for the
+pinned torch). Name the node's own where they differ (WHEEL_PY, TE_CUDA=cu12 for a node whose driver predates
+580).
 
 What it fetches:
     torchao==TORCHAO                    3 MB binary wheel, no dependencies

@@ -9,10 +9,13 @@ shared package at run time (common/tests/test_layering.py holds that).
                opened_during
     damage     the ways a results file is damaged: DAMAGES, damaged
     gpu        GPU stand-ins on a machine without one: as_gpu_rows, fake_nvidia_smi, no_gpu_mark
-    sweeps     an attention lab (common.attention_sweep): its bad-input tests (refusal_test with sweep_refusals,
-               nothing_to_resume_test, report_refusal_test), bench_twice
+    sweeps     an attention lab (common.attention_sweep): every bad-input test from its cases (bad_input_tests, over
+               refusal_test, sweep_refusals, nothing_to_resume_test, report_refusal_test), its committed tables
+               and opening under test (committed_tables, opening_texts), bench_twice
 
-The names are handed on here, so a test imports what it uses from `testkit` itself.
+The names are handed on here, so a test imports what it uses from `testkit` itself; the builders of a module's
+tests (sweeps.bad_input_tests, bad_input.report_arguments_test) and sweeps' committed_tables and opening_texts
+are imported from their modules.
 """
 
 from .bad_input import WORLDS, check_pass, expect_bad_input, git_status, keep_tracked_files, tree_state

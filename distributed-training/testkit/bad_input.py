@@ -1,6 +1,6 @@
 """Bad input, checked the same way in every lab: exit code 2, one line on stderr, nothing on stdout, no file
 changed under the watched folders (expect_bad_input); `git status` the same before and after a module
-(keep_tracked_files); and the runner's check pass exactly as common.launch runs it before N ranks on M nodes
+(keep_tracked_files); a report's command line refused (report_arguments_test); and the runner's check pass exactly as common.launch runs it before N ranks on M nodes
 (check_pass, over WORLDS: every lab's tests/test_world_plans.py).
 """
 
@@ -57,6 +57,20 @@ def keep_tracked_files(lab):
         yield
         assert git_status(lab) == before
     return _unchanged
+
+
+# Every report generator's command line: (argv, what the one line says).
+REPORT_ARGUMENTS = [(["--bogus"], "unrecognized arguments: --bogus"),
+                    (["--out", "/nonexistent/dir/REPORT.md"], "the folder /nonexistent/dir does not exist")]
+
+
+def report_arguments_test(report_main: Callable[[list[str]], Any], lab) -> Callable:
+    """A test (bound to test_report_arguments in a lab's module): the report refuses an unknown flag and an --out
+    whose folder is missing, in one line, exit 2, nothing under `lab` written."""
+    @pytest.mark.parametrize("argv, needle", REPORT_ARGUMENTS, ids=["unknown-flag", "out-folder-missing"])
+    def test(argv, needle, capsys):
+        expect_bad_input(lambda: report_main(argv), needle, capsys, watch=[lab])
+    return test
 
 
 # ---- the pre-launch check over world sizes (every lab's tests/test_world_plans.py) -----------------------

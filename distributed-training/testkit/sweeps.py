@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pytest
 
-from .bad_input import expect_bad_input
+from common.findings import Finding, block
+from common.sweep_report import SweepReport, SweepTables, read_sweep
+
+from .bad_input import expect_bad_input, keep_tracked_files, report_arguments_test
 from .gpu import no_gpu_mark
 from .reports import expect_report_refuses
 
@@ -67,6 +70,27 @@ def report_refusal_test(report_main: Callable[[list[str]], Any], lab: Path,
     return test
 
 
+class BadInputTests(NamedTuple):
+    """An attention lab's bad-input tests, bound to these names in its tests/test_bad_input.py."""
+
+    tracked_files_unchanged: Callable  # a module-scoped autouse fixture: git status of the lab as before
+    test_sweep: Callable
+    test_sweep_resume_with_nothing_to_resume: Callable
+    test_verify: Callable
+    test_report_refuses_damaged_results: Callable
+    test_report_arguments: Callable
+
+
+def bad_input_tests(lab: Path, degree: str, bench_main: Callable, verify_main: Callable, report_main: Callable, *,
+                    sweep: list, verify: list, report: list) -> BadInputTests:
+    """Every bad-input test of an attention lab at `lab`, from its own cases: `sweep` (world, argv, needle) beside
+    sweep_refusals' shared ones, `verify` (world, argv, needle), `report` (id, damage, needle) beside report_damages'
+    shared ones; and the report's command line (testkit.bad_input.report_arguments_test)."""
+    return BadInputTests(keep_tracked_files(lab), refusal_test(bench_main, lab, sweep_refusals(degree, sweep)),
+                         nothing_to_resume_test(bench_main), refusal_test(verify_main, lab, verify),
+                         report_refusal_test(report_main, lab, report), report_arguments_test(report_main, lab))
+
+
 def expect_refused_at(main: Callable[[list[str]], Any], world: int, argv: list[str], needle: str, capsys,
                       monkeypatch, watch=()) -> None:
     """The command (bench.py's or verify.py's main), checked before `world` ranks, refuses argv in one line, exit 2,
@@ -79,6 +103,21 @@ def expect_nothing_to_resume(main: Callable[[list[str]], Any], tmp_path: Path, c
     monkeypatch.setenv("DT_PLANNED_WORLD", "2")
     expect_bad_input(lambda: main(["--gpu", "cpu", "--resume", "--results", str(tmp_path / "results")]),
                      "--resume: nothing to resume", capsys, watch=[tmp_path])
+
+
+def committed_tables(report: SweepReport) -> Callable:
+    """A module-scoped fixture: the lab's committed result sets (SweepTables), read and checked as its report reads
+    them."""
+    @pytest.fixture(scope="module")
+    def committed() -> SweepTables:
+        return read_sweep(report.lab / "results", report.lab / "REPORT.md", report)
+    return committed
+
+
+def opening_texts(findings: list[Finding]) -> dict[str, str]:
+    """A report's opening findings by label, after checking that they fit one screen, whatever the data."""
+    block(findings, one_screen=True)
+    return {f.label: f.text for f in findings}
 
 
 def bench_twice(env, main: Callable[[list[str]], Any], argv: list[str], results: str) -> str:

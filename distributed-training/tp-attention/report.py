@@ -10,19 +10,18 @@ each labelled; the only numbers not read from a CSV are in the closing projectio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from comm_count import tp_bytes_per_layer
 from common import measured_on
-from common.config import parse_config
-from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results
+from common.csvread import Schema
 from common.findings import block, cores, fill, measured_line, oversubscribed, sci
 from common.hardware import PRESETS
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
+from common.sweep_report import SweepReport, SweepTables, report_main
 import findings
 from findings import S
 
@@ -44,12 +43,6 @@ BENCH = Schema("tp-attention benchmark", {
     "ours_over_dtensor": float, "ours_over_ref": float, "ours_max_rel_err": float, "dtensor_max_rel_err": float,
     "verified": bool, "comm_bytes_ours": float, "comm_bytes_dtensor": float, "comm_bytes_analytic": float,
     "iters": int}, finite=True, key=("tp", "sp", "seq_len", "d_model"))  # one row per timed shape (bench.py)
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    results: str = field(default=str(LAB / "results"), metadata={"help": "folder holding the CSVs"})
-    out: str = field(default=str(LAB / "REPORT.md"), metadata={"help": "the report to write (plots: plots/ beside it)"})
 
 
 def correctness_table(corr: pd.DataFrame, tag: str) -> list[str]:
@@ -201,27 +194,26 @@ def projection() -> str:
              inside=nvlink_ms / compute_ms, across=net_ms / compute_ms)
 
 
-@guard_report
-def main(argv: list[str] | None = None) -> int:
-    cfg = parse_config(ReportConfig, argv, description=__doc__, prog="report.py")
-    results, out = results_folder(cfg.results, RUN_IT), report_path(cfg.out)
-    corrs, benches = sweep_results(results, CORRECTNESS, BENCH, RUN_IT)
-    plots = out.parent / "plots"
-    text = fill(LAB / "report_template.md",
-                findings=block(findings.opening(corrs, benches), one_screen=True),
-                benchmarks=[line for tag, b in benches.items() for line in bench_section(b, tag, plots)],
+REPORT = SweepReport(LAB, CORRECTNESS, BENCH, RUN_IT)
+
+
+def render(t: SweepTables) -> str:
+    plots = t.out.parent / "plots"
+    return fill(LAB / "report_template.md",
+                findings=block(findings.opening(t.corrs, t.benches), one_screen=True),
+                benchmarks=[line for tag, b in t.benches.items() for line in bench_section(b, tag, plots)],
                 projection=projection(),
                 provenance=[S("provenance"), "", *measured_on.paragraph(
-                    results, ["correctness_*.csv", "bench_*.csv"], "`make tp-attention-gpu` (one GPU: wrapper "
+                    t.results, ["correctness_*.csv", "bench_*.csv"], "`make tp-attention-gpu` (one GPU: wrapper "
                     "overhead) or `make tp-attention-run` (t up to the GPUs per node)")],
                 caveats=["### CPU caveats", "", S("caveat.cpu")] if any(
-                    (b["backend"] == "gloo").all() for b in benches.values()) else [],
-                correctness=[S("correct.lead"), ""] + [line for tag, c in corrs.items()
+                    (b["backend"] == "gloo").all() for b in t.benches.values()) else [],
+                correctness=[S("correct.lead"), ""] + [line for tag, c in t.corrs.items()
                                                        for line in correctness_table(c, tag)],
                 predicted=S("predicted"))
-    out.write_text(text)
-    print(f"wrote {out.name} from {len(corrs) + len(benches)} CSVs")
-    return 0
+
+
+main = report_main(REPORT, render, __doc__)
 
 
 if __name__ == "__main__":

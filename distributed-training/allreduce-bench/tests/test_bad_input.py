@@ -15,6 +15,7 @@ import overhead
 import report
 from common.runs import RunFolder
 from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark
+from testkit.bad_input import report_arguments_test
 
 LAB = Path(bench.__file__).resolve().parent
 NO_GPU = no_gpu_mark()
@@ -118,9 +119,4 @@ def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
     expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--out", "/nonexistent/dir/REPORT.md"], "the folder /nonexistent/dir does not exist"),
-])
-def test_report_arguments(argv, needle, capsys):
-    expect_bad_input(lambda: report.main(argv), needle, capsys, watch=[LAB])
+test_report_arguments = report_arguments_test(report.main, LAB)

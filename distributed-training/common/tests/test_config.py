@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.config import build_parser, config_dict, format_size, parse_config, parse_size
+from common.config import build_parser, config_dict, env_seconds, format_size, parse_config, parse_size
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,15 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
     err = capsys.readouterr().err
     assert needle in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("value, seconds", [(None, 15.0), ("2.5", 2.5), ("x", 15.0), ("0", 15.0), ("-3", 15.0)])
+def test_a_time_limit_from_the_environment_is_its_default_unless_a_positive_number(value, seconds, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("DT_TEST_TIMEOUT_S", raising=False)
+    else:
+        monkeypatch.setenv("DT_TEST_TIMEOUT_S", value)
+    assert env_seconds("DT_TEST_TIMEOUT_S", 15) == seconds
 
 
 def test_sizes():

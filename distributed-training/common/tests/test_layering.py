@@ -17,10 +17,12 @@ conftest.py), never a runner, a report or a shared package at run time. Inside t
 the cost model imports no other room and reads no file (a measured row reaches it only as a Cluster's figures),
 the search and calibration import the model only, the evidence never the guide; at the planner's top stand only
 its entry points (plan.py), which no room imports. Nothing goes around the import system: no
-sys.path edit and no import of a file by its path, so what the imports show is what runs. One file-path
-load stays, as a measurement: fp8-train/benchmarks/kernels.py loads an older fp8_linear.py from git to count its
-kernels. The root conftest.py is the test harness: it puts the lab under test on sys.path, as running
-one of its scripts would.
+sys.path edit and no import of a file by its path, so what the imports show is what runs. Old code (an older
+commit's planner, an older fp8_linear.py whose kernels are counted) runs one way only: common/at_commit.py exports
+that commit's tree and runs a module there with `python -m`, a process of its own, never loaded into this one;
+no other file reads a commit's files (`git show`, `git archive`).
+The root conftest.py is the test harness: it puts the lab under test on sys.path, as running one of its scripts
+would. ALLOWED holds these two exceptions and no other.
 
 Each rule is checked on a small tree built here first, so that a checker that finds nothing fails.
 """
@@ -43,9 +45,10 @@ TEST_SUPPORT = "testkit"
 PATH_LOADERS = {"spec_from_file_location", "SourceFileLoader", "SourcelessFileLoader", "run_path", "load_source",
                 "addsitedir"}
 LOADER_MODULES = {"importlib", "runpy", "imp", "site"}  # where those names live
+OLD_CODE = {"show", "archive"}  # git commands that read a commit's files: old code, which runs one way only
 ALLOWED = {  # file (relative to the repository) -> the one kind of path use it keeps, and why
-    "distributed-training/fp8-train/benchmarks/kernels.py": "spec_from_file_location",  # an older fp8_linear.py (git)
     "conftest.py": "sys.path",  # the harness: a lab's folder on sys.path while its tests run
+    "distributed-training/common/at_commit.py": "git archive",  # the one way old code runs: its commit's tree
 }
 
 
@@ -160,7 +163,23 @@ def path_uses(path: Path) -> list[tuple[int, str]]:
             out.append((node.lineno, node.attr))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LOADER_MODULES:
             out += [(node.lineno, a.name) for a in node.names if a.name in PATH_LOADERS]
+        elif isinstance(node, (ast.List, ast.Tuple)) and _git_command(node) in OLD_CODE:
+            out.append((node.lineno, f"git {_git_command(node)}"))
     return out
+
+
+def _git_command(node: ast.List | ast.Tuple) -> str:
+    """The subcommand of a command written as ["git", options..., "show", ...] ("" for any other list)."""
+    words = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else "" for e in node.elts]
+    if words[:1] != ["git"]:
+        return ""
+    rest = iter(words[1:])
+    for word in rest:
+        if word in ("-C", "-c"):
+            next(rest, None)  # the option's value
+        elif not word.startswith("-"):
+            return word
+    return ""
 
 
 def _names_bound_to(tree: ast.Module, modules: set[str]) -> set[str]:
@@ -248,11 +267,13 @@ def test_the_path_checker_reads_code_not_comments(tmp_path):
         "d.py": "import runpy\nrunpy.run_path('x.py')\n", "e.py": "from sys import path\n",
         "e2.py": "def test(monkeypatch):\n    monkeypatch.syspath_prepend('planner')\n",
         "f.py": "import sys\nimport importlib\nimportlib.import_module('json')\nprint(sys.argv)\n",
-        "g.py": "run_path = 'out'\nprint(folder.run_path, run_path)\n"})  # a variable of that name is no loader
+        "g.py": "run_path = 'out'\nprint(folder.run_path, run_path)\n",  # a variable of that name is no loader
+        "h.py": "import subprocess\nsubprocess.run(['git', 'show', f'{c}:x.py'])\n",  # old code read from git
+        "i.py": "cmd = ('git', '-C', 'r', 'archive', 'HEAD')\nlog = ['git', 'log', 'show']\n"})  # log reads no files
     files = python_files(root)
     assert path_import_violations(files, root, {}) == [
         "a.py:4: sys.path", "b.py:2: spec_from_file_location", "c.py:1: spec_from_file_location",
-        "d.py:2: run_path", "e.py:1: sys.path", "e2.py:2: sys.path"]
+        "d.py:2: run_path", "e.py:1: sys.path", "e2.py:2: sys.path", "h.py:2: git show", "i.py:1: git archive"]
     assert path_import_violations(files, root, {"b.py": "spec_from_file_location"})[1:2] == [
         "c.py:1: spec_from_file_location"]
 

@@ -36,13 +36,19 @@ def test_a_second_writer_is_refused_with_the_holder_named(tmp_path):
     _run(tmp_path).close()
 
 
-def test_a_killed_holder_releases_the_lock(tmp_path):
+def _run_in_child(tmp_path) -> subprocess.Popen:
+    """Another process holding the run folder (RunFolder.open, as a run does) for up to a minute."""
     code = ("import sys, time; from pathlib import Path; from common.runs import RunFolder; "
             "run = RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2])); print('locked', flush=True); time.sleep(60)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "runs" / "sweep"), str(tmp_path / "results")],
                             stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path):
+    proc = _run_in_child(tmp_path)
     assert f"pid {proc.pid}" in lock_holder(tmp_path / "runs" / "sweep")
     proc.kill()  # kill -9: no cleanup ran, yet the kernel dropped the flock
     proc.wait()
@@ -178,12 +184,7 @@ def test_a_probe_is_never_mistaken_for_a_holder(tmp_path):
 
 def test_the_lock_file_names_the_current_holder_only(tmp_path):
     lock_file = tmp_path / "runs" / "sweep.lock"
-    code = ("import sys, time; from pathlib import Path; from common.runs import RunFolder; "
-            "run = RunFolder.open(Path(sys.argv[1]), Path(sys.argv[2])); print('locked', flush=True); time.sleep(60)")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    dead = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "runs" / "sweep"), str(tmp_path / "results")],
-                            stdout=subprocess.PIPE, text=True, env=env)
-    assert dead.stdout.readline().strip() == "locked"
+    dead = _run_in_child(tmp_path)
     dead.kill()  # kill -9: its line stays in the file, its lock does not
     dead.wait()
     run = _run(tmp_path, "resume")

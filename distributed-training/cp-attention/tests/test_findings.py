@@ -1,32 +1,20 @@
 """Every sentence that compares or explains is picked by the data: change the committed CSVs (in memory) and the
 sentence changes. In-process, without plots: the opening and the bf16 section from the rows alone."""
 
-import pytest
-
 import findings
 import report
-from common.csvread import read_table
-from common.findings import block
-
-RESULTS = report.LAB / "results"
+from testkit.sweeps import committed_tables, opening_texts
 
 
-@pytest.fixture(scope="module")
-def committed():
-    benches = {p.stem.removeprefix("bench_"): read_table(p, report.BENCH) for p in sorted(RESULTS.glob("bench_*.csv"))}
-    corrs = {p.stem.removeprefix("correctness_"): read_table(p, report.CORRECTNESS)
-             for p in sorted(RESULTS.glob("correctness_*.csv"))}
-    return benches, corrs
+committed = committed_tables(report.REPORT)  # the fixture: the committed CSVs, checked
 
 
 def _opening(benches, corrs):
-    lines = findings.opening(benches, corrs)
-    block(lines, one_screen=True)  # fits one screen, whatever the data
-    return {f.label: f.text for f in lines}
+    return opening_texts(findings.opening(benches, corrs))
 
 
 def test_the_byte_winner_and_correctness_follow_the_csvs(committed):
-    benches, corrs = committed
+    benches, corrs = committed.benches, committed.corrs
     before = _opening(benches, corrs)
     assert "MHA 8/8 Ulysses (ring = all-gather 1.50x/3.00x at N = 2/4)" in before["Answer"]
     assert "GQA 8/2 ring = all-gather (Ulysses 1.67x at N = 2, cannot split 2 K/V heads 4 ways)" in before["Answer"]
@@ -44,7 +32,7 @@ def test_the_byte_winner_and_correctness_follow_the_csvs(committed):
 
 
 def test_time_is_a_difference_only_outside_the_spread_and_never_on_shared_cores(committed):
-    benches, corrs = committed
+    benches, corrs = committed.benches, committed.corrs
     before = _opening(benches, corrs)["Time"]
     assert "N = 2, load" in before and "4 ranks on 2 cores not compared" in before and "GPUs at N > 1" in before
 
@@ -63,7 +51,7 @@ def test_time_is_a_difference_only_outside_the_spread_and_never_on_shared_cores(
 
 
 def test_the_bf16_explanation_follows_the_rows(committed):
-    benches, corrs = committed
+    benches, corrs = committed.benches, committed.corrs
     text = findings.bf16_sentence(benches, corrs)
     assert "32-65x further from single-device SDPA than PyTorch's CP" in text
     assert "as close to fp32 as SDPA itself or closer" in text and "Ulysses, which runs SDPA's kernel" in text

@@ -8,5 +8,8 @@ nothing imports them but bench.py, their command line (common/tests/test_layerin
     step_cost.py    one training step per mode and hidden size; kernels per step and GPU busy time; the bound
     monitor.py      the health monitoring's cost: the loop with everything on against the bare step
     gemm.py         one GEMM per path and shape, in TFLOP/s: the ceiling the step costs approach
-    kernels.py      Inductor's kernels for one compiled FP8 block, this fp8_linear.py against an older commit's
+    kernels.py      Inductor's kernels for one compiled FP8 block, this fp8_linear.py against an older commit's (run
+                    in that commit's tree: common/at_commit.py)
+    kernel_count.py the count itself, for whichever fp8_linear.py a tree holds: imported here, copied into the older
+                    tree and run there
 """

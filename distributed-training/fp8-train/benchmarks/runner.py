@@ -4,7 +4,8 @@
     step_cost.py    every mode at every hidden size (bench_step.csv; on a GPU the bound too, bench_bound.csv)
     monitor.py      the loop with every health feature on against the bare step (bench_monitor.csv)
     gemm.py         one GEMM per path and shape (bench_gemm.csv)
-    kernels.py      Inductor's kernels for one block, this fp8_linear.py and an older one (bench_kernels.csv)
+    kernels.py      Inductor's kernels for one block, this fp8_linear.py and an older commit's, run in that commit's
+                    tree (kernel_count.py, common/at_commit.py; bench_kernels.csv)
     main, _measure  here: the run folder (common.runner.open_run: runs/<preset>_ws1-bench/), published to results/
                     when complete; a SIGTERM keeps what was measured
 
@@ -73,9 +74,8 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         if "kernels" in cfg.parts and on_gpu:
             raise ValueError("--parts kernels counts Inductor's CPU kernels: run it with --gpu cpu (on a GPU, "
                              "`step` counts the kernels each step launches)")
-        baseline = None
         if "kernels" in cfg.parts and cfg.kernels_baseline:
-            baseline = kernels.load_fp8_linear(cfg.kernels_baseline)
+            kernels.baseline_layer(cfg.kernels_baseline)  # a commit holding an fp8_linear.py, or one line
         plan = run_plan(cfg, hw, on_gpu)
         check_before_launch(plan, cfg)  # one process: the run folder checked before anything is measured
     except ValueError as e:  # RunError is a ValueError
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         with distributed(device="cuda" if on_gpu else "cpu") as env, \
                 open_run(plan, cfg, None, provenance(env, "2"), changed) as run:
             try:
-                _measure(cfg, env, data, on_gpu, baseline, dict(zip((t.name for t in plan.tables), run.writers)))
+                _measure(cfg, env, data, on_gpu, dict(zip((t.name for t in plan.tables), run.writers)))
             except Stopped:
                 run.complete = False
     finally:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
     return PREEMPTED
 
 
-def _measure(cfg: BenchConfig, env, data, on_gpu: bool, baseline, w: dict) -> None:
+def _measure(cfg: BenchConfig, env, data, on_gpu: bool, w: dict) -> None:
     """Every part asked for, each row written as soon as it is measured."""
     if "step" in cfg.parts:
         step_cost(cfg, env, data, w["bench_step.csv"], w.get("bench_bound.csv"))
@@ -112,4 +112,4 @@ def _measure(cfg: BenchConfig, env, data, on_gpu: bool, baseline, w: dict) -> No
     if "monitor" in cfg.parts:
         monitor_overhead(cfg, env, data, w["bench_monitor.csv"])
     if "kernels" in cfg.parts:
-        kernels.kernel_counts(baseline, cfg.kernels_baseline, w["bench_kernels.csv"])
+        kernels.kernel_counts(cfg.kernels_baseline, w["bench_kernels.csv"])

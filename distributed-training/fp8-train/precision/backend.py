@@ -1,6 +1,6 @@
 """One FP8 backend as a record: what fp8-train needs to know about it, decided in one place.
 
-The run-time twin of the planner's `Fp8Backend` (planner/fp8_cost.py, what a backend costs): a backend is
+The run-time twin of the planner's `Fp8Backend` (planner/model/fp8_cost.py, what a backend costs): a backend is
 chosen once (backends.resolve) and from then on travels as this record, so no module tests its name again.
 A record holds
     - whether it can run a precision here, and why not (`status`: one line that says how to get it);

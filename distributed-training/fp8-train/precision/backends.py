@@ -8,7 +8,7 @@
 
 Each is one record (backend.Backend): whether it can run here and why not, how it converts a model, its scale
 state, whether it compiles, what its checkpoints hold. REGISTRY lists them under the names of
-common/fp8_names.py, which the planner's cost records (planner/fp8_cost.py) share; the report reads names,
+common/fp8_names.py, which the planner's cost records (planner/model/fp8_cost.py) share; the report reads names,
 packages and display names from here. Adding a backend: one file and one entry below (README.md says how).
 
 `auto` takes the first record, in registry order, whose auto_precisions hold the precision and that works here

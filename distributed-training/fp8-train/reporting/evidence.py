@@ -9,9 +9,10 @@
                 deterministic CPU) or none exist, the largest spread between distinct BF16 seeds; with
                 neither, not measured (None), and no gap is called a difference
     flush       delayed scaling's step 0: scale 1 before any amax history, and the grad_outputs flushed to 0
-    damage      a run's scale record is damaged when it holds a scale of exactly 0.0 (FP8 max / amax never
-                is), a module missing at a recorded step, or underflow recorded for some modules only; such a
-                run is left out of every scale and underflow comparison (and named)
+    damage      a run's scale record is damaged when it holds a scale of exactly 0.0 or infinite (FP8 max / amax
+                never is), a module role missing at a recorded step, or underflow recorded for some module roles
+                only (common/fp8_record.py, the one definition); such a run is left out of every scale and
+                underflow comparison (and named)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from common.fp8_record import Damage, judge
 from precision.formats import FORMATS
 from reporting.comparison import Band, ModelKey, Run
 
@@ -56,7 +58,7 @@ class Facts(NamedTuple):
     repeats: list[tuple[Run, pd.Series]]  # BF16 reruns and their gap from the seed's first run
     noise: Noise | None
     flush: Flush | None
-    damaged: dict[tuple[str, str], list[tuple[str, dict]]]  # (folder, run) -> what is wrong: (kind, numbers)
+    damaged: dict[tuple[str, str], list[Damage]]  # (folder, run) -> every rule its scale record breaks
     underflow: pd.DataFrame  # run, folder, role, step, mean and max underflow over modules, worst module
     alerts: pd.DataFrame  # every alert of the model's runs (folder added)
     nonfinite: list[str]
@@ -104,23 +106,12 @@ def noise(band: Band, curves: dict) -> Noise | None:
     return Noise(float(spread.max()), "seeds", len(vals), len(band.seeds), bool(reruns))
 
 
-def damage(r: Run, fp8: pd.DataFrame | None) -> list[tuple[str, dict]]:
-    """What is wrong with a run's scale record ([] when nothing is)."""
-    g = fp8[fp8["run"] == r.name] if fp8 is not None and len(fp8) else pd.DataFrame()
-    if g.empty:
+def damage(r: Run, fp8: pd.DataFrame | None) -> list[Damage]:
+    """What is wrong with a run's scale record ([] when nothing is): common.fp8_record's rules, the one definition
+    (provision's slot planner judges the committed rows by it too), on the run's rows as pandas read them."""
+    if fp8 is None or not len(fp8):
         return []
-    out = []
-    modules = g["module"].nunique()
-    zero = g[g["scale"] == 0]
-    if len(zero):
-        out.append(("zero", dict(n=len(zero), steps=sorted(set(zero["step"].astype(int))))))
-    per_step = g.groupby("step")["module"].nunique()
-    if (per_step < modules).any():
-        out.append(("missing", dict(steps=len(per_step[per_step < modules]), of=len(per_step))))
-    u = g.dropna(subset=["underflow_frac"]).groupby("step")["module"].nunique()
-    if (u < modules).any():
-        out.append(("partial", dict(n=int(u.min()), modules=modules)))
-    return out
+    return judge(fp8[fp8["run"] == r.name].to_dict("records")).get(r.name, [])
 
 
 def first_flush(runs: list[Run], fp8: dict[str, pd.DataFrame | None], damaged: dict) -> Flush | None:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from common.findings import Finding, Sentences, Spread, first_sets, gaps_sentence, listing, short_hardware, spread
 from reporting.comparison import Run
-from reporting.evidence import DELAYED, Facts, ident
+from reporting.evidence import DELAYED, Damage, Facts, ident
 
 HERE = Path(__file__).resolve().parent
 S = Sentences(HERE / "findings_template.md")
@@ -269,10 +269,16 @@ def memory_sentence(f: Facts) -> str:
     return S("memory", best=run_label(best), pct=best.memory / ref - 1)
 
 
-def damage_words(what: list[tuple[str, dict]]) -> str:
+def damage_words(what: list[Damage]) -> str:
     """'126 scales of exactly 0.0 at step 0; underflow recorded for 6 of 48 modules'."""
-    return "; ".join(S(f"damage.{k}", **{**v, **({"steps": spread(v["steps"], "{}", "-")}
-                                                if isinstance(v.get("steps"), list) else {})}) for k, v in what)
+    def words(d: Damage) -> str:
+        if d.rule == "scale":
+            value = "0.0" if not d.infinite else "infinite" if d.infinite == d.found else "0.0 or infinite"
+            return S("damage.scale", n=d.found, value=value, steps=spread(list(d.steps), "{}", "-"))
+        if d.rule == "missing":
+            return S("damage.missing", steps=len(d.steps), of=d.recorded)
+        return S("damage.partial", n=d.modules, modules=d.of_modules)
+    return "; ".join(words(d) for d in what)
 
 
 def damaged_sentence(f: Facts) -> str:

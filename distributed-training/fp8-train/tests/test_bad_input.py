@@ -14,6 +14,7 @@ import dashboard
 import report
 import train
 from testkit import expect_bad_input, expect_report_refuses, keep_tracked_files, no_gpu_mark, tree_state
+from testkit.bad_input import report_arguments_test
 
 LAB = Path(train.__file__).resolve().parent
 NO_GPU = no_gpu_mark()
@@ -56,6 +57,8 @@ def test_resume_with_nothing_to_resume(tmp_path, capsys):
     (["--iters", "0"], "--iters/--batch/--seq-len/--n-layers must be >= 1"),
     (["--resume"], "--resume: fp8-train-bench measures every part it is given afresh"),
     (["--gpu", "h900"], "unknown GPU preset 'h900'"),
+    (["--parts", "kernels", "--kernels-baseline", "no-such-commit"], "'no-such-commit' is not a commit"),
+    (["--parts", "kernels", "--kernels-baseline=--all"], "'--all' is not a commit"),  # never a git option
 ])
 def test_benchmark(argv, needle, capsys):
     expect_bad_input(lambda: bench.main(["--gpu", "cpu", *argv]), needle, capsys, watch=[LAB])
@@ -86,8 +89,7 @@ def test_report_refuses_damaged_results(damage, needle, tmp_path, capsys):
     expect_report_refuses(report.main, LAB, damage, needle, tmp_path, capsys)
 
 
-def test_report_arguments(capsys):
-    expect_bad_input(lambda: report.main(["--bogus"]), "unrecognized arguments: --bogus", capsys, watch=[LAB])
+test_report_arguments = report_arguments_test(report.main, LAB)
 
 
 @pytest.mark.parametrize("run, needle", [

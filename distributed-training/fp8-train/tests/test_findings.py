@@ -140,8 +140,9 @@ def test_a_damaged_scale_record_is_named_and_left_out(ctx):
     h200 = ctx.facts[_key(ctx, "H200")]
     native = ("h200_ws1", "fp8-native-s0")
     assert list(h200.damaged) == [native]
-    kinds = dict(h200.damaged[native])
-    assert kinds["zero"]["n"] == 126 and kinds["zero"]["steps"] == [0] and kinds["partial"]["n"] == 6
+    scale, partial = h200.damaged[native]
+    assert (scale.rule, scale.found, scale.steps, scale.infinite) == ("scale", 126, (0,), 0)
+    assert (partial.rule, partial.modules, partial.of_modules, partial.steps) == ("partial", 6, 48, (0, 50, 100, 150))
     assert h200.underflow.empty and h200.flush.runs == 1  # te's record alone tells step 0
     assert "fp8-native-s0 (`h200_ws1`: 126 scales of exactly 0.0 at step 0" in findings.damaged_sentence(h200)
     assert "Left out: fp8-native-s0 (`h200_ws1`)" in findings.caption_scales(h200, findings.shown_runs(h200), True)
@@ -154,12 +155,15 @@ def test_a_damaged_scale_record_is_named_and_left_out(ctx):
     assert evidence.damage(run, fp8) == [] and not h100.damaged
     zero = fp8.copy()
     zero.loc[zero.index[(zero["run"] == run.name) & (zero["step"] == 10)][0], "scale"] = 0.0
-    assert [k for k, _ in evidence.damage(run, zero)] == ["zero"]
+    assert [d.rule for d in evidence.damage(run, zero)] == ["scale"]
     gone = fp8.drop(fp8.index[(fp8["run"] == run.name) & (fp8["step"] == 20)][:3])
-    assert [k for k, _ in evidence.damage(run, gone)] == ["missing"]
+    assert [d.rule for d in evidence.damage(run, gone)] == ["missing"]
     part = fp8.copy()
     part.loc[(part["run"] == run.name) & part["module"].str.startswith("layers.7."), "underflow_frac"] = float("nan")
-    assert [k for k, _ in evidence.damage(run, part)] == ["partial"]
+    assert [d.rule for d in evidence.damage(run, part)] == ["partial"]
+    inf = fp8.copy()
+    inf.loc[inf.index[(inf["run"] == run.name) & (inf["step"] == 10)][:2], "scale"] = [0.0, float("inf")]
+    assert findings.damage_words(evidence.damage(run, inf)).startswith("2 scales of exactly 0.0 or infinite at step 10")
 
 
 def test_speed_ties_and_no_difference_follow_the_spread_of_the_bf16_runs(ctx):

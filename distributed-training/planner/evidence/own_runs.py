@@ -192,7 +192,7 @@ def fp8_eager(backend: str, compiled: bool, measured_utc: str, n_layers: int = 1
 
 
 def fp8_recipe(backend: str, cfg: dict) -> str:
-    """The FP8 scaling a backend ran with, from the run's saved config (fp8-train/settings.py)."""
+    """The FP8 scaling a backend ran with, from the run's saved config (fp8-train/training/settings.py)."""
     if backend == "torchao":
         return cfg.get("torchao_recipe", "tensorwise")
     if backend in ("te", "te-fused", "native", "emulated"):

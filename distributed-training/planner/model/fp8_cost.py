@@ -69,7 +69,8 @@ class Fp8Backend:
 
 
 # One record per priced name of common/fp8_names.py (PRICED: the backends whose GEMMs run in FP8; the
-# emulator's fp32 GEMMs are not priced); fp8-train's run-time records (fp8-train/backends.py) use the same names.
+# emulator's fp32 GEMMs are not priced); fp8-train's run-time records (fp8-train/precision/backends.py) use the
+# same names.
 BACKENDS = {b.name: b for b in (
     Fp8Backend("te", fused_always=True, saves_fp8=True, fused_norm=False, fused_qkv=False,
                fp8_all_gather=False, caches_weights=True),

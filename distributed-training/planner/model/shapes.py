@@ -16,7 +16,7 @@ FLOPs are counted the way the papers we compare with count them, one formula eac
 - hardware FLOPs (HFU numerator): the model FLOPs plus what activation recompute repeats: the whole
   forward of every layer for full recompute, the attention core (QK^T and AV) for selective;
 - Megatron SC21 eq. 3: F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), i.e. hardware FLOPs with full
-  recompute for a standard GPT (ffn 4h, no GQA); tests/test_flops.py checks the two agree.
+  recompute for a standard GPT (ffn 4h, no GQA); planner/tests/test_costs.py checks the two agree.
 Attention-core FLOPs ignore causal masking (as Megatron, PaLM and torchtitan do).
 """
 

@@ -1,32 +1,20 @@
 """Every sentence that compares or explains is picked by the data: change the committed CSVs (in memory) and the
 sentence changes. In-process, without plots: the opening and the body's judgements from the rows alone."""
 
-import pytest
-
 import findings
 import report
-from common.csvread import read_table
-from common.findings import block
-
-RESULTS = report.LAB / "results"
+from testkit.sweeps import committed_tables, opening_texts
 
 
-@pytest.fixture(scope="module")
-def committed():
-    corrs = {p.stem.removeprefix("correctness_"): read_table(p, report.CORRECTNESS)
-             for p in sorted(RESULTS.glob("correctness_*.csv"))}
-    benches = {p.stem.removeprefix("bench_"): read_table(p, report.BENCH) for p in sorted(RESULTS.glob("bench_*.csv"))}
-    return corrs, benches
+committed = committed_tables(report.REPORT)  # the fixture: the committed CSVs, checked
 
 
 def _opening(corrs, benches):
-    lines = findings.opening(corrs, benches)
-    block(lines, one_screen=True)  # fits one screen, whatever the data
-    return {f.label: f.text for f in lines}
+    return opening_texts(findings.opening(corrs, benches))
 
 
 def test_correctness_follows_the_csvs(committed):
-    corrs, benches = committed
+    corrs, benches = committed.corrs, committed.benches
     assert _opening(corrs, benches)["Answer"].startswith("Yes: 52 of 52 checks (Intel Xeon (2 cores), 4 gloo ranks")
     corr = corrs["cpu_ws4"].copy()
     corr.loc[corr.index[0], "pass"] = False
@@ -37,7 +25,7 @@ def test_correctness_follows_the_csvs(committed):
 
 
 def test_dtensor_is_faster_only_outside_the_spread_of_identical_work(committed):
-    corrs, benches = committed
+    corrs, benches = committed.corrs, committed.benches
     before = _opening(corrs, benches)["Against DTensor"]
     assert "0.53-0.99 over 5 rows (median 0.95), all below the 0.99-1.01 of identical work: faster" in before
     assert "not compared" in before and "0.70" not in before  # the CPU median is scheduler noise, no finding
@@ -53,7 +41,7 @@ def test_dtensor_is_faster_only_outside_the_spread_of_identical_work(committed):
 
 
 def test_the_share_trend_is_read_only_where_the_ranks_do_not_share_cores(committed):
-    _, benches = committed
+    benches = committed.benches
     b = benches["cpu_ws4"]
     seq = report.base_shape(b)[0]
     assert "with 4 ranks on 2 cores this run cannot show it" in findings.share_sentence(b, seq)
