@@ -41,20 +41,21 @@ TINY = dict(vocab_size=256, seq_len=16, d_model=16, n_heads=4, d_ff=64)  # the o
 
 
 class Ops(NamedTuple):
-    """Dispatched aten ops, by what they run on."""
+    """Dispatched aten ops, by what they run on, and how many of them the autograd engine ran (the backward)."""
     ops: int = 0
     dtensor_ops: int = 0
+    backward: int = 0  # of the two above, those dispatched while the autograd engine ran
 
     def __add__(self, o):  # noqa: D105
-        return Ops(self.ops + o.ops, self.dtensor_ops + o.dtensor_ops)
+        return Ops(*(a + b for a, b in zip(self, o)))
 
     def __sub__(self, o):  # noqa: D105
-        return Ops(self.ops - o.ops, self.dtensor_ops - o.dtensor_ops)
+        return Ops(*(a - b for a, b in zip(self, o)))
 
     def half(self) -> "Ops":
-        if self.ops % 2 or self.dtensor_ops % 2:
+        if any(x % 2 for x in self):
             raise ValueError(f"{self} is not two equal parts")
-        return Ops(self.ops // 2, self.dtensor_ops // 2)
+        return Ops(*(x // 2 for x in self))
 
 
 class Counter(TorchDispatchMode):
@@ -67,12 +68,13 @@ class Counter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.by_kind["dtensor_ops" if any(issubclass(t, DTensor) for t in types) else "ops"] += 1
+        self.by_kind["backward"] += torch._C._current_graph_task_id() != -1
         self.by_op[str(func)] += 1
         return func(*args, **(kwargs or {}))
 
     @property
     def total(self) -> Ops:
-        return Ops(self.by_kind["ops"], self.by_kind["dtensor_ops"])
+        return Ops(self.by_kind["ops"], self.by_kind["dtensor_ops"], self.by_kind["backward"])
 
 
 class Split(NamedTuple):

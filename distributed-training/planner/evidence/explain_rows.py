@@ -62,7 +62,7 @@ def kernels_of(run: Run) -> Kernels:
                    fp8_recipe=s.recipe or "delayed", qkv_fused=False,
                    autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager,
                    optimizer=s.optimizer if s.optimizer != "none" else "megatron",
-                   host="compiled" if s.compiled else "eager")
+                   host="compiled" if s.compiled else "eager", framework="pytorch")
 
 
 def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:

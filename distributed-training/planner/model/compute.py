@@ -101,6 +101,8 @@ class Kernels:
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap (TE userbuffers): every TP collective
     #                                pipelined with its GEMM, forward too (costs.py)
+    framework: str = "megatron"  # whose host work an eager step issues (floor.py): megatron (Python around fused
+    #                              kernels: Megatron, nanotron) or pytorch (parallel-3d, the labs, torchtitan)
 
 
 # Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
