@@ -3,29 +3,34 @@
 A planner is used to choose: its first answer must be the fastest plan, or near it, and its order of the
 others should be the measured order. This benchmark measures that on any machine. It trains the tiny GPT
 (6 layers, hidden 64) with parallel-3d's own runner (train.py: DTensor TP + SP, pipelining, FSDP2, recompute)
-in a set of layouts at world sizes 4 and 8 on gloo, one CSV row per layout, and measures first, in the same
-session, what the planner is allowed to know of this machine (the calibration):
+in 40 layouts, in six groups (world 4 and 8 gloo ranks; global batch 4, 8, 16 and 8, 16, 32 sequences: micro-batches
+of 1-2 where the batch is small, 2-4 where it is larger; full recompute and ZeRO-2 beside the defaults), one CSV row
+per layout, and measures first, in the same session, what the planner is allowed to know of this machine (the
+calibration):
 
 - the alpha-beta fit of an all_reduce sweep at each world size (allreduce-bench's runner, its fit:
   common.collective_fit): latency and bus rate of the collectives under that many processes;
-- a GEMM rate: fp32 torch.mm at 512 x 512 x 512 on one thread (FLOP/s of one core);
-- a memory rate: an fp32 add over 8M elements on one thread (bytes/s of one core's elementwise kernels);
-- a kernel fixed cost: a tiny nn.Linear's forward and backward (the module call, autograd's recording and its
-  backward) over the 3 GEMMs the planner counts for it, on plain tensors and as DTensor TP (ColwiseParallel on a
-  1-rank mesh): what a kernel costs the host in training, the whole cost of a small kernel on a CPU.
+- GEMM rates: fp32 torch.mm at 512^3 and at the tiny GPT's own 64 x 64 x 256 on one thread; a memory rate (an fp32
+  add over 8M elements);
+- the host's cost per unit of work the framework issues (planner/model/floor.py counts the units): a tiny GPT block's
+  forward and backward over the aten ops it dispatches (op_us: module calls, autograd and the dispatcher included),
+  the same block under parallel-3d's TP plan per DTensor op, AdamW's step per op, FSDP2's hooks per unit and
+  micro-batch, a c10d call; the cores the ranks share and the load average.
 
 The planner (planner/evidence/ranking.py) prices every layout from those numbers alone, never from the step times it
-predicts, and the guide reports the rank correlation and whether its pick is within 10% of the best.
+predicts, and the evidence reports per group the rank correlation, whether its pick is within 10% of the best, and
+its error (absolute and signed).
 
-    make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
+    make parallel-3d-ranking                                  # CPU: calibration + every layout (~6 min on 2 idle cores)
     make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
-    PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4
+    PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4-gb4
     python -m planner.evidence.ranking                                 # the planner's predictions beside the rows
 
 GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's runs_<gpu>.csv); on a GPU machine it
 still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
-the planner must know (planner/evidence/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are
-measured (each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
+the planner must know (planner/evidence/ranking.py prices the sharing). Measure on an otherwise idle machine: every
+row records the 1-minute load average it ran under. Rows go into runs/ranking_cpu/ as they are measured (each
+launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
 results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
 --warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
 """
@@ -264,6 +269,8 @@ def local_calibration() -> list[dict]:
         dist.destroy_process_group()
     add("cores", float(len(os.sched_getaffinity(0))), "cores",
         "CPU cores this process may run on (os.sched_getaffinity): what the ranks share")
+    add("loadavg_1m", round(os.getloadavg()[0], 2), "processes", "the machine's 1-minute load average when the "
+        "calibration was taken (uptime): other work sharing the cores")
     return rows
 
 

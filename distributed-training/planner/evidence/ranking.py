@@ -41,9 +41,12 @@ from common.collective_cost import Network
 from common.csvread import Schema, read_table
 from planner.model.calibration import ComputeConstants
 from planner.model.cluster import Cluster
-from planner.model.compute import Kernels, Rates, head_times, layer_times
+from planner.model.compute import Kernels, Rates
+from planner.model import host
 from planner.model.costs import step_costs
 from planner.model.degrees import RECOMPUTE, Degrees
+from planner.model.floor import FSDP_EVENTS, HostCosts, layer_host_s, pytorch_floor
+from planner.model.stages import pipeline_step
 
 from .own_runs import LABS, parse_model
 
@@ -60,28 +63,40 @@ CALIBRATION = Schema("parallel-3d ranking calibration", {"quantity": str, "world
 
 class Machine(NamedTuple):
     """What the calibration measured (ranking_calibration_<hw>.csv)."""
-    gemm_flops: float
+    gemm_flops: float  # at the tiny GPT's own GEMM shape (small_gemm_flops_per_s)
     memory_Bps: float
-    op_us: float
-    dtensor_op_us: float
+    costs: HostCosts  # the host's cost per op, DTensor op, optimizer op, FSDP2 event, c10d call
     alpha_us: dict[int, float]  # all_reduce latency by world size
     busbw_GBps: dict[int, float]
     cores: int
 
 
+CALIBRATED = ("small_gemm_flops_per_s", "memory_bytes_per_s", "op_us", "dtensor_op_us", "optimizer_op_us",
+              "fsdp_unit_us", "collective_call_us", "cores")
+
+
 def read_machine(path: Path) -> Machine:
     cal = read_table(path, CALIBRATION)
     one = {r.quantity: r.value for r in cal.itertuples() if r.world == 1}
+    missing = [q for q in CALIBRATED if q not in one]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)} (measured by an older ranking.py): rerun "
+                         "make parallel-3d-ranking")
     by_world = {q: {int(r.world): r.value for r in cal.itertuples() if r.quantity == q}
                 for q in ("allreduce_alpha_us", "allreduce_busbw_GBps")}
-    found = re.search(r"\((\d+) cores\)", str(cal["hardware"].iloc[0]))
-    return Machine(one["gemm_flops_per_s"], one["memory_bytes_per_s"], one["op_us"], one["dtensor_op_us"],
-                   by_world["allreduce_alpha_us"], by_world["allreduce_busbw_GBps"], int(found[1]) if found else 1)
+    us = 1e-6
+    # FSDP2's unit overhead was timed for a ZeRO-3 unit (two unshards per micro-batch): half of it per event.
+    costs = HostCosts(one["op_us"] * us, one["dtensor_op_us"] * us, one["optimizer_op_us"] * us,
+                      one["fsdp_unit_us"] * us / FSDP_EVENTS[3], one["collective_call_us"] * us,
+                      f"measured on {cal['hardware'].iloc[0]} ({path.name})")
+    return Machine(one["small_gemm_flops_per_s"], one["memory_bytes_per_s"], costs, by_world["allreduce_alpha_us"],
+                   by_world["allreduce_busbw_GBps"], int(one["cores"]))
 
 
-def rates(machine: Machine, kernel_us: float) -> Rates:
-    """A CPU core as the compute model sees it: measured rates, no tile or wave quantization, the op's fixed cost."""
-    consts = ComputeConstants(1.0, 1.0, 1.0, kernel_us=kernel_us, wave_allowance=0.0, k_overhead=0.0)
+def rates(machine: Machine) -> Rates:
+    """A CPU core as the compute model sees it: measured rates, no tile or wave quantization, and no fixed cost per
+    kernel (the host's cost per op is the floor's: on a CPU the host is the device)."""
+    consts = ComputeConstants(1.0, 1.0, 1.0, kernel_us=0.0, wave_allowance=0.0, k_overhead=0.0)
     g = machine.gemm_flops
     return Rates(matmul=g, bf16_matmul=g, attention=g, hbm=machine.memory_Bps, sms=1, consts=consts, tile=1)
 
@@ -96,28 +111,56 @@ def cluster(machine: Machine, world: int) -> Cluster:
 
 
 def kernels(tp: int) -> Kernels:
-    """parallel-3d on CPU: fp32, eager, SDPA, learned positions, three q/k/v Linears, SP with TP, torch's AdamW."""
+    """parallel-3d on CPU: fp32, eager, SDPA, learned positions, three q/k/v Linears, SP with TP, torch's AdamW; its
+    host work is the pytorch stack's counted floor (floor.py)."""
     return Kernels(flash=True, fused=False, sequence_parallel=tp > 1, fp8=False, rope=False, attention="fa2",
-                   qkv_fused=False, autocast=False, optimizer="foreach", host="graphs")
+                   qkv_fused=False, autocast=False, optimizer="foreach", host="graphs", framework="pytorch")
+
+
+class Predicted(NamedTuple):
+    step_ms: float
+    busy_ms: float  # one rank's own work (compute and host) per step, on a core of its own
+    comm_ms: float  # its collectives' latency and transfer
+    dilation: float  # how much slower its work runs with the ranks sharing the cores
+
+
+def predict(row, machine: Machine) -> Predicted:
+    """The planner's step for one measured layout (module docstring)."""
+    shape = parse_model(row.model)
+    fsdp = row.zero if row.dp > 1 else 0  # fp32 at dp = 1 runs without FSDP (parallel-3d/engine.py)
+    rec = RECOMPUTE.index(row.recompute)
+    deg = Degrees.of(t=row.tp, p=row.pp, d=row.dp, b=row.microbatch, v=row.interleave, m=row.num_microbatches,
+                     zero=fsdp, recompute=rec)
+    r, ker, m, v, p = rates(machine), kernels(row.tp), row.num_microbatches, row.interleave, row.pp
+    out = step_costs(shape, cluster(machine, row.world), deg, grad_bytes=4.0, kernels=ker, tp_overlap=False,
+                     dp_overlap=False, tp_layout_copies=True, fsdp_copies=fsdp >= 2, rates=r)
+    layers = float(np.max([out.split.first, out.split.middle, out.split.last]))
+    fl = pytorch_floor("fp32", row.tp, fsdp, rec)
+    f, b, extra = layer_host_s(fl, machine.costs)
+    c = machine.costs
+    head_host = fl.per_microbatch.ops * c.op_s + fl.per_microbatch.dtensor_ops * c.dtensor_op_s
+    once_host = (fl.per_step.ops + layers * fl.per_layer_step.ops) * c.optimizer_op_s \
+        + (fl.per_step.dtensor_ops + layers * fl.per_layer_step.dtensor_ops) * c.dtensor_op_s
+    # On a CPU the host is the device: per micro-batch a stage runs its ops' host work and their compute in turn.
+    compute_mb = (float(out.compute_s) - float(out.optimizer_s)) / m
+    host_mb = float(layers * (f + b + extra) + head_host)
+    calls_mb = float(layers * host.layer_collectives(deg, ker) + (2 * v if p > 1 else 0)) * c.collective_s
+    comm_mb = float(out.tp_comm_s + out.pp_comm_s) / m + calls_mb
+    dp_comm = float(out.dp_comm_s)
+    # Shared cores: the ranks that are working at once (every rank, less a pipeline's idle share: 1F1B keeps a stage
+    # busy m of its m + (p - 1)/v slots) share the machine's cores, each at cores / busy ranks of one while more are
+    # busy than there are cores. A rank waiting in a collective sleeps (gloo) and leaves its core to the others.
+    busy_ranks = row.world * m / (m + (p - 1) / v)
+    dilation = max(1.0, busy_ranks / machine.cores)
+    work_mb = (compute_mb + host_mb) * dilation
+    span = float(pipeline_step(m, v, work_mb + comm_mb, p * (work_mb + comm_mb)))
+    once = (float(out.optimizer_s) + float(once_host)) * dilation + dp_comm
+    busy = (compute_mb + host_mb) * m + float(out.optimizer_s) + float(once_host)
+    return Predicted(1e3 * (span + once), 1e3 * busy, 1e3 * (comm_mb * m + dp_comm), dilation)
 
 
 def predict_ms(row, machine: Machine) -> float:
-    """The planner's step time for one measured layout (module docstring), in ms."""
-    shape = parse_model(row.model)
-    zero = row.zero if row.dp > 1 else 0  # fp32 at dp = 1 runs without FSDP (parallel-3d/engine.py)
-    deg = Degrees.of(t=row.tp, p=row.pp, d=row.dp, b=row.microbatch, v=row.interleave, m=row.num_microbatches,
-                     zero=zero, recompute=RECOMPUTE.index(row.recompute))
-    r = rates(machine, machine.dtensor_op_us if row.tp > 1 else machine.op_us)
-    ker = kernels(row.tp)
-    out = step_costs(shape, cluster(machine, row.world), deg, grad_bytes=4.0, kernels=ker, tp_overlap=False,
-                     dp_overlap=True, tp_layout_copies=True, fsdp_copies=zero >= 2, rates=r)
-    # Every rank's work: its share of the layers (all of them over the pipeline), the head and embedding, FSDP's
-    # copies, the optimizer; the ranks share the machine's cores.
-    lt, ht = layer_times(shape, row.tp, 1, row.microbatch, ker, r), head_times(shape, row.tp, 1, row.microbatch, ker, r)
-    rec = {"none": 0.0, "selective": lt["recompute_selective"], "full": lt["recompute_full"]}[row.recompute]
-    per_replica = (shape.layers * (lt["fwd"] + lt["bwd"] + rec) + ht["embedding"] + ht["head"]) * row.num_microbatches
-    work = row.tp * row.dp * per_replica + row.world * out.optimizer_s
-    return 1e3 * max(float(out.step_s), float(work) / machine.cores)
+    return predict(row, machine).step_ms
 
 
 def spearman(a, b) -> float:
