@@ -112,9 +112,13 @@ def _step(run: Run, cl: Cluster) -> Prediction:
     if counted:
         # The row counted the kernels its step launched (the profiler): the per-kernel fixed cost is paid for
         # those, not for the kernels the model's op list has (it knows the big ones, not every small one).
+        # The model's GPU time with the counted kernels' fixed cost spread over its own op list, so that host and
+        # GPU are serialised as in any other step (costs.serialised_step).
         no_fixed = float(_times(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0))).gpu_step_s)
-        gpu = no_fixed + counted * cl.compute.kernel_us * 1e-6
-        step = max(gpu, float(times.host_s))
+        per_kernel = (gpu - no_fixed) / cl.compute.kernel_us if cl.compute.kernel_us else 0.0  # kernels x 1e-6
+        scaled = cl.compute.kernel_us * counted * 1e-6 / per_kernel if per_kernel > 0 else cl.compute.kernel_us
+        times = _times(run, replace(cl, compute=replace(cl.compute, kernel_us=scaled)))
+        step, gpu = float(times.step_s), float(times.gpu_step_s)
     note = ""
     if run.detail.get("gpu_busy_ms"):
         # host.py: a step is the larger of the GPU's time and the host's. The row measured the GPU's busy time, so a
@@ -221,12 +225,19 @@ class Calibration(NamedTuple):
 
 def measured_calibration(paths: list[str] | None = None) -> Calibration:
     """Per GPU, the sustained matmul fraction of its GEMM benchmark rows (default: every bench_gemm.csv under
-    fp8-train/results/), the rest of calibration.py's constants unchanged."""
+    fp8-train/results/), or, for a GPU without any, of the GEMMs its FP8-bound rows timed inside a training step
+    (bound.csv: the H200's own rate, never an H100's); the rest of calibration.py's constants unchanged."""
+    results = own_runs.LABS / "fp8-train" / "results"
     if paths is None:
-        paths = [str(p) for p in sorted((own_runs.LABS / "fp8-train" / "results").glob("*/bench_gemm.csv"))]
+        paths = [str(p) for p in sorted(results.glob("*/bench_gemm.csv"))]
     consts, notes = {}, {}
     for gpu, rows in gemm_rates.gpu_rows(paths).items():
         found = gemm_rates.calibrated_constants(gpu, FITTED, rows)
+        if found:
+            consts[gpu], notes[gpu] = found
+    bounds = [str(p) for p in sorted(results.glob("*/bound.csv"))]
+    for gpu, rows in gemm_rates.gpu_bound_rows(bounds).items():
+        found = None if gpu in consts else gemm_rates.calibrated_constants(gpu, FITTED, rows, in_step=True)
         if found:
             consts[gpu], notes[gpu] = found
     return Calibration(consts, notes)

@@ -1,32 +1,27 @@
-"""The measured rows the cost model does not explain, and why: one line each for the reports, the guide and tests.
+"""The measured rows the cost model does not price as they ran, and why: one line each for the reports, the guide
+and tests.
 
-explain_rows.py prices every GPU row; vs_measured.py checks the issue's targets on them. Two kinds of row are
-set apart, each with the reason in one line, and never silently:
+explain_rows.py prices every GPU row; vs_measured.py checks the issue's targets on them. Every row counts in the
+accuracy figures (issue 38: no row is set apart for missing the model), with one exception, by rule on the row's own
+columns, never its name:
 
-- Outside the model, by rule (`outside`): the row measured something the model does not price by design. The
-  rules read the row's own columns, never its name, so a new row of the same kind lands in the same class:
-  - graph break: FP8 rows measured before a fix in own_runs.EAGER_BEFORE ran outside the compiled graph (a
-    break at every FP8 GEMM; later, each block compiled apart and eager past dynamo's recompile limit), priced
-    as eager casts (the break's own cost is not);
-  - host-limited: the row's fastest step beats its median by HOST_JITTER or more. A step the GPU paces repeats
-    within a few percent (every other GPU row here: 0.4-4.2%); one the host paces (Python, hooks, launches
-    of short kernels) varies with the host, and the model's host time (host.py: launches x a cost per launch) is
-    a steady state, not its jitter. A row that measured its GPU's busy time (gpu_busy_ms) is never set apart by
-    this rule: it is judged on its GPU time (explain_rows.error);
-  - FSDP2 at one rank: fully_shard on a world of one runs its hooks, copies and the DTensor optimizer with no
-    collective to hide them behind; its profiled GPU time (fsdp-scaling's overlap CSV) exceeds what the model
-    prices for FSDP2 (bf16 compute, no autocast casts, its copies), which is built for the multi-rank case.
-  The targets leave these rows out and say how many, by rule.
-- Misses (`miss_reason`): rows the model claims and misses the target on, each with what is known about why
-  (or that it is not known). They count as misses in the targets tables. MISSES names single rows; the tests
-  check that every row outside its target has a reason and that every named row still misses (no stale names).
+- superseded (`outside`): the row was measured under code that has since changed, so its columns no longer say what
+  ran. FP8 rows measured before a fix in own_runs.EAGER_BEFORE ran their FP8 layer outside the compiled graph (a break
+  at every FP8 GEMM; later, each block compiled apart and eager past dynamo's recompile limit): they are marked
+  superseded by that commit and shown with their price as eager casts, until they are measured again.
+
+Rows the host paced (a fastest step well below the median, FSDP2's hooks at one rank) are no longer set apart: the
+framework's floor (floor.py: the host work counted as the stack issues it) and the serialised step (costs.py) price
+them. `fastest_gain` still reads a row's jitter for the reports.
+
+Misses (`miss_reason`): rows whose error is beyond their target, each with what is known about why (or that it is
+not known). MISSES names single rows; the tests check that every row outside its target has a reason and that every
+named row still misses (no stale names).
 """
 
 from __future__ import annotations
 
 from .own_runs import Run
-
-HOST_JITTER = 0.05  # fastest step / median step - 1 at or above which a row is host-limited (module docstring)
 
 
 def fastest_gain(run: Run) -> float:
@@ -40,18 +35,11 @@ def fastest_gain(run: Run) -> float:
 
 
 def outside(run: Run) -> str:
-    """Why the model does not claim this row, by rule (module docstring), or "" if it does."""
+    """Why this row is not counted in the targets (superseded by a commit: module docstring), or "" if it is."""
     fix = run.stack.eager_fix
     if fix is not None:
-        return (f"graph break: measured before {fix.commit}, {fix.what_ran} (priced as eager casts; the break "
-                "itself is not)")
-    if run.kind == "step" and fastest_gain(run) >= HOST_JITTER and not run.detail.get("gpu_busy_ms"):
-        return (f"host-limited: its fastest step beat its median by {HOST_JITTER:.0%} or more (GPU-paced steps repeat "
-                "within a few percent, host-paced ones vary with the host); the model prices the host's steady "
-                "launch cost (host.py), not its jitter")
-    if run.lab == "fsdp-scaling" and run.layout.zero >= 2 and run.layout.world == 1:
-        return ("FSDP2 at one rank: its hooks, copies and DTensor optimizer run with no collective to hide behind "
-                "(profiled GPU time above the model's FSDP2 pricing); the model is built for 2+ ranks")
+        return (f"superseded by {fix.commit}: measured before it, {fix.what_ran} (priced as eager casts; to be "
+                "measured again)")
     return ""
 
 
