@@ -3,27 +3,30 @@
     PYTHONPATH=distributed-training python -m planner.evidence.ranking  # layouts measured and predicted, the verdict
     section()                                                          # the markdown the validation document embeds
 
-parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 22 layouts at
-4 and 8 gloo ranks on this repository's CPU machine and measures, in the same session, what the planner may know of
-that machine: the alpha-beta fit of an all_reduce sweep at each world size, a GEMM rate, a memory rate and the fixed
-cost of one op, on plain tensors and on DTensors. The planner prices every layout from those alone (no step time
-enters it) with the cost model `make plan` uses (costs.step_costs), on a machine described by them:
+parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 40 layouts of six
+groups (4 and 8 gloo ranks, global batch 4 to 32) on this repository's CPU machine and measures, in the same session,
+what the planner may know of that machine: the alpha-beta fit of an all_reduce sweep at each world size, a GEMM rate at
+the model's shape, a memory rate, the cores, and the host's cost per unit of the work the framework issues. The planner
+prices every layout from those alone (no step time enters it), with the cost model `make plan` uses
+(costs.step_costs) on a machine described by them:
 
 - compute: GEMMs at the measured rate with no tiles or waves to quantize (a CPU core: tile 1), memory-bound kernels
-  at the measured memory rate, attention at the GEMM rate; every op pays the measured fixed cost, the DTensor one
-  where TP > 1 (DTensor's sharding propagation on every op: 20 times a plain op's here). On a CPU the host *is* the
-  device, so that cost is the op's time (host.py's runtime "graphs": nothing counted twice);
+  at the measured memory rate, attention at the GEMM rate, no fixed cost per kernel;
+- the framework's floor (model/floor.py): the aten ops, DTensor ops, optimizer ops and FSDP2 unshards that parallel-3d
+  issues per block and micro-batch, per micro-batch and per step, counted by running its code (parallel-3d/
+  host_ops.py), each at the cost the calibration measured. On a CPU the host is the device: a rank runs its ops' host
+  work and their compute one after the other;
 - collectives: common/collective_cost.py on a network of the fit at that world size (alpha / 2(n-1) per ring step,
-  the fitted bus rate, gloo's one protocol);
-- the stack as parallel-3d runs it on CPU: fp32 (gradients reduced in fp32), eager kernels, DTensor TP with
-  sequence parallelism and its layout copies, FSDP2 (its copies; none at dp = 1, where fp32 needs no FSDP);
-- shared cores: 4 or 8 ranks run on the machine's cores (2 here), so a step is at least every rank's work divided
-  by the cores, whatever the critical path: step = max(costs' step, ranks x work per rank / cores). A rank waiting
-  for a collective or in the pipeline's bubble leaves its core to the others.
+  the fitted bus rate, gloo's one protocol), every call at c10d's measured host cost, the loss's all-reduces too;
+- the pipeline's (m + p - 1) critical path (stages.pipeline_step) on those serialised times;
+- shared cores, explicitly: the ranks working at once (every rank, less a pipeline's idle share) share the measured
+  cores, each running at cores / busy ranks of one core while they outnumber them; a rank waiting in a gloo
+  collective sleeps and leaves its core to the others.
 
-Groups are the layouts of one world size (one model, one global batch). Reported per group: Spearman's rank
-correlation of predicted and measured step time, and whether the planner's fastest layout is within 10% of the
-measured fastest. Nothing here is fitted; the calibration is a measurement of the machine, taken before the layouts.
+Groups are the layouts of one world size and global batch. Reported per group: Spearman's rank correlation of
+predicted and measured step time, whether the planner's fastest layout is within 10% of the measured fastest, and
+the median error, absolute and signed (a bias is not scatter). Nothing here is fitted; the calibration is a
+measurement of the machine, taken before the layouts.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from common import markdown
-from common.collective_cost import Network
+from common.collective_cost import Network, collective_time_s
 from common.csvread import Schema, read_table
 from planner.model.calibration import ComputeConstants
 from planner.model.cluster import Cluster
@@ -52,11 +55,11 @@ from .own_runs import LABS, parse_model
 
 RESULTS = LABS / "parallel-3d" / "results"
 PICK_WITHIN = 0.10  # the planner's pick counts as right when its measured step is within 10% of the measured best
-TARGETS = {"rank correlation": 0.8, "groups with the pick within 10%": 0.8}
 ROWS = Schema("parallel-3d ranking set", {
     "group": str, "world": int, "model": str, "global_batch": int, "tp": int, "pp": int, "dp": int, "zero": int,
     "recompute": str, "interleave": int, "microbatch": int, "num_microbatches": int, "step_time_ms": float,
-    "step_time_min_ms": float, "step_time_max_ms": float, "hardware": str, "git_commit": str, "torch_version": str})
+    "step_time_min_ms": float, "step_time_max_ms": float, "loadavg_1m": float, "hardware": str, "git_commit": str,
+    "torch_version": str})
 CALIBRATION = Schema("parallel-3d ranking calibration", {"quantity": str, "world": int, "value": float,
                                                          "hardware": str})
 
@@ -146,7 +149,10 @@ def predict(row, machine: Machine) -> Predicted:
     host_mb = float(layers * (f + b + extra) + head_host)
     calls_mb = float(layers * host.layer_collectives(deg, ker) + (2 * v if p > 1 else 0)) * c.collective_s
     comm_mb = float(out.tp_comm_s + out.pp_comm_s) / m + calls_mb
-    dp_comm = float(out.dp_comm_s)
+    # Once per step the loss is averaged (engine.mean_loss): an all-reduce over the pipeline, one over data parallelism.
+    loss = sum(float(collective_time_s("all_reduce", 4.0, n, n, cluster(machine, row.world).net)) + c.collective_s
+               for n in (p, row.dp) if n > 1)
+    dp_comm = float(out.dp_comm_s) + loss
     # Shared cores: the ranks that are working at once (every rank, less a pipeline's idle share: 1F1B keeps a stage
     # busy m of its m + (p - 1)/v slots) share the machine's cores, each at cores / busy ranks of one while more are
     # busy than there are cores. A rank waiting in a collective sleeps (gloo) and leaves its core to the others.
@@ -176,6 +182,26 @@ class Group(NamedTuple):
     pick: str  # the planner's fastest layout
     pick_vs_best: float  # its measured step over the measured best, - 1
     best: str
+    median_abs: float  # median |predicted / measured - 1| over the group's layouts
+    median_signed: float  # median predicted / measured - 1 (negative: the planner's steps too short)
+    load: float  # the highest 1-minute load average its rows ran under
+
+
+class Verdict(NamedTuple):
+    """The ranking set against issue 38's targets."""
+    groups: int
+    rho_ok: int  # groups with rank correlation >= RHO_TARGET
+    picks_ok: int  # groups whose pick is within PICK_WITHIN of the measured best
+    median_abs: float  # over every layout
+    median_signed: float
+
+    @property
+    def meets(self) -> bool:
+        return (self.groups >= MIN_GROUPS and self.rho_ok == self.groups and self.picks_ok >= self.groups - 1
+                and self.median_abs <= MEDIAN_TARGET)
+
+
+RHO_TARGET, MIN_GROUPS, MEDIAN_TARGET = 0.8, 6, 0.25  # issue 38: every group, all picks but one, the median error
 
 
 def layout(r) -> str:
@@ -190,41 +216,61 @@ def compare(results: Path = RESULTS, hw: str = "cpu") -> tuple[pd.DataFrame, lis
     machine = read_machine(cal_path)
     rows = rows.assign(predicted_ms=[predict_ms(r, machine) for r in rows.itertuples()],
                        layout=[layout(r) for r in rows.itertuples()])
+    rows = rows.assign(error=rows["predicted_ms"] / rows["step_time_ms"] - 1)
     groups = []
-    for name, g in rows.groupby("group", sort=True):
+    for name, g in sorted(rows.groupby("group", sort=False), key=lambda kv: (kv[1]["world"].iloc[0],
+                                                                              kv[1]["global_batch"].iloc[0])):
         pick = g.loc[g["predicted_ms"].idxmin()]
         best = g.loc[g["step_time_ms"].idxmin()]
+        load = float(g["loadavg_1m"].max()) if "loadavg_1m" in g else float("nan")
         groups.append(Group(name, len(g), spearman(g["predicted_ms"], g["step_time_ms"]), pick["layout"],
-                            pick["step_time_ms"] / best["step_time_ms"] - 1, best["layout"]))
+                            pick["step_time_ms"] / best["step_time_ms"] - 1, best["layout"],
+                            float(g["error"].abs().median()), float(g["error"].median()), load))
     return rows, groups
+
+
+def verdict(rows: pd.DataFrame, groups: list[Group]) -> Verdict:
+    return Verdict(len(groups), sum(g.rho >= RHO_TARGET for g in groups),
+                   sum(g.pick_vs_best <= PICK_WITHIN for g in groups), float(rows["error"].abs().median()),
+                   float(rows["error"].median()))
 
 
 def section(results: Path = RESULTS, heading: str = "###") -> str:
     """The ranking set as markdown: the verdict first, then the groups, then every layout."""
     head = f"{heading} Ranking: the planner's order against parallel-3d's measured layouts (CPU, gloo)"
     if not (results / "ranking_cpu.csv").is_file():
-        return f"{head}\n\nNot measured yet: `make parallel-3d-ranking` (about 20 minutes on 2 cores)."
+        return f"{head}\n\nNot measured yet: `make parallel-3d-ranking` (about 6 minutes on 2 idle cores)."
     rows, groups = compare(results)
-    within = sum(g.pick_vs_best <= PICK_WITHIN for g in groups)
-    rho = float(np.median([g.rho for g in groups]))
-    verdict = (f"Over {len(groups)} groups ({len(rows)} layouts), the planner's rank correlation with the measured "
-               f"step times is {', '.join(f'{g.rho:.2f} ({g.name})' for g in groups)} (target 0.8), and its pick is "
-               f"within {PICK_WITHIN:.0%} of the measured best in {within} of {len(groups)} groups (target 80%).")
+    v = verdict(rows, groups)
+    said = (f"Over {v.groups} groups ({len(rows)} layouts), the planner's rank correlation with the measured step "
+            f"times is at least {RHO_TARGET} in {v.rho_ok} of {v.groups} groups, its pick is within {PICK_WITHIN:.0%} "
+            f"of the measured best in {v.picks_ok} of {v.groups}, and its step is off by a median "
+            f"{v.median_abs:.0%} (signed {v.median_signed:+.0%}; targets: at least {MIN_GROUPS} groups, rank "
+            f"correlation {RHO_TARGET} in each, the pick within {PICK_WITHIN:.0%} in all but one, median "
+            f"{MEDIAN_TARGET:.0%}): {'all met' if v.meets else 'not all met'}.")
     hw = rows["hardware"].iloc[0]
-    lines = [head, "", verdict, "",
-             f"Measured on {hw}, torch {rows['torch_version'].iloc[0]}, commit {rows['git_commit'].iloc[0]} "
+    machine = read_machine(results / "ranking_calibration_cpu.csv")
+    c = machine.costs
+    lines = [head, "", said, "",
+             f"Measured on {hw}, torch {rows['torch_version'].iloc[0]}, commit {rows['git_commit'].iloc[0]}, at a "
+             f"1-minute load average of {rows['loadavg_1m'].min():.1f}-{rows['loadavg_1m'].max():.1f} "
              "(`parallel-3d/results/ranking_cpu.csv`); predicted by "
              "[`planner/evidence/ranking.py`](../planner/evidence/ranking.py) "
              "from this machine's calibration alone (`ranking_calibration_cpu.csv`: allreduce-bench's fit per world "
-             f"size, a GEMM rate, a memory rate, the fixed cost of an op and of a DTensor op). Median rank "
-             f"correlation {rho:.2f}.", "",
+             f"size, a GEMM rate at the model's shape, a memory rate, {machine.cores} cores, and the host's cost per "
+             f"unit of the framework's counted work: an op {c.op_s * 1e6:.1f} us, a DTensor op "
+             f"{c.dtensor_op_s * 1e6:.0f} us, an optimizer op {c.optimizer_op_s * 1e6:.1f} us, an FSDP2 unshard "
+             f"{c.fsdp_event_s * 1e6:.0f} us, a c10d call {c.collective_s * 1e6:.1f} us). Error = predicted / "
+             "measured step - 1.", "",
              markdown.table(["group", "layouts", "rank correlation", "planner's pick", "its measured step vs the best",
-                             "measured best"],
-                            [[g.name, g.n, f"{g.rho:.2f}", g.pick, f"{g.pick_vs_best:+.1%}", g.best] for g in groups],
-                            align="lrrlrl"), ""]
+                             "measured best", "median abs. error", "median signed error"],
+                            [[g.name, g.n, f"{g.rho:.2f}", g.pick, f"{g.pick_vs_best:+.1%}", g.best,
+                              f"{g.median_abs:.0%}", f"{g.median_signed:+.0%}"] for g in groups],
+                            align="lrrlrlrr"), ""]
+    order = {g.name: i for i, g in enumerate(groups)}
     body = [[r.group, r.layout, f"{r.step_time_ms:,.0f}", f"{r.step_time_min_ms:,.0f}-{r.step_time_max_ms:,.0f}",
-             f"{r.predicted_ms:,.0f}", f"{r.predicted_ms / r.step_time_ms - 1:+.0%}"]
-            for r in rows.sort_values(["group", "step_time_ms"]).itertuples()]
+             f"{r.predicted_ms:,.0f}", f"{r.error:+.0%}"]
+            for r in rows.assign(order=rows["group"].map(order)).sort_values(["order", "step_time_ms"]).itertuples()]
     lines += [markdown.table(["group", "TP·PP·DP, ZeRO, recompute, interleave, micro-batch", "measured ms",
                               "min-max ms", "predicted ms", "error"], body, align="llrrrr")]
     return "\n".join(lines) + "\n"
