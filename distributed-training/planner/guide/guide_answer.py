@@ -79,7 +79,7 @@ def spelled(c: dict) -> str:
 
 
 def own_rows() -> tuple[int, float | None, int]:
-    """This repository's GPU rows the model claims: (count, median |error|, rows set apart by rule)."""
+    """This repository's GPU rows: (rows counted, their median |error|, rows superseded by a later commit)."""
     runs = [r for r in own_runs.all_runs() if r.kind != "collective"]
     if not runs:
         return 0, None, 0
