@@ -60,7 +60,7 @@ from .calibration import ATTENTION_EFFICIENCY, generation
 from .cluster import Cluster
 from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm_count, tensor_rate
 from .degrees import FULL, OP, SELECTIVE, Degrees
-from .floor import PUBLISHED, HostCosts
+from .floor import HostCosts
 from .memory import WEIGHT_BYTES, stage_params
 from .shapes import Shape
 from .stacks import zero_schedule
@@ -180,14 +180,14 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_byte
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
                tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None,
-               dp_schedule=zero_schedule, host_costs: HostCosts = PUBLISHED) -> StepCosts:
+               dp_schedule=zero_schedule, host_costs: HostCosts | None = None) -> StepCosts:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose (StepCosts.split), so memory is priced on the same layout;
     even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
     compute rates (a machine measured directly: planner/evidence/ranking.py's CPU). dp_schedule: the stack's
     data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's). host_costs: the
-    host's cost per unit of counted work (floor.py: published, or measured with --calibrate).
+    host's cost per unit of counted work (floor.py), the cluster's unless given (published, or --calibrate's).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
@@ -273,7 +273,8 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # The host issues every op, kernel and collective (host.py, floor.py); host and GPU are serialised inside each
     # synchronisation interval (serialised_step).
     dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0) * (n_dp > 1)
-    hs = host.host_step(shape, deg, kernels, rt, slowest_layers, dp_calls, regather=regather, costs=host_costs,
+    hs = host.host_step(shape, deg, kernels, rt, slowest_layers, dp_calls, regather=regather,
+                        costs=host_costs if host_costs is not None else cl.host_costs,
                         precision=cl.precision)
     host_s = hs.total(m)
     fwd_share = (lt["fwd"] - lt["fp8_weights_per_step"]) / layer_compute
