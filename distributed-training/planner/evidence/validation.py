@@ -4,7 +4,9 @@
                       |error| and worst against the targets (median <= 5% in every regime, none beyond +-20%)
     own_rows()        this repository's GPU rows against their targets (BF16 within 5%, FP8 within 8%; every row
                       within 30% and their median within 8%, none set apart; the H200 BF16 row within 5%)
-    ranking()         parallel-3d's ranking set on CPU: rank correlation and the pick (planner/evidence/ranking.py)
+    before_after()    the published regimes before and after issue 38's floor (regimes_before_after.py's CSV)
+    ranking()         parallel-3d's ranking set on CPU: rank correlation, the pick and the error per group
+                      (planner/evidence/ranking.py)
     small_models()    the first regime in detail (issue 29: small models on one node were priced far too fast): its
                       error by TP degree and by hidden size, and each group of alternatives a source measured for one
                       job ranked against the planner (rank correlation, the pick within 5% of the measured best)
@@ -71,6 +73,36 @@ def regimes(rows: list[dict] | None = None) -> str:
                            [[g.name, g.n, f"{g.median_abs:.1%}", f"{g.worst:+.1%}", len(g.beyond),
                              "yes" if g.meets else "no"] for g in found], align="lrrrrl")
     return "\n\n".join([" ".join(lines), table])
+
+
+def before_after(path=None) -> str:
+    """Published runs by regime, the planner before and after (regimes_before_after.py's CSV): median |error|, median
+    signed error and the worst, per regime; a regime that gets worse says so."""
+    import csv
+    from pathlib import Path
+    path = Path(path) if path else Path(__file__).resolve().parents[1] / "results" / "regimes_before_after.csv"
+    if not path.is_file():
+        return "No before/after yet: `python -m planner.evidence.regimes_before_after`."
+    rows = list(csv.DictReader(open(path, newline="")))
+    commits = (rows[0]["before_commit"], rows[0]["after_commit"])
+    body, worse = [], []
+    for name, _, _ in REGIMES:
+        mine = [r for r in rows if r["regime"] == name]
+        cells = [name, len(mine)]
+        stats = []
+        for key in ("before_error", "after_error"):
+            errs = [float(r[key]) for r in mine if r[key] not in ("", "None")]
+            stats.append((statistics.median(abs(e) for e in errs), statistics.median(errs), max(errs, key=abs)))
+            cells += [f"{stats[-1][0]:.1%}", f"{stats[-1][1]:+.1%}", f"{stats[-1][2]:+.1%}"]
+        if stats[1][0] > stats[0][0] + 1e-9 or abs(stats[1][2]) > abs(stats[0][2]) + 1e-9:
+            worse.append(name)
+        body.append(cells)
+    said = (f"Published runs by regime, the planner at {commits[0]} (before issue 38's framework floor) and now "
+            f"({commits[1]}; `planner/results/regimes_before_after.csv`, `planner/evidence/regimes_before_after.py`): "
+            + (f"worse in {', '.join(worse)}." if worse else "no regime's median or worst error got worse."))
+    table = markdown.table(["regime", "runs", "median abs. before", "median signed before", "worst before",
+                            "median abs. after", "median signed after", "worst after"], body, align="lrrrrrrr")
+    return said + "\n\n" + table
 
 
 def own_rows(cal: explain_rows.Calibration | None = None) -> str:
@@ -179,7 +211,8 @@ def small_models(rows: list[dict] | None = None) -> str:
     return "\n\n".join(parts)
 
 
-SECTIONS = {"validation_regimes": regimes, "validation_own_rows": own_rows, "validation_ranking": ranking,
+SECTIONS = {"validation_regimes": regimes, "validation_before_after": before_after, "validation_own_rows": own_rows,
+            "validation_ranking": ranking,
             "validation_small_models": small_models}
 
 
