@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .compute import OPTIMIZER_KERNELS, Kernels, Rates, head_times, layer_times
+from .compute import OPTIMIZER_KERNELS, Kernels, Rates, fused_softmax_available, head_times, layer_times
 from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
 from .floor import PUBLISHED, HostCosts, layer_host_s, megatron_floor, pytorch_floor
 
@@ -121,11 +121,14 @@ class HostStep(NamedTuple):
         return m * (self.fwd_mb + self.bwd_mb) + self.step
 
 
-def framework_floor(deg: Degrees, ker: Kernels, precision: str = "bf16"):
-    """The counted host work of the stack that runs `ker` (floor.py)."""
+def framework_floor(deg: Degrees, ker: Kernels, precision: str = "bf16", shape=None):
+    """The counted host work of the stack that runs `ker` (floor.py); Megatron's with its unfused softmax where the
+    fused kernel is not available (scores in HBM only: without FlashAttention)."""
     if ker.framework == "pytorch":
         return pytorch_floor(precision, deg.t, deg.zero, deg.recompute)
-    return megatron_floor(deg.recompute, fused_softmax=True)
+    fused = True if ker.flash or shape is None else fused_softmax_available(
+        ker, deg.b, shape.heads / deg.t, shape.seq / deg.c, shape.seq)
+    return megatron_floor(deg.recompute, fused_softmax=fused)
 
 
 def host_step(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls, regather=0.0,
@@ -136,7 +139,7 @@ def host_step(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls, reg
     coll = np.asarray(layer_collectives(deg, ker, regather), float) * COLLECTIVE_HOST_US[ker.host] * 1e-6
     pp = np.where(deg.p > 1, 2 * deg.v, 0) * COLLECTIVE_HOST_US[ker.host] * 1e-6
     step_calls = np.asarray(dp_calls, float) * COLLECTIVE_HOST_US[ker.host] * 1e-6
-    fl = framework_floor(deg, ker, precision)
+    fl = framework_floor(deg, ker, precision, shape)
     if ker.host == "eager":
         f, b, rec = layer_host_s(fl, costs)
         rec = np.where(deg.recompute != NONE, rec, 0.0)
