@@ -83,7 +83,7 @@ def read_machine(path: Path) -> Machine:
     one = {r.quantity: r.value for r in cal.itertuples() if r.world == 1}
     missing = [q for q in CALIBRATED if q not in one]
     if missing:
-        raise ValueError(f"{path}: no {', '.join(missing)} (measured by an older ranking.py): rerun "
+        raise ValueError(f"{path.name}: no {', '.join(missing)} (measured by an older ranking.py): rerun "
                          "make parallel-3d-ranking")
     by_world = {q: {int(r.world): r.value for r in cal.itertuples() if r.quantity == q}
                 for q in ("allreduce_alpha_us", "allreduce_busbw_GBps")}
