@@ -54,7 +54,7 @@ def test_parity_and_fit_follow_the_csvs(committed):
 def test_the_papers_count_is_judged_by_fit_and_distance(committed):
     runs, rows, device_gb, gpu = committed
     before = _opening(runs, rows, device_gb, gpu)["Papers"]
-    assert "within -7% to +5%: the same fits, farther off" in before  # not "would not have seen it"
+    assert "within -6% to +5%: the same fits, farther off" in before  # not "would not have seen it"
 
     near = copy.deepcopy(rows)
     for r in near:  # the megatron stack exactly as close as the pytorch stack: no "farther off"
@@ -70,7 +70,7 @@ def test_the_papers_count_is_judged_by_fit_and_distance(committed):
 def test_captions_follow_the_rows(committed):
     _, rows, device_gb, gpu = committed
     assert findings.peak_caption(rows, device_gb, gpu).endswith("every PyTorch bar lies below the line.")
-    assert findings.peak_caption(rows, 50, gpu).endswith("50 GB (dashed): above it, not fitting as run: 70B@512.")
+    assert findings.peak_caption(rows, 50, gpu).endswith("50 GB (dashed): above it, not fitting as run: 8B@64 and 70B@512.")
     assert "the widest gap is DP bus bytes / step of 70B@512 (last stage), +11.1%" in findings.at_scale_caption(rows)
     close = copy.deepcopy(rows)
     for r in close:
