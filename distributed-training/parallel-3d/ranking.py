@@ -3,7 +3,7 @@
 A planner is used to choose: its first answer must be the fastest plan, or near it, and its order of the
 others should be the measured order. This benchmark measures that on any machine. It trains the tiny GPT
 (6 layers, hidden 64) with parallel-3d's own runner (train.py: DTensor TP + SP, pipelining, FSDP2, recompute)
-in 40 layouts, in six groups (world 4 and 8 gloo ranks; global batch 4, 8, 16 and 8, 16, 32 sequences: micro-batches
+in 39 layouts, in six groups (world 4 and 8 gloo ranks; global batch 4, 8, 16 and 8, 16, 32 sequences: micro-batches
 of 1-2 where the batch is small, 2-4 where it is larger; full recompute and ZeRO-2 beside the defaults), one CSV row
 per layout, and measures first, in the same session, what the planner is allowed to know of this machine (the
 calibration):

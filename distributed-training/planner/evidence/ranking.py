@@ -3,7 +3,7 @@
     PYTHONPATH=distributed-training python -m planner.evidence.ranking  # layouts measured and predicted, the verdict
     section()                                                          # the markdown the validation document embeds
 
-parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 40 layouts of six
+parallel-3d's ranking set (parallel-3d/ranking.py, `make parallel-3d-ranking`) trains the tiny GPT in 39 layouts of six
 groups (4 and 8 gloo ranks, global batch 4 to 32) on this repository's CPU machine and measures, in the same session,
 what the planner may know of that machine: the alpha-beta fit of an all_reduce sweep at each world size, a GEMM rate at
 the model's shape, a memory rate, the cores, and the host's cost per unit of the work the framework issues. The planner
