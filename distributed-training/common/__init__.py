@@ -28,12 +28,18 @@ One concept per module:
     collective_fit    the alpha-beta fit of a measured sweep, and the one rule that calibrates the cost model
     collective_calls  the collectives a piece of code issues, counted at the dispatcher (CollectiveCalls)
     zero_memory       ZeRO / FSDP model-state bytes per rank
-    attention_block   one attention block with its log-sum-exp, and its backward: the kernels a ring step needs
-    ring_attention    ring attention (context parallelism) over N ranks, load-balanced, hand-rolled
-    ring_bytes        the bytes ring attention sends per rank: one formula for the lab, parallel-3d and the planner
+    attention_block   one attention block with its log-sum-exp, its backward, the merge: what every CP step needs
+    cp_layout         which tokens each CP rank holds (per-document head-tail), which chunk pairs attend
+    cp_checks         the CP attentions' input checks, local and across ranks, before any collective
+    cp_bytes          the bytes each CP design sends per rank: one formula each, for the labs and the planner
+    ring_attention    ring attention (context parallelism): K/V passed around the ring, hand-rolled
+    allgather_attention  all-gather CP (Llama 3): K/V gathered, dK/dV reduce-scattered, hand-rolled
+    ulysses_attention    Ulysses CP (DeepSpeed): two all-to-alls over heads per pass, hand-rolled
+    cp_attention      the three CP designs behind one call, by name
     attention_flags   an attention lab's flags (SweepFlags, VerifyFlags), torch-free
     attention_sweep   an attention lab's runner, verify command and interleaved timing (tp- and cp-attention)
     fp8_names         the FP8 backends' names, shared by fp8-train's registry and the planner's cost records
+    fp8_record        fp8-train's FP8 record judged from fp8.csv: damaged or whole, which layer version wrote it
     at_commit         run a module of an older commit's tree (git archive, python -m there): before/after studies
 
 Import the submodule you need (`from common.dist import distributed`); this file imports

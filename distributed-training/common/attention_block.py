@@ -1,14 +1,16 @@
-"""One block of attention that also returns its log-sum-exp, and its backward given any LSE: the two
-kernels a ring attention step needs (common/ring_attention.py).
+"""One block of attention that also returns its log-sum-exp, its backward given any LSE, and the merge of partial
+results over disjoint keys: what every step of context-parallel attention needs (common/ring_attention.py,
+allgather_attention.py, ulysses_attention.py).
 
     out, lse = block_forward(q, k, v, causal=True, scale=s, kernel="math")   # fp32 out, lse (B, H, Sq)
+    merge(out, lse, *block_forward(q, k2, v2, causal=False, scale=s))       # now over both key blocks, in place
     dq, dk, dv = block_backward(dout, q, k, v, out, lse, causal=False, scale=s)
 
 Shapes: q (B, H, Sq, D); k, v (B, Hkv, Sk, D) with H a multiple of Hkv (grouped-query attention: each
 K/V head serves H/Hkv query heads). `causal` masks key j > query i within the block (Sq == Sk).
 
 The LSE of a query row i is log sum_j exp(s_ij), s_ij = scale * q_i . k_j over this block's keys. It is
-what lets partial results over disjoint key sets be merged exactly (ring_attention.merge) and what the
+what lets partial results over disjoint key sets be merged exactly (merge, below) and what the
 backward needs: given the *final* LSE of a row over all its keys, P_ij = exp(s_ij - LSE_i) is that row's
 true softmax probability, so each block's gradients can be computed on their own and added, with no
 rescaling (FlashAttention's backward, Dao et al. 2022, arXiv 2205.14135, Alg. 2; picotron's ring backward):
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 KERNELS = ("math", "fused")
 _aten = torch.ops.aten
@@ -42,6 +45,25 @@ def default_scale(head_dim: int) -> float:
 def accum_dtype(dtype: torch.dtype) -> torch.dtype:
     """Where partial results are merged and gradients summed: fp32, or fp64 for fp64 inputs (exactness checks)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def merge(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor, block_lse: torch.Tensor) -> None:
+    """Fold a partial result over other keys into (out, lse), in place; out (B, H, S, D), lse (B, H, S), both fp32
+    (fp64). Rows no block has reached yet hold lse = -inf (and out = 0): they take the block as it is.
+
+    The log-sum-exp rule, LSE = log(e^LSE_a + e^LSE_b), O = e^(LSE_a - LSE) O_a + e^(LSE_b - LSE) O_b, written in
+    its sigmoid form (PyTorch's _SDPAMerger, picotron; zhuzilin/ring-flash-attention PR #34):
+
+        O = O_a - sigmoid(LSE_b - LSE_a) (O_a - O_b),     LSE = LSE_a - logsigmoid(LSE_a - LSE_b)
+
+    The weights come from the difference of the two LSEs, which fp32 holds exactly when they are close, and never
+    from the rounded new LSE: with logits near 1e3 an LSE carries an absolute error of 6e-5 (fp32's spacing at 1e3),
+    which the exp form passes into every weight and the backward's cancellations then amplify; the sigmoid form
+    gives PyTorch's results to the bit (tests/test_merge.py)."""
+    fresh = torch.isneginf(lse)
+    weight = torch.sigmoid(block_lse - lse)  # 1 where fresh (block_lse is finite: every block has unmasked keys)
+    out.sub_(weight.unsqueeze(-1) * (out - block_out))
+    lse.copy_(torch.where(fresh, block_lse, lse - F.logsigmoid(lse - block_lse)))
 
 
 def _grouped(q: torch.Tensor, n_kv: int) -> torch.Tensor:

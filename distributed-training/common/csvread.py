@@ -12,8 +12,15 @@ is wrong (BadResults, a ValueError; `guard_report` turns it into exit code 2):
     row with one: the file was cut), missing columns (a foreign CSV), cells that are not of their
     column's kind (int, float, bool; empty cells mean "not measured" and are allowed), non-finite
     numbers (nan, inf) in the number columns of the schema but those it names as observations that
-    may be non-finite (a training loss that diverged), a row that repeats another, and two rows with
-    the same key (two runs mixed into one file).
+    may be non-finite (a training loss that diverged), a negative number where none can be (below),
+    a row that repeats another, and two rows with the same key: the schema names the columns that
+    identify a row (`key`), and a key seen twice is refused whether the rows agree (a repeat) or not
+    (two measurements of one thing: which one would a report read?).
+
+Never negative: a column the schema names in `nonneg` (a norm, a loss, a count without a unit), and
+every number column whose name carries a unit of time, size, rate or share (NONNEG_UNITS: `time_us`,
+`busbw_GBps`, `peak_mem_bytes`, `tokens_per_s`, `underflow_frac`, ...), whoever wrote the file; a schema
+names in `signed` such a column that may be negative (a signed error).
 
     SCHEMA = Schema("allreduce-bench sweep", {"collective": str, "size_bytes": int, "time_us": float})
     df = read_table(path, SCHEMA)                       # one file, checked
@@ -30,9 +37,11 @@ reads every *.config.json under a results folder that way, before a report draws
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import wraps
@@ -48,6 +57,9 @@ ALWAYS_TEXT = ("git_commit",)  # a provenance column of every results file; read
 _TRUE_FALSE = {"true", "false", "1", "0"}
 BOM = "\ufeff"
 _NONFINITE = {"nan", "-nan", "+nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}  # as written
+# Column names whose unit says the value cannot be negative (the labs name units in their columns): times, sizes,
+# rates, throughputs and fractions of a whole.
+NONNEG_UNITS = re.compile(r"(_s|_ms|_us|_ns|_bytes|_KiB|_MiB|_GiB|_KB|_MB|_GB|_GBps|_per_s|_frac|(^|_)tflops)$")
 
 
 class BadResults(ValueError):
@@ -62,12 +74,19 @@ class Schema:
     columns: Mapping[str, type] = field(default_factory=dict)
     allow_empty: bool = False  # a header with no rows is valid (e.g. an events log with no alerts)
     nonfinite: tuple[str, ...] = ()  # columns where nan/inf is an observation (a diverged loss), shown as such
-    key: tuple[str, ...] = ()  # columns that identify a row: two rows with the same key are two runs mixed
+    key: tuple[str, ...] = ()  # columns that identify a row (those the file lacks are left out: a constant there)
     finite: bool = False  # no nan/inf in any column not declared str or nonfinite (a report's whole file), not
     # only in the float columns declared here
+    nonneg: tuple[str, ...] = ()  # number columns that cannot be negative besides those NONNEG_UNITS names
+    signed: tuple[str, ...] = ()  # columns NONNEG_UNITS names that may be negative all the same
 
     def with_columns(self, **kinds: type) -> "Schema":
-        return Schema(self.name, {**self.columns, **kinds}, self.allow_empty, self.nonfinite, self.key, self.finite)
+        return dataclasses.replace(self, columns={**self.columns, **kinds})
+
+    def never_negative(self, header: list[str]) -> list[str]:
+        """The columns of this header that cannot hold a negative number."""
+        return [h for h in header if (h in self.nonneg or NONNEG_UNITS.search(h)) and h not in self.signed
+                and self.columns.get(h, float) is not str]
 
 
 def _check_cell(kind: type, text: str) -> bool:
@@ -159,27 +178,49 @@ def _check_types(path: Path, schema: Schema, header: list[str], rows: list[list[
 
 
 def _check_values(path: Path, schema: Schema, header: list[str], rows: list[list[str]]) -> None:
-    """No non-finite number where the schema does not allow one, no row twice, no key twice."""
+    """No non-finite number where the schema does not allow one, no negative one where none can be, no row
+    twice, no key twice."""
     floats = {header.index(c) for c, k in schema.columns.items() if k is float and c not in schema.nonfinite}
     text = {c for c, k in schema.columns.items() if k is not float} | set(ALWAYS_TEXT) | set(schema.nonfinite)
     others = {j for j, h in enumerate(header) if h not in text} - floats if schema.finite else set()
+    positive = [header.index(c) for c in schema.never_negative(header)]
     for i, row in enumerate(rows):
         for j in sorted(floats | others):
             cell = row[j].strip()
             if (j in floats and cell and not _finite(cell)) or cell.lower() in _NONFINITE:
                 raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {cell[:40]!r} is not a finite "
                                  "number (a failed measurement written as a value?); rerun the run that writes it")
+    for j in positive:  # column by column: a text test first, a number parsed only where it starts with '-'
+        i = next((i for i, row in enumerate(rows) if row[j].lstrip()[:1] == "-" and _number(row[j]) < 0), None)
+        if i is not None:
+            raise BadResults(f"{shown(path)}: line {i + 2}, column {header[j]}: {rows[i][j].strip()[:40]} is "
+                             "negative, which it cannot be (an edited file or a failed measurement?); rerun the run "
+                             "that writes it")
     seen: dict[tuple[str, ...], int] = {}
-    key = [header.index(c) for c in schema.key if c in header]
+    key = [c for c in schema.key if c in header]
+    idx = [header.index(c) for c in key]
     for i, row in enumerate(rows):
-        ident = tuple(row[j] for j in key) if len(key) == len(schema.key) and key else tuple(row)
+        ident = tuple(row[j] for j in idx) if idx else tuple(row)
         if ident in seen:
-            what = (f"repeats the key ({', '.join(f'{c}={v}' for c, v in zip(schema.key, ident))}) of line "
-                    f"{seen[ident]}: two runs mixed in one file?" if key and len(key) == len(schema.key)
-                    else f"repeats line {seen[ident]} exactly")
+            first = rows[seen[ident] - 2]
+            if row == first or not idx:
+                what = f"repeats line {seen[ident]} exactly"
+            else:
+                names = ", ".join(f"{c}={v}" for c, v in zip(key, ident))
+                j = next(j for j, (a, b) in enumerate(zip(first, row)) if a != b)
+                what = (f"repeats the key ({names}) of line {seen[ident]} with another {header[j]} "
+                        f"({first[j][:20]} there, {row[j][:20]} here): two measurements of one thing?")
             raise BadResults(f"{shown(path)}: line {i + 2} {what}; keep one (rerun, or publish with --promote "
                              "replace)")
         seen[ident] = i + 2
+
+
+def _number(cell: str) -> float:
+    """The cell's number, or nan where it holds none (empty, text): for comparisons that skip what is not one."""
+    try:
+        return float(cell)
+    except ValueError:
+        return float("nan")
 
 
 def has_columns(path: str | Path, columns: set[str]) -> bool:

@@ -1,38 +1,46 @@
-"""Forward+backward time, bytes and memory of context-parallel causal attention: the hand-rolled ring
-(common/ring_attention.py) against PyTorch's context parallelism (torch_cp.py), vs CP degree and sequence.
+"""Forward+backward time, bytes and memory of context-parallel causal attention: the three hand-rolled designs
+(common/cp_attention.py: ring, all-gather, Ulysses) against PyTorch's context parallelism (torch_cp.py), vs CP degree,
+sequence and heads.
 
 For every CP degree N that divides the world (each group of N consecutive ranks runs one attention; the
-others run copies of it, so every device is busy as in DP x CP) and every sequence length, one row per
-implementation:
+others run copies of it, so every device is busy as in DP x CP), every sequence length and every head count, one
+row per implementation:
 
     sdpa              single-device causal SDPA on the whole sequence (N = 1 rows only): what CP replaces
-    ours              the ring, passing K/V blocks with send/recv overlapped with each block's attention
+    ring              K/V blocks passed around the ring with send/recv, each hop posted before a block's attention
+    allgather         one all-gather of K/V, the local block computed while it travels; dK/dV reduce-scattered
+    ulysses           an all-to-all of q, k, v over heads, attention on whole sequences, an all-to-all back (only
+                      where both head counts divide by N: the row is absent otherwise)
     torch-allgather   PyTorch's context parallelism, its default rotation (one all-gather of K/V)
-    torch-alltoall    the same with a ring shift per step (all-to-all)
+    torch-alltoall    the same with a ring shift per step (all-to-all): a ring, not Ulysses
 
     time_ms           median over iterations of the max over ranks, implementations interleaved
-                      iteration by iteration (drift on a shared machine hits all alike)
+                      iteration by iteration (drift on a shared machine hits all alike); time_min_ms and
+                      time_max_ms the fastest and slowest iteration (the spread every ratio carries)
     *_sent_bytes      what one rank sent in the forward / backward, counted at the dispatcher (traffic.py),
-                      beside the formula (ring_attention.ring_bytes; verify.torch_bytes for PyTorch's)
+                      beside the formula (common/cp_bytes.py; verify.torch_bytes for PyTorch's)
     saved_bytes       the tensors kept for backward (saved-tensor hooks: exact, any device)
     peak_mem_bytes    CUDA only: torch.cuda.max_memory_allocated over one step, above what was allocated
     max_rel_err       the same shape verified against single-device attention first (verify.check)
+    load_1m           the machine's 1-minute load average when the row was timed (os.getloadavg): other work
+                      on shared cores, beside the times it disturbs
 
 On CPU PyTorch's public context_parallel refuses (its dispatcher has no rule for the CPU SDPA kernel;
 the refusal is written to results/public_api_<tag>.csv), so the PyTorch rows there are its ring core
 (_templated_ring_attention and its backward) on the same CPU kernel; on CUDA they are the public API.
-Every implementation runs the same kernel (one_kernel: FlashAttention-2 on CUDA, SDPA's fused CPU kernel on
-CPU; ours calls them through common/attention_block.py), so the rows differ in the ring, not the kernel.
+Every implementation runs the same kernel (verify.one_kernel: FlashAttention-2 on CUDA, SDPA's fused CPU kernel on
+CPU; ours calls them through common/attention_block.py), so the rows differ in the communication, not the kernel.
 
-    make cp-attention                          # CPU: 4 gloo ranks, N = 1, 2, 4, then the report (~1 min)
+    make cp-attention                          # CPU: 2 then 4 gloo ranks (N = 1, 2 timed; N = 4 bytes), the report
     make cp-attention-gpu GPU=h100             # 1 GPU: N = 1 (wrapper overheads); N GPUs: N = 1, 2, 4, 8
     make cp-attention-run GPU=h100 NNODES=2 NODE_RANK=0 MASTER_ADDR=node0 ARGS="--cp 8,16"  # each node
     OMP_NUM_THREADS=1 PYTHONPATH=distributed-training python -m torch.distributed.run --standalone \\
-        --nproc-per-node 4 distributed-training/cp-attention/bench.py --gpu cpu
+        --nproc-per-node 2 distributed-training/cp-attention/bench.py --gpu cpu
 
-On CPU every rank is a process on a few shared cores and gloo runs over loopback TCP: the timings show
-contention and the shape of the curves, not CP's speedups or its overlap (that needs a GPU and its own
-copy engine). Bytes, correctness and saved memory are exact anywhere.
+On CPU every rank is a process on a few shared cores and gloo runs over loopback TCP: the times show
+per-step costs of the collectives and their kernels, not CP's speedups, and a CPU has no copy engine to overlap
+a transfer with compute. With more ranks than cores they measure the scheduler and are compared with nothing
+(the report's rule); bytes, correctness and saved memory are exact anywhere.
 
 The runner is tp-attention's too (common/attention_sweep.py: checks before launch, a mesh per degree, the run folder
 runs/<preset>_ws<N>/ -> results/, --resume); the presets are functions, cpu() and cuda() (--gpu picks one, every
@@ -42,6 +50,7 @@ other flag overrides it; --help shows its values).
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,21 +65,24 @@ import verify
 from common.attention_block import default_scale
 from common.attention_flags import SweepFlags, divisor_degrees
 from common.attention_sweep import Sweep, fill, for_hardware, run_sweep, time_interleaved
+from common.cp_attention import cp_attention
+from common.cp_bytes import CP_KINDS
+from common.cp_checks import check_cp_shape, heads_problem
 from common.dist import DistInfo, from_rank0
 from common.failures import entrypoint
-from common.ring_attention import balanced_positions, check_cp_shape, ring_attention
 from common.runner import Table
 
 LAB = Path(__file__).resolve().parent
-IMPLS = ("sdpa", "ours", "torch-allgather", "torch-alltoall")
+IMPLS = ("sdpa", *verify.IMPLS)
 CORRECTNESS_COLUMNS = ["case", "impl", "kernel", "cp", "dtype", "n_heads", "n_kv_heads", "head_dim", "seq_len",
-                       "batch", "err_output", "err_dq", "err_dk", "err_dv", "tolerance", "reference_vs_exact",
-                       "fwd_calls", "fwd_sent_bytes", "bwd_calls", "bwd_sent_bytes", "formula_fwd_bytes",
-                       "formula_bwd_bytes", "bytes_ok", "pass"]
+                       "batch", "documents", "err_output", "err_dq", "err_dk", "err_dv", "tolerance",
+                       "reference_vs_exact", "err_vs_fp32", "fwd_calls", "fwd_sent_bytes", "bwd_calls",
+                       "bwd_sent_bytes", "formula_fwd_bytes", "formula_bwd_bytes", "bytes_ok", "pass"]
 BENCH_COLUMNS = ["impl", "cp", "seq_len", "n_heads", "n_kv_heads", "head_dim", "batch", "dtype", "kernel", "time_ms",
                  "time_min_ms", "time_max_ms", "fwd_calls", "fwd_sent_bytes", "bwd_calls", "bwd_sent_bytes",
                  "formula_fwd_bytes", "formula_bwd_bytes", "saved_bytes", "peak_mem_bytes", "max_rel_err",
-                 "tolerance", "verified", "iters", "timing"]
+                 "tolerance", "verified", "iters", "timing", "load_1m"]
+BENCH_KEY = ["impl", "cp", "seq_len", "n_heads", "n_kv_heads"]
 PUBLIC_COLUMNS = ["api", "device", "runs", "error"]
 
 
@@ -78,24 +90,31 @@ PUBLIC_COLUMNS = ["api", "device", "runs", "error"]
 class BenchConfig(SweepFlags):
     DEGREE = "cp"
     cp: tuple[int, ...] = field(metadata={"help": "CP degrees (the preset's: 1, 2, 4, ... up to the ranks)"})
-    n_heads: int = field(metadata={"help": "query heads"})
-    n_kv_heads: int = field(metadata={"help": "key/value heads (GQA when fewer)"})
+    heads: tuple[str, ...] = field(metadata={"help": "query/K-V heads of each case, e.g. 8/8 (MHA) or 8/2 (GQA)"})
 
     def __post_init__(self):
         super().__post_init__()
-        if self.n_heads < 1 or self.n_kv_heads < 1:
-            raise ValueError(f"--n-heads and --n-kv-heads must be positive, got {self.n_heads}, {self.n_kv_heads}")
+        for h in self.heads:
+            q, _, kv = h.partition("/")
+            if not (q.isdigit() and kv.isdigit() and int(q) > 0 and int(kv) > 0):
+                raise ValueError(f"--heads takes QUERY/KV pairs of positive counts (e.g. 8/8,8/2), got {h!r}")
+        if not self.heads:
+            raise ValueError("--heads needs at least one QUERY/KV pair (e.g. 8/2)")
+
+    @property
+    def head_pairs(self) -> list[tuple[int, int]]:
+        return [(int(h.split("/")[0]), int(h.split("/")[1])) for h in self.heads]
 
 
-# CPU: small enough for 4 ranks on 2 cores in well under a minute. GPU: Llama-3-8B's attention (32 query heads,
-# 8 K/V heads of 128), bf16, sequences where CP is used.
+# CPU: small enough for 4 ranks on 2 cores in a few minutes; MHA and GQA (2 K/V heads: Ulysses stops at N = 2).
+# GPU: Llama-3-8B's attention (32 query heads, 8 K/V heads of 128) and its MHA twin, bf16, sequences where CP is used.
 def cpu(world: int) -> BenchConfig:
-    return BenchConfig(gpu="cpu", cp=divisor_degrees(world), seq_lens=(256, 512, 1024), n_heads=8, n_kv_heads=2,
-                       head_dim=32, batch=1, dtype="float32", warmup=1, iters=5)
+    return BenchConfig(gpu="cpu", cp=divisor_degrees(world), seq_lens=(256, 512, 1024), heads=("8/8", "8/2"),
+                       head_dim=32, batch=1, dtype="float32", warmup=1, iters=10)
 
 
 def cuda(world: int) -> BenchConfig:
-    return BenchConfig(gpu="h100", cp=divisor_degrees(world), seq_lens=(8192, 16384, 32768), n_heads=32, n_kv_heads=8,
+    return BenchConfig(gpu="h100", cp=divisor_degrees(world), seq_lens=(8192, 16384, 32768), heads=("32/8", "32/32"),
                        head_dim=128, batch=1, dtype="bfloat16", warmup=3, iters=10)
 
 
@@ -104,10 +123,18 @@ def preset(gpu: str = "auto") -> BenchConfig:
 
 
 def check_shapes(cfg: BenchConfig, world: int) -> None:
-    """Every (N, s) of the sweep splits into the load-balanced chunks (ring_attention.check_cp_shape)."""
+    """Every (N, s, heads) of the sweep splits into the load-balanced chunks and groups its heads (cp_checks); Ulysses'
+    rows are left out where its heads do not divide by N, not refused."""
     for c in cfg.cp:
         for s in cfg.seq_lens:
-            check_cp_shape(s, c, cfg.n_heads, cfg.n_kv_heads)
+            for h, kv in cfg.head_pairs:
+                check_cp_shape(s, c, h, kv)
+
+
+def impls_at(cp: int, n_heads: int, n_kv_heads: int) -> list[str]:
+    """The implementations of one (N, heads): SDPA at N = 1 only, Ulysses where its heads divide by N."""
+    return [n for n in IMPLS if (n != "sdpa" or cp == 1)
+            and not (n == "ulysses" and heads_problem(n_heads, n_kv_heads, cp, "ulysses"))]
 
 
 class Saved:
@@ -141,7 +168,7 @@ class Impl:
     def __init__(self, name: str, vcfg: verify.VerifyConfig, mesh: DeviceMesh, full: tuple[torch.Tensor, ...],
                  public: torch_cp.PublicCP | None):
         self.name, self.device = name, full[0].device
-        pos = balanced_positions(vcfg.seq_len, vcfg.cp, mesh.get_local_rank(), device=self.device)
+        pos = vcfg.layout.positions(mesh.get_local_rank(), device=self.device)
         local = [t.index_select(2, pos) for t in full] if name != "sdpa" else list(full)
         self.q, self.k, self.v = (t.detach().clone().requires_grad_(True) for t in local[:3])
         self.dout, self.scale, self.group = local[3], default_scale(vcfg.head_dim), mesh.get_group()
@@ -157,8 +184,8 @@ class Impl:
             n = self.q.shape[1]
             return F.scaled_dot_product_attention(self.q, torch_cp.repeat_kv(self.k, n), torch_cp.repeat_kv(self.v, n),
                                                   is_causal=True)
-        if self.name == "ours":
-            return ring_attention(self.q, self.k, self.v, self.group, scale=self.scale, kernel=self.kernel)
+        if self.name in CP_KINDS:
+            return cp_attention(self.name, self.q, self.k, self.v, self.group, scale=self.scale, kernel=self.kernel)
         return torch_cp.torch_ring(self.q, self.k, self.v, self.group, scale=self.scale,
                                    rotate=self.name.removeprefix("torch-"))
 
@@ -184,30 +211,22 @@ class Impl:
         return saved.bytes, torch.cuda.max_memory_allocated(self.device) - base
 
 
-def one_kernel(device: torch.device):
-    """The timed and measured steps of every implementation on the same attention kernel: on CUDA, SDPA held to
-    FlashAttention-2 (what ours calls; left alone SDPA may pick cuDNN's on Hopper, and the rows would compare kernels,
-    not rings); on CPU SDPA's one fused kernel. The correctness checks before them leave SDPA its own choice."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
-
-
-def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int) -> list[dict]:
+def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: int, heads: tuple[int, int]
+               ) -> list[dict]:
     cp = mesh.size()
-    shape = dict(cp=cp, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, seq_len=seq,
+    shape = dict(cp=cp, n_heads=heads[0], n_kv_heads=heads[1], head_dim=cfg.head_dim, seq_len=seq,
                  batch=cfg.batch, dtype=cfg.dtype, kernel="fused", gpu=cfg.gpu)
-    names = [n for n in IMPLS if n != "sdpa" or cp == 1]
+    names = impls_at(cp, *heads)
     checks = {n: verify.check(verify.VerifyConfig(impl=n, **shape), mesh, device) for n in names if n != "sdpa"}
     vcfg = verify.VerifyConfig(**shape)
     full = verify.whole_sequence(vcfg, device)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(one_kernel(device))
+        stack.enter_context(verify.one_kernel(device))
         public = stack.enter_context(torch_cp.PublicCP(mesh, *full)) if device.type == "cuda" else None
         impls = {n: Impl(n, vcfg, mesh, full, public) for n in names}
         memory = {n: impl.memory() for n, impl in impls.items()}
         samples = time_interleaved({n: impl.step for n, impl in impls.items()}, cfg.warmup, cfg.iters, device)
+    load = round(os.getloadavg()[0], 2)
     rows = []
     for n in names:
         res, ms = checks.get(n), [s * 1e3 for s in samples[n]]
@@ -223,7 +242,7 @@ def bench_rows(cfg: BenchConfig, mesh: DeviceMesh, device: torch.device, seq: in
                      "saved_bytes": memory[n][0], "peak_mem_bytes": memory[n][1],
                      "max_rel_err": res.max_err if res else None, "tolerance": res.tolerance if res else None,
                      "verified": res.passed if res else None, "iters": cfg.iters,
-                     "timing": f"median of {cfg.iters}, max over {dist.get_world_size()} ranks"})
+                     "timing": f"median of {cfg.iters}, max over {dist.get_world_size()} ranks", "load_1m": load})
     return rows
 
 
@@ -231,8 +250,9 @@ def correctness_row(case: str, res: verify.CheckResult) -> dict:
     c, s = res.config, res.sent
     return {"case": case, "impl": c.impl, "kernel": c.kernel, "cp": c.cp, "dtype": c.dtype, "n_heads": c.n_heads,
             "n_kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "seq_len": c.seq_len, "batch": c.batch,
-            **{f"err_{k}": v for k, v in res.errors.items()}, "tolerance": res.tolerance,
-            "reference_vs_exact": res.reference_vs_exact, "fwd_calls": s.forward_calls,
+            "documents": "+".join(map(str, c.documents)), **{f"err_{k}": v for k, v in res.errors.items()},
+            "tolerance": res.tolerance, "reference_vs_exact": res.reference_vs_exact, "err_vs_fp32": res.vs_fp32,
+            "fwd_calls": s.forward_calls,
             "fwd_sent_bytes": s.forward_bytes, "bwd_calls": s.backward_calls, "bwd_sent_bytes": s.backward_bytes,
             "formula_fwd_bytes": res.expected.forward, "formula_bwd_bytes": res.expected.backward,
             "bytes_ok": res.bytes_ok, "pass": res.passed}
@@ -243,7 +263,7 @@ def tables(cfg: BenchConfig, tag: str) -> list[Table | None]:
     bench_<tag>.csv, public_api_<tag>.csv (whether PyTorch's public context_parallel runs here)."""
     grid = cfg.correctness and max(cfg.cp) > 1
     return [Table(f"correctness_{tag}.csv", CORRECTNESS_COLUMNS, CORRECTNESS_COLUMNS[:5]) if grid else None,
-            Table(f"bench_{tag}.csv", BENCH_COLUMNS, BENCH_COLUMNS[:3]),
+            Table(f"bench_{tag}.csv", BENCH_COLUMNS, BENCH_KEY),
             Table(f"public_api_{tag}.csv", PUBLIC_COLUMNS, PUBLIC_COLUMNS[:2])]
 
 
@@ -260,15 +280,15 @@ def measure(cfg: BenchConfig, env: DistInfo, meshes: dict[int, DeviceMesh], writ
              "correctness", key=lambda g: {"case": g[1], "impl": g[2].impl, "kernel": g[2].kernel, "cp": g[0],
                                            "dtype": g[2].dtype},
              rows=lambda g: [correctness_row(g[1], verify.check(g[2], meshes[g[0]], env.device))])
-    fill(bench, [(c, s) for s in cfg.seq_lens for c in cfg.cp], "timing",
-         key=lambda r: {"impl": "ours", "cp": r[0], "seq_len": r[1]},
-         rows=lambda r: bench_rows(cfg, meshes[r[0]], env.device, r[1]))
+    fill(bench, [(c, s, h) for h in cfg.head_pairs for s in cfg.seq_lens for c in cfg.cp], "timing",
+         key=lambda r: {"impl": "ring", "cp": r[0], "seq_len": r[1], "n_heads": r[2][0], "n_kv_heads": r[2][1]},
+         rows=lambda r: bench_rows(cfg, meshes[r[0]], env.device, r[1], r[2]))
 
 
 # --no-correctness is not among the flags that change no row: published, its bench rows would sit beside an older
 # run's correctness grid (common.runner.experiment).
 SWEEP = Sweep("cp-attention", LAB, "cp", BenchConfig, preset, check_shapes, tables, measure,
-              lambda cfg: f"CP in {cfg.cp}, s in {cfg.seq_lens}, {cfg.dtype}")
+              lambda cfg: f"CP in {cfg.cp}, s in {cfg.seq_lens}, heads {', '.join(cfg.heads)}, {cfg.dtype}")
 
 
 def main(argv: list[str] | None = None) -> int:

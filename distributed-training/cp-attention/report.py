@@ -19,11 +19,11 @@ import pandas as pd
 from common import measured_on
 from common.config import parse_config
 from common.csvread import Schema, guard_report, report_path, results_folder, sweep_results, tables_by_tag
-from common.findings import Spread, block, cores, fill, measured_line, oversubscribed, sci
+from common.findings import block, cores, fill, measured_line, oversubscribed, sci, spread
 from common.markdown import frame
 from common.plotting import describe_runs, new_figure, save
 import findings
-from findings import S, TORCH
+from findings import OURS, S, TORCH, heads_label, normalise
 
 LAB = Path(__file__).resolve().parent
 RUN_IT = "run `make cp-attention-run`"  # what a missing result says
@@ -50,75 +50,90 @@ class ReportConfig:
 
 
 def correctness_section(c: pd.DataFrame, tag: str) -> list[str]:
+    c = normalise(c)
     err = c[["err_output", "err_dq", "err_dk", "err_dv"]].max(axis=1)
-    g = c.assign(err=err).groupby(["impl", "kernel", "dtype", "cp"], sort=True)
+    order = {i: k for k, i in enumerate((*OURS, *TORCH))}
+    g = c.assign(err=err, rank=c["impl"].map(order)).groupby(["rank", "impl", "kernel", "dtype", "cp"], sort=True)
+    vs_fp32 = g["err_vs_fp32"].max().map(lambda x: sci(x) if pd.notna(x) else "-") if "err_vs_fp32" in c else "-"
     table = pd.DataFrame({
         "cases": g["case"].apply(lambda s: ", ".join(sorted(set(s)))),
         "worst error (out, dQ, dK, dV)": g["err"].max().map(sci),
         "tolerance": g["tolerance"].max().map(sci),
+        "vs fp32": vs_fp32,
         "forward calls": g["fwd_calls"].apply(lambda s: " / ".join(sorted(set(s)))) if "fwd_calls" in c else "-",
         "backward calls": g["bwd_calls"].apply(lambda s: " / ".join(sorted(set(s)))) if "bwd_calls" in c else "-",
         "bytes = formula": g["bytes_ok"].all().map({True: "yes", False: "**NO**"}),
-        "pass": g["pass"].all().map({True: "yes", False: "**NO**"})}).reset_index()
+        "pass": g["pass"].all().map({True: "yes", False: "**NO**"})}).reset_index().drop(columns="rank")
     return [f"#### `{tag}`", "", S("correct.lead", provenance=measured_line(c), n=len(c), failed=int((~c["pass"]).sum())),
             "", frame(table.rename(columns={"cp": "N"})), ""]
 
 
+STYLES = {"ring": ("-o", "tab:blue", 1.0), "allgather": ("-s", "tab:purple", 0.93),
+          "ulysses": ("-D", "tab:red", 1.07), TORCH[0]: ("--v", "tab:orange", 0.97), TORCH[1]: (":^", "tab:green", 1.03)}
+
+
 def _plot(b: pd.DataFrame, tag: str, out: Path) -> str:
-    """Time (with the iterations' spread) and bytes against N at the longest sequence; PyTorch's two rotations
-    are one line where they send the same bytes, never one drawn under the other."""
+    """Time (with the iterations' spread) against N, MHA at the longest sequence; bytes against N for every head
+    count (MHA solid, GQA dashed), the formulas as x."""
+    b = normalise(b)
     big = b[b["seq_len"] == b["seq_len"].max()]
+    mha = big[big["n_heads"] == big["n_kv_heads"]] if (big["n_heads"] == big["n_kv_heads"]).any() else big
+    first = mha[["n_heads", "n_kv_heads"]].iloc[0]
+    mha = mha[(mha["n_heads"] == first["n_heads"]) & (mha["n_kv_heads"] == first["n_kv_heads"])]
     fig, (a1, a2) = new_figure(1, 2)
-    styles = {"ours": ("-o", "tab:blue", 1.0), TORCH[0]: ("--s", "tab:orange", 0.95),
-              TORCH[1]: (":^", "tab:green", 1.05)}
-    equal = findings.torch_bytes_equal(b)
-    for impl, d in big.groupby("impl"):
+    for impl, d in mha.groupby("impl"):
         d = d.sort_values("cp")
         if impl == "sdpa":  # one point (N = 1): a reference line, not a series
             a1.axhline(d["time_ms"].iloc[0], color="k", ls=":", label="single-device SDPA")
             continue
-        style, color, dodge = styles[impl]  # side by side on the log axis, so no bar hides another
-        a1.errorbar(d["cp"] * dodge, d["time_ms"],
-                    yerr=[d["time_ms"] - d["time_min_ms"], d["time_max_ms"] - d["time_ms"]], fmt=style, color=color,
-                    capsize=3, label=impl)
-        if impl == TORCH[1] and equal:
-            continue
-        label = "PyTorch, allgather = alltoall" if impl == TORCH[0] and equal else impl
-        a2.plot(d["cp"], findings.sent(d) / MIB, style, color=color, label=f"{label} (counted)")
-        a2.plot(d["cp"], (d["formula_fwd_bytes"] + d["formula_bwd_bytes"]) / MIB, "kx", ms=5)
+        style, color, dodge = STYLES[impl]  # side by side on the log axis, so no bar hides another
+        a1.errorbar(d["cp"] * dodge, d["time_ms"], yerr=[d["time_ms"] - d["time_min_ms"], d["time_max_ms"] - d["time_ms"]],
+                    fmt=style, color=color, capsize=3, label=impl)
+    drawn = set()  # PyTorch repeats K/V to the query heads: its bytes are one line whatever the K/V heads
+    for (h, kv), heads in big[big["impl"] != "sdpa"].groupby(["n_heads", "n_kv_heads"], sort=False):
+        for impl, d in heads.groupby("impl"):
+            if impl == "allgather" or (impl == TORCH[1] and (heads["impl"] == TORCH[0]).any()):
+                continue  # the ring's and PyTorch's allgather's lines: the same bytes
+            d = d.sort_values("cp")
+            line = (impl, tuple(findings.sent(d)))
+            if line in drawn:
+                continue
+            drawn.add(line)
+            style, color, _ = STYLES[impl]
+            label = {"ring": f"ring = allgather, {heads_label(h, kv)}", TORCH[0]: "PyTorch, both rotations, any K/V"
+                     }.get(impl, f"{impl}, {heads_label(h, kv)}")
+            a2.plot(d["cp"], findings.sent(d) / MIB, "-" if h == kv or impl in TORCH else "--", marker=style[-1],
+                    color=color, label=label)
+            a2.plot(d["cp"], (d["formula_fwd_bytes"] + d["formula_bwd_bytes"]) / MIB, "kx", ms=5)
     s = int(big["seq_len"].iloc[0])
-    a1.set(xscale="log", xlabel="CP degree N", ylabel="forward + backward (ms)", title=f"one attention layer, s = {s}")
-    a2.set(xscale="log", xlabel="CP degree N", ylabel="MiB sent per rank per step", title="bytes (x: the formula)")
+    a1.set(xscale="log", xlabel="CP degree N", ylabel="forward + backward (ms)",
+           title=f"one attention layer, {heads_label(int(first['n_heads']), int(first['n_kv_heads']))}, s = {s}")
+    a2.set(xscale="log", xlabel="CP degree N", ylabel="MiB sent per rank per step", title=f"bytes, s = {s} (x: formula)")
     for ax in (a1, a2):
         ax.set_xticks(sorted(big["cp"].unique()), [str(c) for c in sorted(big["cp"].unique())])
         ax.minorticks_off()
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     name = f"cp_{tag}.png"
     save(fig, out / name, footer=describe_runs(b, held={"s": s, "dtype": b["dtype"].iloc[0]}))
     return f"![time and bytes vs N, {tag}](plots/{name})\n\n" + findings.plot_caption(b, tag)
 
 
-def _ratio(r: Spread) -> str:
-    return f"{r.mid:.2f} ({r.lo:.2f}-{r.hi:.2f})"
-
-
 def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
+    b = normalise(b)
     spreads, rows = findings.time_spreads(b), []
-    for (n, s), d in b.groupby(["cp", "seq_len"], sort=True):
+    impls = [i for i in (*OURS, *TORCH) if i in set(b["impl"])]
+    for (n, s, h, kv), d in b.groupby(["cp", "seq_len", "n_heads", "n_kv_heads"], sort=True):
         d = d.set_index("impl")
-        o = d.loc["ours"]
-        cells = {"N": n, "s": s, "ours ms": f"{o['time_ms']:.1f}"}
-        for t in TORCH:
-            if t in d.index:
-                cells[f"{t.removeprefix('torch-')} ms"] = f"{d.loc[t, 'time_ms']:.1f}"
-                cells[f"ours / {t.removeprefix('torch-')}"] = _ratio(spreads[(n, s, t)])
+        cells = {"N": n, "s": s, "heads": f"{h}/{kv}", "ring ms": f"{d.loc['ring', 'time_ms']:.1f}"}
+        for i in impls[1:]:
+            cells[f"{i} / ring"] = findings.ratio(spreads[(n, s, h, kv, i)]) if (n, s, h, kv, i) in spreads else "-"
         cells["SDPA ms"] = f"{d.loc['sdpa', 'time_ms']:.1f}" if "sdpa" in d.index else "-"
-        cells["MiB sent: ours / allgather / alltoall"] = " / ".join(
-            f"{findings.sent(d.loc[i]) / MIB:.2f}" for i in ("ours", *TORCH) if i in d.index)
+        cells["MiB sent: " + " / ".join(impls)] = " / ".join(
+            f"{findings.sent(d.loc[i]) / MIB:.2f}" if i in d.index else "-" for i in impls)
         saved = f"{d.loc[TORCH[0], 'saved_bytes'] / MIB:.2f}" if TORCH[0] in d.index else None
-        cells["MiB saved: ours / PyTorch"] = f"{o['saved_bytes'] / MIB:.2f} / {saved}" if saved else "-"
+        cells["MiB saved: ring / PyTorch"] = f"{d.loc['ring', 'saved_bytes'] / MIB:.2f} / {saved}" if saved else "-"
         if d["peak_mem_bytes"].notna().any():
-            cells["peak MiB: ours / PyTorch"] = (f"{o['peak_mem_bytes'] / MIB:.1f} / "
+            cells["peak MiB: ring / PyTorch"] = (f"{d.loc['ring', 'peak_mem_bytes'] / MIB:.1f} / "
                                                  f"{d.loc[TORCH[0], 'peak_mem_bytes'] / MIB:.1f}")
         rows.append(cells)
     r0 = b.iloc[0]
@@ -126,8 +141,9 @@ def bench_section(b: pd.DataFrame, tag: str) -> list[str]:
     exact = ((b["fwd_sent_bytes"] == b["formula_fwd_bytes"]) & (b["bwd_sent_bytes"] == b["formula_bwd_bytes"])).all()
     note = S("bench.shared", ranks=int(b["world_size"].max()), cores=cores(r0["hardware"])) \
         if oversubscribed(b) else ""
-    return [f"### `{tag}`", "", S("bench.lead", provenance=measured_line(b), batch=r0["batch"], heads=r0["n_heads"],
-                                   kv=r0["n_kv_heads"], dim=r0["head_dim"], dtype=r0["dtype"], iters=r0["iters"],
+    load = spread(list(b["load_1m"]), "{:.1f}") if "load_1m" in b and b["load_1m"].notna().any() else "not recorded"
+    return [f"### `{tag}`", "", S("bench.lead", provenance=measured_line(b), batch=r0["batch"], dim=r0["head_dim"],
+                                   dtype=r0["dtype"], iters=r0["iters"], load=load,
                                    verified="all passed" if ok else "SOME FAILED",
                                    exact="every row" if exact else "NOT every row", shared=" " + note if note else ""),
             "", frame(pd.DataFrame(rows)), ""]
@@ -147,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 correctness=[line for tag, c in corrs.items() for line in correctness_section(c, tag)],
                 public_api=findings.public_line(pd.concat(publics.values()) if publics else None),
                 bench=[line for tag, b in benches.items() for line in bench_section(b, tag)],
+                bf16=findings.bf16_sentence(benches, corrs),
                 predicted=S("predicted"))
     out.write_text(text)
     print(f"wrote {out.name} from {len(corrs) + len(benches) + len(publics)} CSVs")

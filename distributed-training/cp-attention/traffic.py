@@ -17,7 +17,10 @@ What counts as sent, per rank:
                          (all_gather_into_tensor's output is n inputs; a ring forwards n-1 of them)
     all_to_all_single    the rows of its input addressed to other ranks (input_split_sizes; what it
                          addresses to itself stays): PyTorch's "alltoall" rotation is a ring shift that
-                         addresses its whole buffer to the next rank
+                         addresses its whole buffer to the next rank; Ulysses sends N-1 of its N head groups
+    reduce_scatter       the n-1 of its input's n shards that other ranks own (the all-gather CP's dK/dV)
+    all_reduce           nothing counted as payload: the only one the CP attentions issue is their input check
+                         (common/cp_checks.py, a few integers), seen in the calls column as all_reduce:1
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ def sent_by(kind: str, name: str, args) -> int:
         return _nbytes(args[1]) * (_group(args[2]).size() - 1)
     if name == "all_to_all_single":  # (input, output_split_sizes, input_split_sizes, group_name)
         return _all_to_all_sent(args[0], args[2], _group(args[3]))
+    if name == "alltoall_base_":  # (output, input, group, output_split_sizes, input_split_sizes, ...)
+        return _all_to_all_sent(args[1], args[4], _group(args[2]))
+    if name == "_reduce_scatter_base_":  # (output, input, group, op, ...): the shards other ranks own
+        n = _group(args[2]).size()
+        return _nbytes(args[1]) * (n - 1) // n
+    if name == "reduce_scatter_tensor":  # functional: (input, reduce_op, group_size, group_name)
+        return _nbytes(args[0]) * (args[2] - 1) // args[2]
     return 0
 
 

@@ -1,6 +1,6 @@
 """Activation memory per transformer block, measured, against the planner's formula (Korthikanti et al. 2022).
 
-For each TP degree t and recompute setting (none, selective, full; parallelize.py), a pipeline-middle stage
+For each TP degree t and recompute setting (none, op, full; parallelize.py), a pipeline-middle stage
 of n blocks runs forward on its input (b, s/t, h) under footprint.PeakTracker; the bytes still alive when
 the forward returns, minus the output, are what autograd (and checkpointing) keeps for backward. The
 difference between n = 2 and n = 1 blocks is one block's activations, with nothing else in it.
@@ -108,7 +108,7 @@ def torch_terms(sh: Shape, t: int, recompute: str, e: int, stat_bytes: int = 4) 
     (planner.model.torch_memory.torch_layer_bytes: the LayerNorm outputs all-gathered to full length by DTensor's
     sequence parallelism, q/k/v kv_heads wide, the fused attention's output and fp32 log-sum-exp, LayerNorm's
     statistics in stat_bytes: fp32 on CUDA, but on the CPU a LayerNorm whose input and weights are both bf16
-    keeps them in bf16, ln_stat_bytes). This lab's selective recompute is the planner's per-op AC."""
+    keeps them in bf16, ln_stat_bytes). recompute: none, op or full, the planner's names."""
     g = sh.gpt()
     shape = pb.shape_of(g)
     code = degrees.RECOMPUTE.index(pb.planner_recompute(recompute))

@@ -37,7 +37,7 @@ One context-parallel plan too (--cp-studies, default 8B@64/cp2): the planner's c
 with CP 2 carved out of its DP and the sequence twice as long, so every rank holds as many tokens as in the
 8B@64 study (Llama 3's long-context recipe: CP 16 at 131,072 tokens keeps the 8,192 of its short stage per
 rank). FSDP2 shards over the same 64 ranks (dp x cp), so the state bytes should equal 8B@64's; the ring's
-K/V and dK/dV transfers are counted per step against common/ring_bytes.ring_bytes, and against the planner's
+K/V and dK/dV transfers are counted per step against common/cp_bytes.ring_bytes, and against the planner's
 CP bus bytes and its pytorch-stack memory for that plan (planner_bridge.predict with cp). Those rows go to
 at_scale_cp.csv, beside the no-CP study.
 
@@ -69,7 +69,7 @@ from common.dist import DistInfo, fail
 from common.failures import entrypoint
 from common.hardware import cpu_model
 from common.results import provenance
-from common.ring_bytes import ring_bytes
+from common.cp_bytes import ring_bytes
 from common.runner import RunFlags, RunPlan, Table, check_before_launch, experiment, open_run, saved_config
 from design import predicted_counts, predicted_payloads
 from engine import Batch, Engine
@@ -102,7 +102,7 @@ TERM_KEY = ["study", "role", "quantity", "term"]
 @dataclass(frozen=True)
 class AtScaleConfig(RunFlags):
     studies: tuple[str, ...] = field(default=("8B@64", "70B@512", "405B@4096"),
-                                     metadata={"help": "MODEL@GPUS for the planner's standard shapes"})
+                                     metadata={"help": "MODEL@GPUS: the model --params MODEL names (8B: Llama 3.1 8B)"})
     cp_studies: tuple[str, ...] = field(default=("8B@64/cp2",),
                                         metadata={"help": "MODEL@GPUS/cpN: that study's plan with N-way CP taken out "
                                                           "of its DP, at an N times longer sequence"})

@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from common.collective_cost import COLLECTIVES, busbw_factor
+from context_parallel import registered_group
 from parallelize import shard_mesh
 
 _KINDS = {
@@ -37,11 +38,13 @@ _KINDS = {
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce", "all_reduce": "all_reduce",
     "all_reduce_": "all_reduce", "broadcast_": "broadcast", "broadcast": "broadcast",
     "send": "send", "recv_": "recv", "recv_any_source_": "recv",
+    "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",
 }
 _BOOKKEEPING = {"wait_tensor", "_wrap_tensor_autograd", "barrier", "monitored_barrier_"}
 _NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "send", "recv")
 _SHARD = " shard"  # mesh_groups' entry for FSDP2's dp x cp group (not a process-group name)
+_ATTENTION = " attention"  # mesh_groups' entry naming CP attention's own group (context_parallel.attention_group)
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -109,15 +112,17 @@ class CollectiveLog(TorchDispatchMode):
 
     def _call(self, namespace: str, name: str, args, kwargs, out) -> Call:
         kind = _KINDS.get(name, name)
-        dim, size = "unknown", 0
+        dim, size, name = "unknown", 0, None
         for a in tree_flatten((args, kwargs))[0]:
             if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()):  # c10d ops carry the group
                 pg = dist.ProcessGroup.unbox(a)
-                dim, size = self.groups.get(pg.group_name, (pg.group_name, pg.size()))
+                name = pg.group_name
+                dim, size = self.groups.get(name, (name, pg.size()))
             elif isinstance(a, str) and a in self.groups:  # functional collectives carry its name
+                name = a
                 dim, size = self.groups[a]
-        if dim == "cp" and kind not in ("send", "recv"):  # the ring only sends and receives: a collective on the
-            dim, size = self.groups.get(_SHARD, (dim, size))  # CP group is FSDP2's, whose group it is at dp = 1
+        if dim == "cp" and name != self.groups.get(_ATTENTION, ("",))[0]:  # CP attention has a group of its own:
+            dim, size = self.groups.get(_SHARD, (dim, size))  # a collective on the mesh's cp group is FSDP2's (dp = 1)
         return Call(dim, kind, _payload(namespace, kind, args, out), size)
 
     def totals(self) -> list[Total]:
@@ -142,4 +147,8 @@ def mesh_groups(mesh) -> dict[str, tuple[str, int]]:
         flat = shard_mesh(mesh)  # at dp = 1 the same group as cp's: the CP entry stays, collectives go to _SHARD
         groups.setdefault(flat.get_group().group_name, ("dp", flat.size()))
         groups[_SHARD] = ("dp", flat.size())
+        attention = registered_group(mesh)  # CP attention's own group: its collectives are "cp", whatever their kind
+        if attention is not None:
+            groups[attention.group_name] = ("cp", attention.size())
+            groups[_ATTENTION] = (attention.group_name, attention.size())
     return groups

@@ -13,7 +13,7 @@ TP (t > 1), per micro-batch, DTensor with sequence parallelism (parallelize.py):
     full recompute  + 2 all-gathers + 1 reduce-scatter per block in backward: the block's forward runs
                     again, but non-reentrant checkpointing stops as soon as the last tensor backward needs
                     is rebuilt, so the final reduce-scatter (w2's output, saved by nobody) is not repeated
-    selective       nothing more: the selective-checkpoint policy keeps every collective's output
+    op              nothing more: the per-op selective-checkpoint policy keeps every collective's output
   and once per step one all-reduce per LayerNorm weight (2 per block, + the final norm): their
   gradients are Partial over TP (parallelize.py).
 PP (p > 1): every stage sends its output forward unless it is last and its input gradient backward
@@ -41,7 +41,9 @@ DP = 1 with bf16: the stages are fully_shard-ed on a 1-rank group (parallelize.f
 CP (c > 1; context_parallel.py): every activation above holds this rank's s/c tokens (TP's buffers, the
   pipeline's hops, the logits). Per micro-batch each block's ring attention sends c-1 K/V blocks forward and,
   backward, c-1 K/V blocks plus c-1 fp32 dK/dV accumulators, receiving as many (common/ring_attention.py);
-  full recompute runs the forward ring once more. A K/V block is 2·b·(s/c)·(n_kv/t)·d_head elements. FSDP2
+  full recompute runs the forward ring once more. The all-gather design (--cp-kind allgather) gathers K/V forward
+  and backward and reduce-scatters fp32 dK/dV; Ulysses (--cp-kind ulysses) runs two all-to-alls each way
+  (cp_calls, cp_payloads). A K/V block is 2·b·(s/c)·(n_kv/t)·d_head elements. FSDP2
   shards over the dp x cp ranks (parallelize.shard_mesh): its collectives are counted under "dp", on a group
   of d·c ranks, as the planner's DP×CP group; everything said of d > 1 above holds for d·c > 1.
 """
@@ -52,7 +54,7 @@ import math
 from collections import Counter
 
 from common.model import GPTConfig
-from common.ring_attention import ring_bytes
+from common.cp_bytes import kv_block, ring_bytes
 from settings import Layout, Variant
 from pipeline_stages import StageSpec
 
@@ -130,9 +132,7 @@ def predicted_counts(layout: Layout, variant: Variant, specs: list[StageSpec], f
             out["pp", "send"] += transfers
             out["pp", "recv"] += transfers
         if layout.cp > 1:
-            hops = m * blocks * (layout.cp - 1) * (3 + full)  # forward, K/V again + dK/dV backward, [forward again]
-            out["cp", "send"] += hops
-            out["cp", "recv"] += hops
+            out += cp_calls(layout.cp_kind, layout.cp, m * blocks, full)
         if sharded and piped:
             order = (orders or {}).get(s.index) or one_f_one_b(s.index, s.n_stages, m)
             out["dp", "all_gather"] += root * fsdp_gathers(order, False) + blocks * fsdp_gathers(order, zero3)
@@ -159,6 +159,36 @@ def tp_local_shapes(g: GPTConfig, t: int) -> tuple[Shapes, Shapes, Shapes]:
 def fsdp_numel(shapes: list[tuple[int, ...]], dp: int) -> int:
     """Elements of a unit as FSDP2 gathers it: dim 0 of every parameter padded to a multiple of dp."""
     return sum(math.ceil(s[0] / dp) * dp * math.prod(s[1:]) for s in shapes)
+
+
+def cp_calls(kind: str, c: int, blocks: int, full: bool) -> Counter:
+    """{("cp", kind): count} of `blocks` block-passes (blocks x micro-batches) of design `kind` over c ranks: the
+    ring's c-1 hops forward, twice that backward (K/V and dK/dV), the forward again under full recompute; the
+    all-gather's gather forward (again under recompute) and backward, and one reduce-scatter; Ulysses' two
+    all-to-alls each way (common/cp_attention.py)."""
+    if kind == "ring":
+        hops = blocks * (c - 1) * (3 + full)  # forward, K/V again + dK/dV backward, [forward again]
+        return Counter({("cp", "send"): hops, ("cp", "recv"): hops})
+    if kind == "allgather":
+        return Counter({("cp", "all_gather"): blocks * (2 + full), ("cp", "reduce_scatter"): blocks})
+    return Counter({("cp", "all_to_all"): blocks * 2 * (2 + full)})
+
+
+def cp_payloads(kind: str, g: GPTConfig, t: int, c: int, b: int, blocks: int, full: bool, act_bytes: int) -> Counter:
+    """{("cp", kind): payload bytes} of cp_calls' collectives (comms.py's convention: the full buffer), from the bytes
+    each design sends (common/cp_bytes.py) where that is what travels: the ring's sends; the all-gather's gathered
+    K/V and its fp32 reduce-scatter input; Ulysses' all-to-all buffers (q/k/v and the output, each way)."""
+    kv_heads, heads = g.kv_heads // t, g.n_heads // t
+    if kind == "ring":
+        kv = ring_bytes(b, g.seq_len, kv_heads, g.head_dim, c, act_bytes)  # per block, per micro-batch
+        sent = blocks * (kv.total + full * kv.forward)
+        return Counter({("cp", "send"): sent, ("cp", "recv"): sent})
+    block = kv_block(b, g.seq_len, kv_heads, g.head_dim, c)
+    if kind == "allgather":
+        return Counter({("cp", "all_gather"): blocks * (2 + full) * c * block * act_bytes,
+                        ("cp", "reduce_scatter"): blocks * c * block * 4})
+    per_head = b * (g.seq_len // c) * g.head_dim * act_bytes  # one head of this rank's tokens
+    return Counter({("cp", "all_to_all"): blocks * (2 + full) * (2 * heads + 2 * kv_heads) * per_head})
 
 
 def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: list[StageSpec], act_bytes: int,
@@ -192,10 +222,7 @@ def predicted_payloads(g: GPTConfig, layout: Layout, variant: Variant, specs: li
             norm_bytes = grad_bytes if piped and fsdp else param_bytes
             out["tp", "all_reduce"] += reductions * (2 * n + s.is_last) * g.d_model * norm_bytes
         if c > 1:
-            kv = ring_bytes(b, g.seq_len, g.kv_heads // t, g.head_dim, c, act_bytes)  # per block, per micro-batch
-            sent = m * n * (kv.total + full * kv.forward)
-            out["cp", "send"] += sent
-            out["cp", "recv"] += sent
+            out += cp_payloads(layout.cp_kind, g, t, c, b, m * n, full, act_bytes)
         if piped:
             hop = b * tokens // t * g.d_model * act_bytes
             out["pp", "send"] += m * hop * ((not s.is_last) + (not s.is_first))

@@ -81,7 +81,7 @@ class Engine:
             if init == "full":
                 stage.to(device)
             self.stages.append(parallelize(stage, mesh, zero=variant.zero, recompute=variant.recompute,
-                                           policy=self.policy))
+                                           policy=self.policy, cp_kind=layout.cp_kind))
         self.positions = None  # with CP: (1, T/cp) positions of this rank's tokens, for the batch and the embeddings
         if layout.cp > 1:
             self.positions = positions(gcfg.seq_len, layout.cp, mesh["cp"].get_local_rank(), device)

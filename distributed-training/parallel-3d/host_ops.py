@@ -129,7 +129,7 @@ def split(tp: int, pp: int, dp: int, *, zero: int = 3, recompute: str = "none", 
 # The layout classes the planner's table holds (planner/model/floor.py PYTORCH_OPS): (tp > 1, FSDP2's ZeRO stage
 # or 0 without FSDP, recompute) on one pipeline stage, in fp32 (the CPU ranking set) and bf16 (FSDP2's mixed
 # precision, every GPU run).
-CLASSES = [(tp, zero, rec) for tp in (1, 2) for zero in (0, 2, 3) for rec in ("none", "selective", "full")]
+CLASSES = [(tp, zero, rec) for tp in (1, 2) for zero in (0, 2, 3) for rec in ("none", "op", "full")]
 
 
 def class_split(tp: int, zero: int, recompute: str, bf16: bool = False) -> Split:

@@ -42,7 +42,7 @@ parallel-3d-run: $(SETUP) ## the TP x PP x DP x CP launch alone (torchrun; rows 
 	$(call check_vars,GPU TP PP DP CP $(LAUNCH_VARS) ARGS)
 	$(TORCHRUN) $(P3D_DIR)/train.py $(P3D_FLAGS) $(ARGS)
 
-parallel-3d-activations: $(SETUP) ## activation bytes per block for none/selective/full recompute at t = 1, 2 vs the planner
+parallel-3d-activations: $(SETUP) ## activation bytes per block for none/op/full recompute at t = 1, 2 vs the planner
 	$(call check_vars,GPU P3D_ACT_NPROC)
 	$(LAUNCH) --standalone --nnodes 1 --nproc-per-node $(P3D_ACT_NPROC) \
 	  $(P3D_DIR)/activations.py --gpu $(GPU) $(if $(filter 1,$(P3D_ACT_NPROC)),--tp 1)

@@ -37,7 +37,8 @@ dp = 1 and the tests count none (comms.py logs 1-rank calls too).
 Recompute per block (torch.utils.checkpoint through checkpoint_wrapper, non-reentrant):
     none        nothing
     full        only the block input is kept; the whole block runs again in backward
-    selective   a selective-checkpoint policy (torch.utils.checkpoint.create_selective_checkpoint_contexts):
+    op          per-op selective checkpointing (torch.utils.checkpoint.create_selective_checkpoint_contexts;
+                torchtitan's selective_ac_option="op"; the planner's `op`):
                 the outputs of matmuls and collectives are kept, everything else is recomputed: the
                 attention core (Korthikanti's selective recompute), the LayerNorms and GELU; no
                 collective runs twice
@@ -58,7 +59,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from common.fsdp import mixed_precision
-from context_parallel import apply_cp
+from context_parallel import apply_cp, attention_group
 from pipeline_stages import StageModule
 
 MESH_DIMS = ("pp", "dp", "cp", "tp")
@@ -115,11 +116,11 @@ def _selective_policy(ctx, func, *args, **kwargs) -> CheckpointPolicy:  # noqa: 
 
 
 def apply_recompute(stage: StageModule, mode: str) -> None:
-    """Wrap every block of the stage for `mode` (none, selective, full); in place."""
+    """Wrap every block of the stage for `mode` (none, op, full); in place."""
     if mode == "none":
         return
     kw: dict = {"checkpoint_impl": CheckpointImpl.NO_REENTRANT, "preserve_rng_state": False}  # no dropout in the GPT
-    if mode == "selective":
+    if mode == "op":
         kw["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
     for key, block in list(stage.layers.items()):
         stage.layers[key] = checkpoint_wrapper(block, **kw)
@@ -148,11 +149,11 @@ def apply_fsdp(stage: StageModule, dp_mesh: DeviceMesh, zero: int, policy: Mixed
 
 
 def parallelize(stage: StageModule, mesh: DeviceMesh, *, zero: int, recompute: str,
-                policy: MixedPrecisionPolicy | None) -> StageModule:
+                policy: MixedPrecisionPolicy | None, cp_kind: str = "ring") -> StageModule:
     """CP (cp > 1), TP (tp > 1), recompute, FSDP2 (where `policy` is given: fsdp_policy) on one stage, in
     torchtitan's order; returns the stage."""
     if mesh["cp"].size() > 1:
-        apply_cp(stage, mesh["cp"].get_group())
+        apply_cp(stage, attention_group(mesh), cp_kind)
     if mesh["tp"].size() > 1:
         apply_tp(stage, mesh["tp"])
     apply_recompute(stage, recompute)

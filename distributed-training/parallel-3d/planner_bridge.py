@@ -13,7 +13,7 @@ kernels, FlashAttention-2 through SDPA, DTensor TP without async overlap, FSDP2 
 fp32 reduction, AdamW foreach): its memory is planner/model/torch_memory.py's, the terms this lab's at-scale study
 measures, and its data-parallel schedule FSDP2's. FSDP2 reduces gradients in fp32, so the comparison passes
 grad_bytes = 4 (the planner's --grad-bytes 4). Context parallelism is priced too: the ring's bytes are
-common/ring_bytes.py's, the formula this lab's design counts.
+common/cp_bytes.py's, the formula this lab's design counts.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class Degrees(NamedTuple):
     interleave: int
     recompute: str
     stage_layers: tuple[int, ...] = ()  # per virtual stage; empty = the runner's balanced split
-    cp: int = 1  # context parallelism: each sequence over cp ranks (ring attention), FSDP2 over dp x cp
+    cp: int = 1  # context parallelism: each sequence over cp ranks, FSDP2 over dp x cp
+    cp_kind: str = "ring"  # its design (common/cp_attention.py), priced as the planner prices it (planner/model/cp_kinds.py)
 
     @property
     def gpus(self) -> int:
@@ -71,15 +72,10 @@ def shape_of(g: GPTConfig):
     return shapes.Shape(g.n_layers, g.d_model, g.n_heads, g.kv_heads, g.vocab_size, g.seq_len, g.ffn)
 
 
-def lab_recompute(planner_recompute: str) -> str:
-    """This lab's nearest setting: torchtitan's per-op AC ("op") runs as its selective recompute."""
-    return "selective" if planner_recompute == "op" else planner_recompute
-
-
 def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTConfig, Degrees, records.Plan]:
-    """The planner's first choice for a standard model of `params` on `gpus` GPUs, exactly as `make plan` prints it
-    (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the model, the
-    degrees and the planner's record."""
+    """The planner's first choice for the model `params` names (shapes.model_shape) on `gpus` GPUs, as `make plan`
+    prints it (the pytorch stack, the guide's batch rule, the rules: `pins` as its flags, e.g. cp=2); returns the
+    model, the degrees and the planner's record."""
     cfg = plan.PlanConfig(params=params, gpus=gpus, gpu=gpu, top=1, **pins)
     w, cl, pins_, enumerated = cfg.resolved
     best = search.search(w, cl, pins_, top=1, enumerated=enumerated).best
@@ -87,7 +83,8 @@ def best_plan(params: str, gpus: int, gpu: str = "h100", **pins) -> tuple[GPTCon
         raise ValueError(f"the planner finds no configuration of {params} on {gpus} x {gpu} that fits")
     split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
     d = Degrees(best.tp, best.pp, best.dp, best.zero, best.microbatch, best.num_microbatches, best.interleave,
-                lab_recompute(best.recompute), split if len(set(split)) > 1 else (), best.cp)
+                best.recompute, split if len(set(split)) > 1 else (), best.cp,
+                best.cp_kind if best.cp > 1 else "ring")
     return w.shape.gpt, d, best
 
 
@@ -102,8 +99,10 @@ def _unit(cl):
 
 
 def planner_recompute(lab: str) -> str:
-    """The planner's name for this lab's recompute setting: its selective policy is the planner's per-op AC."""
-    return "op" if lab == "selective" else lab
+    """The planner's name for a recompute setting of this lab's rows: the same name (none, op, full), an older row's
+    'selective' read as op (settings.recompute_name)."""
+    from settings import recompute_name
+    return recompute_name(lab)
 
 
 def _planner_degrees(d: Degrees):
@@ -134,14 +133,14 @@ def predict(g: GPTConfig, d: Degrees, gpu: str | None = "h100", grad_bytes: int 
     template = _cluster(gpu if gpu and gpu != "cpu" else "h100", d.gpus)
     # The unit cluster's own stage split would balance bytes, not time: rescale its split-dependent terms (TP on
     # the busiest stage's layers, DP on its parameters) to the split this lab runs.
-    unit = costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, **_stack())
+    unit = costs.step_costs(shape, _unit(template), deg, grad_bytes=grad_bytes, cp_kind=d.cp_kind, **_stack())
     unit_psi = float(memory.stage_params(shape, d.tp, d.pp, unit.split))
     bus = {"tp": float(unit.tp_comm_s) / _max_layers(unit.split) * _max_layers(split),
            "pp": float(unit.pp_comm_s), "dp": float(unit.dp_comm_s) * psi / unit_psi, "cp": float(unit.cp_comm_s)}
     times = None
     if gpu and gpu != "cpu":
-        priced = costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, **_stack())
-        times = {k: float(v_) for k, v_ in priced._asdict().items() if k != "split"}
+        priced = costs.step_costs(shape, template, deg, grad_bytes=grad_bytes, cp_kind=d.cp_kind, **_stack())
+        times = {k: float(v_) for k, v_ in priced._asdict().items() if k not in ("split", "cp_kind")}
     state = float(sum(zero_memory.model_state_bytes(psi, d.dp * d.cp, 3, torch_memory.FSDP2_STATE)))
     return Prediction({k: float(v_) for k, v_ in mem._asdict().items()}, bus, times, psi, _max_layers(split), state)
 

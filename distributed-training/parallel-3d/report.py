@@ -25,9 +25,22 @@ from common.plotting import new_figure, save
 import findings
 from findings import S
 from planner.evidence import against_pytorch as ap
+from settings import recompute_name
 
 LAB = Path(__file__).resolve().parent
 MIB = 2**20
+
+
+def read(path: Path) -> list[dict]:
+    """A results CSV's rows (against_pytorch.read's checks), recompute settings by their one name: a row written
+    when this lab called per-op recompute 'selective' reads as op (settings.recompute_name)."""
+    rows = ap.read(path)
+    for r in rows:
+        if "recompute" in r:
+            r["recompute"] = recompute_name(r["recompute"])
+        if "variant" in r:
+            r["variant"] = r["variant"].replace("-selective-", "-op-")
+    return rows
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,7 @@ EMPTY_ON_CPU = ("MFU", "planner step s", "planner exposed comm s")  # columns a 
 def runs_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("runs_*.csv")):
-        rows = ap.read(path)
+        rows = read(path)
         if not rows:
             continue
         base = next((r for r in rows if findings.layout(r) == "TP1·PP1·DP1"), None)
@@ -116,7 +129,7 @@ def runs_section(results: Path) -> list[str]:
 def comms_section(results: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("comms_*.csv")):
-        rows = ap.read(path)
+        rows = read(path)
         if not rows:
             out += [f"**{path.stem}**: no collective in any launch's step (one rank), as the design predicts.", ""]
             continue
@@ -138,7 +151,7 @@ def comms_section(results: Path) -> list[str]:
 def activations_section(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     out = []
     for path in sorted(results.glob("activations_*.csv")):
-        rows = ap.read(path)
+        rows = read(path)
         body = [[r["tp"], r["recompute"], f"{float(r['measured_bytes']) / MIB:.3f}",
                  f"{float(r['torch_terms_bytes']) / MIB:.3f}", f"{float(r['planner_bytes']) / MIB:.3f}",
                  f"{float(r['measured_coef_bf16']):.2f}", f"{float(r['planner_coef_bf16']):.2f}",
@@ -193,7 +206,7 @@ def at_scale_section(results: Path, plots: list[str], out_dir: Path) -> list[str
     """A pointer to PLANNER_VALIDATION.md's section 5 (the tables live there, once) and the term-by-term plot."""
     if not (results / "at_scale.csv").exists() or not (results / "at_scale_terms.csv").exists():
         return ["_Not measured yet: run `make parallel-3d-at-scale`._"]
-    rows = ap.read(results / "at_scale.csv")
+    rows = read(results / "at_scale.csv")
     png = plot_at_scale(rows, out_dir / "at_scale.png")
     plots.append(png)
     r0 = rows[0]
@@ -208,10 +221,10 @@ def cp_at_scale_section(results: Path) -> list[str]:
     path = results / "at_scale_cp.csv"
     if not path.exists():
         return ["_Not measured yet: `make parallel-3d-at-scale`._"]
-    base = {(r["study"], r["role"]): r for r in ap.read(results / "at_scale.csv")} \
+    base = {(r["study"], r["role"]): r for r in read(results / "at_scale.csv")} \
         if (results / "at_scale.csv").exists() else {}
     lines = []
-    for r in ap.read(path):
+    for r in read(path):
         b = base.get((r["baseline_study"], r["role"]))
         if not b:
             continue
@@ -224,7 +237,7 @@ def cp_at_scale_section(results: Path) -> list[str]:
                        sent=sent / ap.GB, exact="exactly" if sent == formula else "not",
                        planner="" if planner is None else S("cp.planner", gb=planner / ap.GB,
                                                             pct=ap._pct(planner, sent))))
-    r0 = ap.read(path)[0]
+    r0 = read(path)[0]
     return [S("cp.lead", provenance=f"{r0['hardware']}, torch {r0['torch_version']}, commit {r0['git_commit']}"), "",
             ap.cp_section(results), "", *lines]
 
@@ -263,8 +276,8 @@ def plot_peak(rows: list[dict], device_gb: float, gpu: str, path: Path) -> str:
 
 
 def opening(results: Path) -> list[str]:
-    runs = [r for p in sorted(results.glob("runs_*.csv")) for r in ap.read(p)]
-    rows = ap.read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
+    runs = [r for p in sorted(results.glob("runs_*.csv")) for r in read(p)]
+    rows = read(results / "at_scale.csv") if (results / "at_scale.csv").exists() else []
     device_gb, gpu = device(results)
     return block(findings.opening(runs, rows, device_gb, gpu), one_screen=True)
 
@@ -273,7 +286,7 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     """The peak-memory plot and its table: what carries the answer."""
     if not (results / "at_scale.csv").exists():
         return []
-    rows = ap.read(results / "at_scale.csv")
+    rows = read(results / "at_scale.csv")
     device_gb, gpu = device(results)
     png = plot_peak(rows, device_gb, gpu, out_dir / "peak_memory.png")
     plots.append(png)
@@ -288,7 +301,7 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
 
 
 def render(results: Path, plots: list[str], out_dir: Path = LAB / "plots") -> str:
-    runs = [r for r in sorted(results.glob("runs_*.csv")) for r in ap.read(r)]
+    runs = [r for r in sorted(results.glob("runs_*.csv")) for r in read(r)]
     return fill(LAB / "report_template.md", findings=opening(results), answer=answer(results, plots, out_dir),
                 measured_on=measured_on.paragraph(results, ["runs_*.csv", "comms_*.csv", "activations_*.csv",
                                                             "at_scale.csv", "at_scale_cp.csv"],
@@ -307,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(cfg.results)
     report_path(cfg.out)
     for path in sorted(results.glob("*.csv")):  # every input checked before anything is drawn or written
-        ap.read(path)
+        read(path)
     check_configs(results)
     plots: list[str] = []
     text = render(results, plots, Path(cfg.out).parent / "plots")

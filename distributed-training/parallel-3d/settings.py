@@ -13,7 +13,7 @@ the same launch.
 The presets are functions returning a complete Config (cpu(): the tiny GPT, every recompute setting, 1F1B and
 interleaved; cuda(): the medium GPT in bf16): preset() picks one for --gpu and fits it to the flags it depends on
 (PRESET_KEYS: --model's shape, with --kv-heads = --heads and --ffn = 4 x --hidden where only those are given; no
-interleaving without a pipeline, no selective recompute with CP), and every other flag overrides it (--help shows
+interleaving without a pipeline, no per-op recompute with CP), and every other flag overrides it (--help shows
 its values).
 """
 
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from common.cp_bytes import CP_KINDS
+from common.cp_checks import heads_problem
 from common.hardware import GPUPreset, device_kind, get_preset
 from common.model import GPTConfig
 from common.runner import RESUME_MAY_CHANGE, RunFlags
@@ -32,7 +34,13 @@ from pipeline_stages import split_layers
 
 LAB = Path(__file__).resolve().parent
 ZEROS = (2, 3)  # FSDP2 reshard_after_forward False (ZeRO-2 traffic) / True (ZeRO-3); see parallelize.py
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "op", "full")  # the planner's names: op = per-op selective checkpointing (parallelize.py)
+RECOMPUTE_ALIASES = {"selective": "op"}  # this lab's earlier name for op, still accepted (and in older result rows)
+
+
+def recompute_name(name: str) -> str:
+    """A recompute setting by its one name (RECOMPUTE), the earlier 'selective' read as 'op'."""
+    return RECOMPUTE_ALIASES.get(name, name)
 
 # Model sizes. tiny is what 8 gloo ranks on 2 CPU cores train in seconds (6 layers, so that 4 virtual
 # stages are uneven: 1, 2, 2, 1); medium (~300M parameters) keeps 8 GPUs busy enough for MFU to mean
@@ -54,12 +62,16 @@ class Config(RunFlags):
     tp: int = field(default=1, metadata=_h("tensor-parallel degree (DTensor TP + sequence parallelism)"))
     pp: int = field(default=1, metadata=_h("pipeline stages across ranks (torch.distributed.pipelining)"))
     dp: int = field(default=0, metadata=_h("data-parallel degree (FSDP2 over it); 0 = world / (tp x pp x cp)"))
-    cp: int = field(default=1, metadata=_h("context-parallel degree: each sequence split over cp ranks, ring "
-                                           "attention (context_parallel.py); FSDP2 then shards over dp x cp"))
+    cp: int = field(default=1, metadata=_h("context-parallel degree: each sequence split over cp ranks "
+                                           "(context_parallel.py); FSDP2 then shards over dp x cp"))
+    cp_kind: str = field(default="ring", metadata=_h("context-parallel design: K/V around a ring, gathered, or heads "
+                                                     "scattered by all-to-all (Ulysses)", choices=CP_KINDS))
     world: int = field(default=0, metadata=_h("ranks the launch will have, for checking before torchrun starts "
                                               "(make passes it; under torchrun WORLD_SIZE is used)"))
     zero: tuple[int, ...] = field(metadata=_h("FSDP2 mode(s): 2 = no reshard after forward, 3 = reshard"))
-    recompute: tuple[str, ...] = field(metadata=_h("activation checkpointing per block: none, selective, full"))
+    recompute: tuple[str, ...] = field(metadata=_h("activation checkpointing per block: none, op (per-op selective: "
+                                                   "matmul and collective outputs kept; 'selective' is accepted for "
+                                                   "it), full"))
     interleave: tuple[int, ...] = field(metadata=_h("virtual stages per rank: 1 = 1F1B, > 1 = interleaved 1F1B"))
     stage_layers: tuple[int, ...] = field(default=(), metadata=_h("layers of each virtual stage, in order "
                                                                   "(empty = balanced, extras to the middle)"))
@@ -98,6 +110,7 @@ class Config(RunFlags):
             raise ValueError(f"--zero {bad[0] if bad else '(none)'} is not available: FSDP2 gives 2 "
                              "(reshard_after_forward=False) or 3 (True); ZeRO-0/1 keep whole parameters per rank, "
                              "which fully_shard never does")
+        object.__setattr__(self, "recompute", tuple(recompute_name(r) for r in self.recompute))
         bad_r = [r for r in self.recompute if r not in RECOMPUTE]
         if bad_r or not self.recompute:
             raise ValueError(f"--recompute {bad_r[0] if bad_r else '(none)'!r}; allowed: {', '.join(RECOMPUTE)}")
@@ -130,7 +143,7 @@ def preset(gpu: str = "auto", model: str | None = None, pp: int = 1, cp: int = 1
     if heads is not None:
         shape.update(heads=heads, kv_heads=heads)
     interleave = base.interleave if pp > 1 else (1,)
-    recompute = tuple(r for r in base.recompute if r != "selective") if cp > 1 else base.recompute
+    recompute = tuple(r for r in base.recompute if r != "op") if cp > 1 else base.recompute
     return replace(base, gpu=gpu, model=model or base.model, pp=pp, cp=cp, interleave=interleave, recompute=recompute,
                    **shape)
 
@@ -161,6 +174,7 @@ class Layout(NamedTuple):
     microbatch: int
     num_microbatches: int  # m: micro-batches per step per replica
     cp: int = 1  # context parallelism: the cp ranks of a replica hold s/cp tokens of the same sequences
+    cp_kind: str = "ring"  # its design (common/cp_attention.py): ring, allgather, ulysses
 
     @property
     def world(self) -> int:
@@ -217,8 +231,10 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
     if cp > 1 and g.seq_len % (2 * cp * tp):
         raise ValueError(f"--cp {cp} with --tp {tp} needs the sequence ({g.seq_len}) to split into 2 x cp load-"
                          f"balanced chunks of whole sequence-parallel shards: a multiple of 2 x cp x tp = {2 * cp * tp}")
-    if cp > 1 and "selective" in cfg.recompute:
-        raise ValueError("--recompute selective with --cp > 1 is not supported: the selective-checkpoint policy and "
+    if cp > 1 and heads_problem(g.n_heads // tp, g.kv_heads // tp, cp, cfg.cp_kind):
+        raise ValueError(f"--cp-kind {cfg.cp_kind} at --tp {tp}: {heads_problem(g.n_heads // tp, g.kv_heads // tp, cp, cfg.cp_kind)}")
+    if cp > 1 and "op" in cfg.recompute:
+        raise ValueError("--recompute op with --cp > 1 is not supported: the per-op selective-checkpoint policy and "
                          "the ring's sends and receives do not mix (recomputation hangs); use none or full")
     mb, gb = cfg.microbatch, cfg.global_batch
     if gb % (dp * mb):
@@ -232,7 +248,7 @@ def check(cfg: Config, g: GPTConfig, world: int) -> Layout:
         split_layers(g.n_layers, pp * v, cfg.stage_layers)  # raises on a bad split
     if len({x.interleave for x in variants(cfg)}) > 1 and cfg.stage_layers:
         raise ValueError("--stage-layers names one split; give one --interleave value with it")
-    return Layout(tp, pp, dp, mb, m, cp)
+    return Layout(tp, pp, dp, mb, m, cp, cfg.cp_kind)
 
 
 def torchrun_world(cfg: Config) -> int:

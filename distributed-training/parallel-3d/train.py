@@ -89,7 +89,7 @@ COMM_KEY = ["variant", "tp", "pp", "dp", "cp", "pp_rank", "dim", "kind", "world_
 
 def run_tag(preset: GPUPreset, layout: Layout, nnodes: int) -> str:
     """The launch's run folder, e.g. cpu_ws8_tp2pp2dp2, cpu_ws4_tp1pp1dp2cp2 (files inside keep results/' names)."""
-    cp = f"cp{layout.cp}" if layout.cp > 1 else ""
+    cp = f"cp{layout.cp}" + ("" if layout.cp_kind == "ring" else f"-{layout.cp_kind}") if layout.cp > 1 else ""
     return f"{preset.run_tag(layout.world, nnodes)}_tp{layout.tp}pp{layout.pp}dp{layout.dp}{cp}"
 
 
@@ -183,7 +183,7 @@ class Run:
     def prediction(self, v: Variant) -> dict:
         lay = self.layout
         d = pb.Degrees(lay.tp, lay.pp, lay.dp, v.zero, lay.microbatch, lay.num_microbatches, v.interleave,
-                       v.recompute, self.cfg.stage_layers, lay.cp)
+                       v.recompute, self.cfg.stage_layers, lay.cp, lay.cp_kind)
         p = pb.predict(self.gcfg, d, self.preset.name if self.preset.name != "cpu" else None)
         mem = p.memory_bytes
         out = {"planner_state_bytes": p.state_bytes,

@@ -28,23 +28,28 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 from common.config import config_dict, parse_config
 from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence import from_run
+from planner.model import cp_kinds
 from planner.model.cluster import Cluster, make_cluster
-from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE
-from planner.model.shapes import Shape, parse_count, standard_shape
+from planner.model.cp_kinds import CP_KINDS
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE, usable_bytes
+from planner.model.shapes import DEFAULT_VOCAB, Shape, model_shape, named, parse_count
 from planner.model.stacks import STACKS
 from planner.search import launch
 from planner.search.choose import NEAR_TIE
-from planner.search.records import PARALLELISMS, Result, fewest_degrees_first
-from planner.search.search import Enumerated, Pins, Workload, default_batch, enumerate_structures, search
+from planner.search.records import PARALLELISMS, Plan, Result, fewest_degrees_first
+from planner.search.search import (Enumerated, Pins, Structures, Workload, default_batch, enumerate_structures,
+                                   evaluate, search)
 
 # What the planner prices: larger sizes are refused in one line (a 1e30-parameter shape alone takes minutes to
 # lay out). 1,000T parameters is a thousand times the largest dense model trained; 2^20 GPUs, 2^24-token
@@ -67,14 +72,18 @@ def _f(default, text, **kw):
 
 @dataclass(frozen=True)
 class PlanConfig:
-    params: str | None = _f(None, "model size (e.g. 7B, 1.5T) for a standard shape; or give --layers/--hidden/--heads")
+    params: str | None = _f(None, "model size: a published model's shape for 7B, 8B, 13B, 70B, 175B, 405B, 1T (Llama "
+                                  "2/3.1, GPT-3, Megatron's 1T: shapes.NAMED), a standard shape for any other (e.g. "
+                                  "30B, 1.5T); or give --layers/--hidden/--heads")
     layers: int | None = _f(None, "transformer blocks")
     hidden: int | None = _f(None, "model width h")
     heads: int | None = _f(None, "attention heads")
-    kv_heads: int | None = _f(None, "key/value heads (GQA); default = heads")
-    vocab: int = _f(51200, "vocabulary size")
+    kv_heads: int | None = _f(None, "key/value heads (GQA); default the named model's, else = heads (with --params "
+                                    "it replaces the shape's)")
+    vocab: int | None = _f(None, f"vocabulary size; default the named model's, else {DEFAULT_VOCAB:,}")
     seq: int = _f(4096, "sequence length (tokens)")
-    ffn: int | None = _f(None, "MLP width; default 4*hidden (a SwiGLU of width F plans as 1.5*F)")
+    ffn: int | None = _f(None, "MLP width; default the named model's, else 4*hidden (a SwiGLU of width F plans as "
+                               "1.5*F; with --params it replaces the shape's)")
     global_batch: int | None = _f(None, "sequences per optimizer step; default the guide's rule: 1M tokens, or 1K "
                                         "tokens per GPU beyond 1024 GPUs")
     stack: str = _f("pytorch", "the software that runs the plan, for its memory and collectives (stacks.py): pytorch "
@@ -102,12 +111,24 @@ class PlanConfig:
     pp: int | None = _f(None, "pin pipeline-parallel degree")
     dp: int | None = _f(None, "pin data-parallel degree")
     cp: int | None = _f(None, "pin context-parallel degree")
+    cp_kind: str | None = _f(None, "pin the context-parallel design (planner/model/cp_kinds.py); default: per plan, "
+                                   "the one with the least exposed CP time", choices=CP_KINDS)
     zero: int | None = _f(None, "pin ZeRO stage 0-3 (3 = FSDP)")
     microbatch: int | None = _f(None, "pin micro-batch size (sequences)")
     interleave: int | None = _f(None, "pin virtual pipeline chunks per GPU (1 = plain 1F1B)")
     recompute: str | None = _f(None, "pin activation recompute (op = torchtitan's per-op selective AC)",
                                choices=RECOMPUTE)
-    grad_bytes: int = _f(2, "bytes per gradient element (4 = fp32 accumulation, Megatron)", choices=(2, 4))
+    grad_bytes: int | None = _f(None, "bytes per gradient element reduced (4 = fp32: FSDP2's and DDP's reduction, "
+                                      "Megatron's main_grad); default the stack's (pytorch 4, megatron 2)",
+                                choices=(2, 4))
+    memory_headroom: float = _f(MEMORY_HEADROOM, "share of each GPU's memory, as CUDA reports it, a plan's projection "
+                                                 "may fill; the rest is what runs reserve beyond it (memory.py)")
+    tp_comm_overlap: bool = _f(False, "TransformerEngine's userbuffer TP overlap (Megatron-Core --tp-comm-overlap): "
+                                      "every TP all-gather and reduce-scatter pipelined with its GEMM, forward and "
+                                      "backward; FP8 runs all-gather in FP8")
+    pipeline_split: str = _f("balanced", "layers per pipeline stage: balanced (fewer on the first and last stage, "
+                                         "stages.py) or even (L/p each, the Megatron of 2021-22: p divides the "
+                                         "layers and v divides L/p)", choices=("balanced", "even"))
     sequence_parallel: bool = _f(True, "sequence parallelism with TP (Korthikanti)")
     flash_attention: bool = _f(True, "fused attention: the a*s^2 scores are never stored")
     dropout: bool = _f(False, "dropout masks in the activations (Megatron's GPT default)")
@@ -149,11 +170,16 @@ class PlanConfig:
         if self.params is not None:
             if any(x is not None for x in (self.layers, self.hidden, self.heads)):
                 raise ValueError("give either --params or --layers/--hidden/--heads, not both")
-            return standard_shape(parse_count(self.params), self.vocab, self.seq)
+            return model_shape(self.params, self.seq, self.vocab, self.kv_heads, self.ffn)
         if None in (self.layers, self.hidden, self.heads):
             raise ValueError("give the model as --params (e.g. 7B) or all of --layers, --hidden, --heads")
-        return Shape(self.layers, self.hidden, self.heads, self.kv_heads or self.heads, self.vocab, self.seq,
-                     self.ffn or 4 * self.hidden)
+        return Shape(self.layers, self.hidden, self.heads, self.kv_heads or self.heads, self.vocab or DEFAULT_VOCAB,
+                     self.seq, self.ffn or 4 * self.hidden)
+
+    def model_line(self, shape: Shape) -> str:
+        """The output's model line: the named model and its source, then the shape the planner prices."""
+        model = named(self.params) if self.params is not None else None
+        return (f"{model.describe()}; " if model else "") + shape.describe()
 
     def check_limits(self) -> None:
         """ValueError (one line) for a size beyond what the planner prices (LIMITS)."""
@@ -176,12 +202,12 @@ class PlanConfig:
                 raise ValueError(f"--{flag.replace('_', '-')} must be positive, got {value}")
         if self.zero is not None and self.zero not in (0, 1, 2, 3):
             raise ValueError(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
+        if not 0 < self.memory_headroom <= 1:
+            raise ValueError(f"--memory-headroom must be in (0, 1], got {self.memory_headroom}")
         self.check_limits()
         stack = STACKS[self.stack]
         stack.check(self.zero, self.recompute)
-        if self.recompute and (self.cp or 1) > 1 and self.recompute not in stack.cp_recompute:
-            raise ValueError(f"--recompute {self.recompute} with --cp {self.cp}: the {stack.name} stack runs "
-                             f"{', '.join(stack.cp_recompute)} with context parallelism")
+        stack.check_layout(self.zero, self.recompute, (self.tp or 1) * (self.pp or 1) * (self.cp or 1), self.cp)
         shape = self.shape()
         batch = self.global_batch or default_batch(self.gpus, shape.seq)
         cl = make_cluster(get_preset(self.gpu), self.gpus, self.precision, self.gpus_per_node, self.nvlink_gbps,
@@ -189,15 +215,21 @@ class PlanConfig:
         if self.calibrate:
             cl = calibrate.calibrated(cl, calibrate.expand(self.calibrate))
         software = {k: getattr(self, k) for k in ("fused_kernels", "attention_kernel", "tp_overlap", "dp_overlap",
-                                                  "optimizer") if getattr(self, k) is not None}
-        w = Workload.of(stack, shape, batch, self.precision, grad_bytes=float(self.grad_bytes),
-                        sequence_parallel=self.sequence_parallel, flash_attention=self.flash_attention,
-                        dropout=self.dropout, rope=self.rope, fp8_backend=self.fp8_backend,
-                        fp8_recipe=self.fp8_recipe, **software)
+                                                  "optimizer", "grad_bytes") if getattr(self, k) is not None}
+        w = Workload.of(stack, shape, batch, self.precision, sequence_parallel=self.sequence_parallel,
+                        flash_attention=self.flash_attention, dropout=self.dropout, rope=self.rope,
+                        fp8_backend=self.fp8_backend, fp8_recipe=self.fp8_recipe,
+                        tp_comm_overlap=self.tp_comm_overlap, even_stages=self.pipeline_split == "even",
+                        memory_headroom=self.memory_headroom, cp_kind=self.cp_kind or cp_kinds.AUTO, **software)
         pins = Pins(self.tp, self.pp, self.dp, self.cp, self.zero, self.microbatch, self.interleave, self.recompute)
         enumerated = enumerate_structures(w, cl, pins)
         if len(enumerated.structures.t) == 0:
-            reasons = list(dict.fromkeys(r.reason for r in fewest_degrees_first(enumerated.rejected)))
+            pinned = {k for k, v in pins.__dict__.items() if v is not None}
+            names = lambda r: {k for k, _ in r.degrees}  # noqa: E731
+            # The reasons that name the fewest free degrees first, and among them those naming a pinned one.
+            named_first = sorted(fewest_degrees_first(enumerated.rejected),
+                                 key=lambda r: (len(names(r) - pinned), -len(names(r) & pinned)))
+            reasons = list(dict.fromkeys(r.reason for r in named_first))
             raise ValueError("no configuration divides: " + "; ".join(reasons[:3]))
         return Resolved(w, cl, pins, enumerated)
 
@@ -207,6 +239,24 @@ def run_commands(w: Workload, cl: Cluster, res: Result) -> launch.Commands | Non
     if not res.best or w.stack.runner is None:
         return None
     return launch.commands(res.best, w.shape, cl.gpu, launch.differences(w, res.best))
+
+
+def cp_choice(w: Workload, cl: Cluster, best: Plan | None) -> dict | None:
+    """The chosen plan priced with each context-parallel design pinned (None where it cannot run) and the line that
+    says why its design won (cp_kinds.why); None without context parallelism."""
+    if not best or best.cp <= 1:
+        return None
+    one = Structures(*(np.array([x], float) for x in (best.tp, best.pp, best.cp, best.dp, best.microbatch,
+                                                      best.interleave, best.num_microbatches, best.global_batch)))
+    priced: dict[str, dict | None] = {}
+    for kind in CP_KINDS:
+        if kind == "ulysses" and not cp_kinds.ulysses_fits(w.shape.heads, w.shape.kv_heads, best.tp, best.cp):
+            priced[kind] = None
+            continue
+        costs = evaluate(replace(w, cp_kind=kind), cl, one, np.array([best.zero]),
+                         np.array([RECOMPUTE.index(best.recompute)])).costs
+        priced[kind] = {k: round(float(getattr(costs, k)[0]), 6) for k in ("step_s", "cp_comm_s", "cp_hidden_s")}
+    return {"design": best.cp_kind, "priced": priced, "why": cp_kinds.why(best, priced, w.cp_kind != cp_kinds.AUTO)}
 
 
 def headline(w: Workload, res: Result) -> str:
@@ -228,11 +278,12 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
     cmds = run_commands(w, cl, res)
     return {
         "stack": {"name": w.stack.name, "what": w.stack.title, "runner": w.stack.runner, "headline": headline(w, res)},
-        "model": {**{k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")},
+        "model": {"name": model.title if (model := named(cfg.params or "")) else None,
+                  **{k: getattr(w.shape, k) for k in ("layers", "hidden", "heads", "kv_heads", "vocab", "seq", "ffn")},
                   "params": w.shape.params},
         "cluster": {"gpu": cl.gpu, "gpus": cl.gpus, "gpus_per_domain": cl.domain, "peak_tflops": cl.peak_tflops,
                     "matmul_tflops": cl.matmul_tflops, "memory_gb": cl.memory_gb,
-                    "usable_memory_gb": round(MEMORY_HEADROOM * cl.memory_gb, 2),
+                    "usable_memory_gb": round(usable_bytes(cl.memory_gb, w.memory_headroom) / 1e9, 2),
                     "intra_busbw_GBps": round(cl.net.intra_GBps, 2),
                     "inter_busbw_GBps_per_gpu": round(cl.net.nic_GBps, 2),
                     "alpha_step_us": round(cl.net.alpha_step_us, 3), "alpha_level_us": round(cl.net.alpha_level_us, 3),
@@ -247,7 +298,8 @@ def report(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> dict:
         "config": config_dict(cfg),
         "projection": "cost-model projection, not a measurement",
         "error_band": error_band(),
-        "best": res.best.as_json() if res.best else None, "run": cmds._asdict() if cmds else None,
+        "best": res.best.as_json() if res.best else None, "cp_choice": cp_choice(w, cl, res.best),
+        "run": cmds._asdict() if cmds else None,
         "candidates": [c.as_json() for c in res.candidates], "near_ties": [t._asdict() for t in res.near_ties],
         "rejected": [r.as_json() for r in res.rejected],
         "rejected_total": res.rejected_total, "evaluated": res.evaluated,
@@ -262,13 +314,15 @@ def error_band() -> dict:
     """The throughput error over the held-out published runs (results/compute_fit.csv, fit_compute.py)."""
     errs = [float(r["throughput_error_pct"]) / 100 for r in csv.DictReader(open(FIT_CSV, newline=""))
             if r["role"] == "held-out" and r["throughput_error_pct"]]
-    return {"median_abs": round(statistics.median(abs(e) for e in errs), 4), "low": min(errs), "high": max(errs),
-            "runs": len(errs), "meaning": "projected minus published per-GPU throughput, over the held-out published "
-                                          "runs (PLANNER_VALIDATION.md, section 4)"}
+    return {"median_abs": round(statistics.median(abs(e) for e in errs), 4),
+            "median_signed": round(statistics.median(errs), 4), "optimistic_runs": sum(e > 0 for e in errs),
+            "low": min(errs), "high": max(errs), "runs": len(errs),
+            "meaning": "projected over published per-GPU throughput minus 1 (+: the model is optimistic), over the "
+                       "held-out published runs (PLANNER_VALIDATION.md, section 4)"}
 
 
-def table(w: Workload, cl: Cluster, res: Result) -> str:
-    lines = [headline(w, res), f"model    {w.shape.describe()}",
+def table(cfg: PlanConfig, w: Workload, cl: Cluster, res: Result) -> str:
+    lines = [headline(w, res), f"model    {cfg.model_line(w.shape)}",
              f"cluster  {cl.describe()}" + "".join(f"\n         note: {n}" for n in cl.notes),
              f"workload {w.global_batch} sequences x {w.shape.seq} = {w.global_batch * w.shape.seq:,} tokens/step, "
              f"{w.precision}; {res.evaluated:,} configurations evaluated (a cost-model projection)", ""]
@@ -288,15 +342,20 @@ def table(w: Workload, cl: Cluster, res: Result) -> str:
         band = error_band()
         lo, hi = b.step_s / (1 + band["high"]), b.step_s / (1 + band["low"])
         lines += ["", f"best: step {b.step_s:.3f} s, expected {lo:.3g}-{hi:.3g} s (the model's throughput error on "
-                      f"{band['runs']} held-out published runs: median {band['median_abs']:.0%}, "
-                      f"{band['low']:+.0%} to {band['high']:+.0%})",
+                      f"{band['runs']} held-out published runs: signed median {band['median_signed']:+.1%}, "
+                      f"{band['low']:+.0%} to {band['high']:+.0%}; {band['optimistic_runs']} of them ran slower "
+                      "than projected)",
                   f"      layers per stage {b.layers_per_stage}"
                   + (f"; runs a global batch of {b.global_batch} sequences, not {w.global_batch} (its DP degree "
                      "does not divide the batch)" if b.global_batch != w.global_batch else ""),
-                  f"      memory GB per GPU: {mem} (usable {MEMORY_HEADROOM * cl.memory_gb:.1f})",
+                  f"      memory GB per GPU: {mem} (usable {usable_bytes(cl.memory_gb, w.memory_headroom) / 1e9:.1f}: "
+                  f"{w.memory_headroom:.0%} of the {cl.memory_gb:g} GB as CUDA reports it)",
                   f"      per step: compute {b.compute_s:.3f} s, bubble {b.bubble_s:.3f} s; comm (hidden): "
                   + ", ".join(f"{k.upper()} {b.comm_s(k):.3f} ({b.hidden_s(k):.3f})"
                               for k in PARALLELISMS), ""]
+        choice = cp_choice(w, cl, b)
+        if choice:
+            lines.insert(-1, f"      {choice['why']}")
         cmds = run_commands(w, cl, res)
         lines += launch.lines(cmds) if cmds else []
         if res.near_ties:
@@ -322,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     w, cl, pins, enumerated = cfg.resolved
     res = search(w, cl, pins, top=cfg.top, enumerated=enumerated)
     try:
-        print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(w, cl, res))
+        print(json.dumps(report(cfg, w, cl, res), indent=1) if cfg.json else table(cfg, w, cl, res))
         sys.stdout.flush()
     except BrokenPipeError:  # `plan.py | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

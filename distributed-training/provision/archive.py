@@ -13,8 +13,9 @@ and plots are always regenerated from them).
 What goes in: every lab's `results/` folder and its `plots/`, `REPORT.md`, `TOPOLOGY.md`, its `runs/`
 (runs not published into results/, e.g. experiments with non-preset flags: `python -m common.runs`
 publishes them after import), and a MANIFEST.json naming the commit (git, or DT_GIT_COMMIT on a
-node without .git), the machine and the time, with a SHA-256 per file. Checkpoints never live under
-results/ or runs/ and so never travel. The file name uses letters, digits, '.', '_' and '-' only,
+node without .git), the machine and the time, with a SHA-256 per file. Checkpoints never travel: a run keeps
+them in its run folder (runs/<tag>/checkpoints/, with the initial-weights cache of a big model: tens of GB at
+the GPU presets' size), and no `checkpoints/` folder nor any *.pt or *.tmp file goes into an archive. The file name uses letters, digits, '.', '_' and '-' only,
 so any copy tool keeps it intact.
 
 Import is strict: members must be regular files under `distributed-training/<lab>/` (no absolute
@@ -39,6 +40,8 @@ from common.results import REPO_ROOT, git_commit
 
 LABS = REPO_ROOT / "distributed-training"
 CARRIED = ("results", "plots", "runs", "REPORT.md", "TOPOLOGY.md")
+NEVER_DIRS = {"checkpoints"}  # folders that stay where they are: a run's checkpoints
+NEVER_SUFFIXES = (".pt", ".tmp")  # checkpoints and weights anywhere, half-written files
 MANIFEST = "MANIFEST.json"
 
 
@@ -55,7 +58,8 @@ def collect(labs: Path = LABS) -> list[Path]:
             if target.is_file():
                 out.append(target)
             elif target.is_dir():
-                out += [f for f in sorted(target.rglob("*")) if f.is_file() and not f.is_symlink()]
+                out += [f for f in sorted(target.rglob("*")) if f.is_file() and not f.is_symlink()
+                        and f.suffix not in NEVER_SUFFIXES and not NEVER_DIRS & set(f.relative_to(target).parts)]
     return [f.relative_to(labs.parent) for f in out]
 
 

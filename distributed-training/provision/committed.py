@@ -2,10 +2,11 @@
 their time, when they ran), and what is wrong with a run's rows.
 
 A run's rows are damaged when steps.csv holds fewer steps than its saved config asked for, or when its FP8
-record (fp8.csv) lost part of the model: a scale of exactly 0.0 or infinite (a scale the recorder never read;
-an empty or nan one is a scale the backend does not expose, as torchao's grad_output), a module role missing
-at a recorded step, or underflow recorded for some of a step's module roles and not the others. Every file is
-read through common.csvread: a damaged CSV is one line (BadResults), never a traceback.
+record (fp8.csv) lost part of the model (common/fp8_record.py: a scale of exactly 0.0 or infinite, a module role
+missing at a recorded step, underflow recorded for some of a step's module roles and not the others). Each run's
+`precision_backend_version` is kept too: rows of the lab's own FP8 layer name its version (fp8_record.layer_version),
+and the slot planner re-measures those an older layer wrote. Every file is read through common.csvread: a damaged
+CSV is one line (BadResults), never a traceback.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.csvread import Schema, read_json, read_rows
+from common.fp8_record import damage as fp8_damage, layer_version
 from common.hardware import parse_run_tag
 
 HIGH = ("fp32", "bf16", "fp16")  # fp8-train's precisions without a backend; every other one names its backend
-INF = float("inf")
 STEPS = Schema("fp8-train steps", {"run": str, "precision": str, "step": int, "step_time_s": float,
-                                   "timestamp_utc": str, "hardware": str, "git_commit": str})
+                                   "timestamp_utc": str, "hardware": str, "git_commit": str}, key=("run", "step"))
 FP8 = Schema("fp8-train FP8 record", {"run": str, "step": int, "module": str, "role": str, "scale": float,
-                                      "underflow_frac": float}, nonfinite=("scale",))
-GEMMS = Schema("fp8-train GEMM benchmark", {"op": str, "time_us": float})
-BENCH_STEPS = Schema("fp8-train step benchmark", {"d_model": int, "run": str})
+                                      "underflow_frac": float}, nonfinite=("scale",),
+             key=("run", "step", "module", "role"), nonneg=("scale",))
+GEMMS = Schema("fp8-train GEMM benchmark", {"op": str, "time_us": float}, key=("op", "m", "k", "n"))
+BENCH_STEPS = Schema("fp8-train step benchmark", {"d_model": int, "run": str}, key=("d_model", "run", "fp8_scaling"))
 
 
 def precision_of(run: str) -> str:
@@ -38,6 +40,7 @@ class RunRows(NamedTuple):
     start: datetime  # its first row's time less that step's time
     end: datetime  # its last row's time
     commit: str
+    layer: int  # the oldest version of the lab's own FP8 layer its rows name (common/fp8_record.py; 1: none named)
 
 
 class ResultsSet(NamedTuple):
@@ -65,7 +68,8 @@ def read_set(path: Path) -> ResultsSet:
         rs.sort(key=lambda r: int(r["step"]))
         seconds = sum(float(r["step_time_s"]) for r in rs)
         start = _time(rs[0]["timestamp_utc"]) - timedelta(seconds=float(rs[0]["step_time_s"]))
-        runs[run] = RunRows(len(rs), seconds, start, _time(rs[-1]["timestamp_utc"]), rs[0]["git_commit"])
+        layer = min(layer_version(r.get("precision_backend_version", "")) for r in rs)
+        runs[run] = RunRows(len(rs), seconds, start, _time(rs[-1]["timestamp_utc"]), rs[0]["git_commit"], layer)
     planned = None
     if (path / "steps.config.json").is_file():
         planned = read_json(path / "steps.config.json", "fp8-train's saved config", {"steps": int}).get("steps")
@@ -78,35 +82,6 @@ def read_set(path: Path) -> ResultsSet:
     bench = read_rows(path / "bench_step.csv", BENCH_STEPS) if (path / "bench_step.csv").is_file() else []
     return ResultsSet(path, runs, damage, (path / "bound.csv").is_file(), bool(gemms),
                       frozenset(int(r["d_model"]) for r in bench))
-
-
-def fp8_damage(rows: list[dict]) -> dict[str, str]:
-    """Per FP8 run, what its scale record lacks: a scale of exactly 0.0 or infinite (one the recorder never
-    read), a module role missing at a recorded step, underflow recorded for part of a step's roles."""
-    steps: dict[str, dict[int, list[dict]]] = {}
-    for row in rows:
-        steps.setdefault(row["run"], {}).setdefault(int(row["step"]), []).append(row)
-    out = {}
-    for run, by_step in steps.items():
-        problems = []
-        # an empty or nan scale is one the backend does not expose (torchao's grad_output): not recorded, not wrong
-        bad = [r for rs in by_step.values() for r in rs if r["scale"] and float(r["scale"]) in (0.0, INF, -INF)]
-        if bad:
-            problems.append(f"fp8.csv: {len(bad)} scales of exactly 0.0 or infinite (first at step "
-                            f"{min(int(r['step']) for r in bad)})")
-        roles = {(r["module"], r["role"]) for rs in by_step.values() for r in rs}
-        short = [(s, len(rs)) for s, rs in sorted(by_step.items())
-                 if len({(r["module"], r["role"]) for r in rs}) < len(roles)]
-        if short:
-            problems.append(f"fp8.csv: step {short[0][0]} records {short[0][1]} of {len(roles)} module roles")
-        partial = [(s, sum(r["underflow_frac"] != "" for r in rs)) for s, rs in sorted(by_step.items())
-                   if 0 < sum(r["underflow_frac"] != "" for r in rs) < len(roles)]
-        if partial:
-            problems.append(f"fp8.csv: underflow recorded for {partial[0][1]} of {len(roles)} module roles at step "
-                            f"{partial[0][0]} ({len(partial)} recorded steps alike)")
-        if problems:
-            out[run] = "; ".join(problems)
-    return out
 
 
 def gpu_sets(results_root: Path, tag: str) -> tuple[list[ResultsSet], list[ResultsSet]]:

@@ -8,7 +8,9 @@ nothing. So the default run list is what the results set gpu-quick publishes int
        against BF16 of the same GPU and commit, and the FP8 bound (bound.csv) is measured right after it
     1  FP8 runs measured on no GPU at all (no row in any GPU set under results/)
     2  runs whose committed rows are damaged (provision/committed.py: steps missing, or an FP8 record that
-       lost layers: a scale of exactly 0.0, a module missing at a recorded step, partial underflow)
+       lost layers: a scale of exactly 0.0, a module missing at a recorded step, partial underflow), or were
+       written by an older version of the lab's own FP8 layer than fp8-train's code now (rows name it in
+       precision_backend_version, `train.py --list-runs` names the version it writes: common/fp8_record.py)
     3  FP8 runs with no rows in the set; 4  the other runs with no rows there (BF16 seeds: the noise band)
     5  the GEMM rates (`gemm`: fp8-train's bench --parts gemm -> bench_gemm.csv, the sustained matmul rate
        planner/gemm_rates.py prices this GPU with), when the set has none
@@ -19,7 +21,8 @@ Each step's seconds: a training run's committed step times on this GPU (their su
 compile) plus one run's start and end (the shortest gap between two committed runs of this GPU: imports,
 data, weights, final evaluation, the bound), from the run's own rows, else another set's of this GPU, else
 a run of the same precision on this GPU (a guess, said so); with no rows at all, the step's minimum is the
-guess. `gpu-quick --dry-run` prints the list with its estimates; nothing here needs a GPU.
+guess. The preset's runs come from `train.py --gpu GPU --list-runs`, which answers without a GPU (its backends
+unprobed there). `gpu-quick --dry-run` prints the list with its estimates; nothing here needs a GPU.
 
     PYTHONPATH=distributed-training python -m provision.gpu_quick --gpu h200 --dry-run
 """
@@ -33,42 +36,40 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from common.fp8_record import layer_tag, layer_version
+
 from .committed import HIGH, ResultsSet, gpu_sets, precision_of, read_set
 
 GEMM, BENCH = "gemm", "bench"  # the two steps that are not training runs
 
 
 class PresetPlan(NamedTuple):
-    """fp8-train's preset for a GPU, as its --help states it."""
+    """fp8-train's preset for a GPU, as its --list-runs states it."""
     gpu: str
     runs: tuple[str, ...]  # fp8-train's run names, the base seed's first (the order fp8-train trains them)
     seed: int
     bound: bool
+    layers: tuple[tuple[str, int], ...] = ()  # (run, version of the lab's own FP8 layer its rows will name)
+
+    def layer(self, run: str) -> int | None:
+        return dict(self.layers).get(run)
 
 
 @functools.lru_cache(maxsize=8)  # one answer per process: it costs a torch import
 def preset_plan(train_py: Path, gpu: str, timeout_s: float = 120.0) -> PresetPlan:
-    """The preset's runs from `train.py --gpu GPU --help` (it answers without a GPU; --list-runs needs one)."""
-    r = subprocess.run([sys.executable, str(train_py), "--gpu", gpu, "--help"], capture_output=True, text=True,
+    """The preset's runs from `train.py --gpu GPU --list-runs` (training/plan.py's `listing`; no GPU needed)."""
+    r = subprocess.run([sys.executable, str(train_py), "--gpu", gpu, "--list-runs"], capture_output=True, text=True,
                        timeout=timeout_s)
-    text = " ".join(r.stdout.partition("\noptions:")[2].split())
-    found = {flag: re.search(rf"{re.escape(flag)}\s((?:(?! --[a-z]).)*?)\(default: ([^)]*)\)", text)
-             for flag in ("--runs A,B,...", "--seed SEED", "--noise-seeds NOISE_SEEDS", "--bound, --no-bound")}
-    missing = [flag.split()[0].rstrip(",") for flag, m in found.items() if not m]
-    if r.returncode or missing:
-        why = (r.stderr.strip().splitlines() or [f"no {', '.join(missing)} default in its --help"])[-1]
-        raise ValueError(f"{train_py.name} --gpu {gpu} --help: {why}")
-    value = {flag.split()[0].rstrip(","): m.group(2).strip() for flag, m in found.items()}
-    seed, seeds = int(value["--seed"]), int(value["--noise-seeds"])
-    names = []
-    for item in value["--runs"].split(","):
-        precision, _, backend = item.partition(":")
-        if precision in HIGH:
-            names += [f"{precision}-s{s}" for s in (range(seed, seed + seeds) if precision == "bf16" else [seed])]
-        else:
-            names.append(f"{precision}-{backend or 'auto'}-s{seed}")
-    names.sort(key=lambda n: not n.endswith(f"-s{seed}"))  # stable: the preset's order within each group
-    return PresetPlan(gpu, tuple(names), seed, value["--bound"] == "True")
+    lines = r.stdout.splitlines()
+    names = [line.split()[1].rstrip(":") for line in lines if line.startswith(("run ", "skipped "))]
+    if r.returncode or not names:
+        why = (r.stderr.strip().splitlines() or ["it lists no run"])[-1]
+        raise ValueError(f"{train_py.name} --gpu {gpu} --list-runs: {why}")
+    seed = re.fullmatch(r".*-s(\d+)", names[0])
+    layers = tuple((line.split()[1].rstrip(":"), layer_version(line.partition(": ")[2]))
+                   for line in lines if line.startswith("layer "))
+    bound = any(line.startswith("bound ") for line in lines)
+    return PresetPlan(gpu, tuple(names), int(seed.group(1)) if seed else 0, bound, layers)
 
 
 def label(run: str, seed: int) -> str:
@@ -144,6 +145,16 @@ def estimate(run: str, first: bool, here: list[ResultsSet], g: Guesses) -> tuple
     return rows.seconds + total, " + ".join([head, *extra])
 
 
+def remeasure(results: ResultsSet, run: str, layer: int | None) -> str:
+    """Why `run`'s committed rows in `results` must be measured again ("" if they stand): damaged rows, or rows
+    an older version of the lab's own FP8 layer wrote than the code now (`layer`, from --list-runs)."""
+    why = [f"are damaged: {results.damage[run]}"] if run in results.damage else []
+    rows = results.runs.get(run)
+    if layer is not None and rows is not None and rows.layer < layer:
+        why.append(f"were written by {layer_tag(rows.layer)} of the lab's FP8 layer; the code now is {layer_tag(layer)}")
+    return "; and ".join(why)
+
+
 def default_items(plan: PresetPlan, target: ResultsSet, siblings: list[ResultsSet], every_gpu: list[ResultsSet],
                   bench_hidden: int) -> list[tuple[int, str, str]]:
     """What `target` lacks, as (rank, why, run or gemm/bench), most important first (module docstring)."""
@@ -151,12 +162,12 @@ def default_items(plan: PresetPlan, target: ResultsSet, siblings: list[ResultsSe
     base = f"bf16-s{plan.seed}"
     chosen = []
     for run in plan.runs:
-        if run in target.damage:
-            chosen.append((2, f"its rows in {name} are damaged: {target.damage[run]}", run))
+        if why := remeasure(target, run, plan.layer(run)):
+            chosen.append((2, f"its rows in {name} {why}", run))
         elif run in target.runs:
             if run == base and plan.bound and not target.has_bound:
                 chosen.append((0, f"no bound.csv in {name} (the measured FP8 bound follows this run)", run))
-        elif elsewhere := [s.path.name for s in siblings if run in s.runs and run not in s.damage]:
+        elif elsewhere := [s.path.name for s in siblings if run in s.runs and not remeasure(s, run, plan.layer(run))]:
             chosen.append((7, f"measured only in {', '.join(elsewhere)}", run))
         elif precision_of(run) not in HIGH:
             on_gpu = any(run in s.runs for s in every_gpu)

@@ -49,12 +49,9 @@ def test_a_good_file_reads_as_pandas_would(tmp_path):
 
 
 def test_keys_and_observed_non_finite_values(tmp_path):
-    """Two rows with one key are two runs mixed; a column the schema names as an observation may hold NaN/inf (a
-    diverged loss), and reads as NaN, never as a number."""
+    """A column the schema names as an observation may hold NaN/inf (a diverged loss), and reads as NaN, never as a
+    number."""
     path = tmp_path / "k.csv"
-    path.write_text("op,size_bytes,time_us,ok\nx,1,2,true\nx,1,3,true\n")
-    with pytest.raises(BadResults, match=r"line 3 repeats the key \(op=x, size_bytes=1\) of line 2: two runs mixed"):
-        read_table(path, Schema("keyed", SCHEMA.columns, key=("op", "size_bytes")))
     path.write_text("op,size_bytes,time_us,ok\nx,1,nan,true\ny,1,inf,true\n")
     df = read_table(path, Schema("observed", SCHEMA.columns, nonfinite=("time_us",)))
     assert df["time_us"].isna().tolist() == [True, False] and df["time_us"].iloc[1] == float("inf")
@@ -97,3 +94,51 @@ def test_folders_missing_folders_and_the_report_guard(tmp_path, capsys):
         main()
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "missing.csv: no such file" in err
+
+
+KEYED = Schema("keyed", SCHEMA.columns, key=("op", "size_bytes", "dtype"))  # dtype: a key column older files lack
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ("x,1,2,true\nx,1,3,true\n", "line 3 repeats the key (op=x, size_bytes=1) of line 2 with another time_us (2 there, "
+                                 "3 here): two measurements of one thing?"),
+    ("x,1,2,true\ny,1,2,true\nx,1,2,true\n", "line 4 repeats line 2 exactly"),
+    ("x,1,2,true\nx,1,2,false\n", "line 3 repeats the key (op=x, size_bytes=1) of line 2 with another ok"),
+], ids=["conflicting", "exact", "conflicting-bool"])
+def test_a_key_seen_twice_is_one_line_whether_the_rows_agree_or_not(tmp_path, rows, needle):
+    """A repeated (run, step) with another value shifted fp8-train's tokens/s silently: a schema names its key."""
+    path = tmp_path / "k.csv"
+    path.write_text("op,size_bytes,time_us,ok\n" + rows)
+    with pytest.raises(BadResults) as e:
+        read_table(path, KEYED)
+    assert needle in str(e.value) and "k.csv" in str(e.value) and "\n" not in str(e.value)
+    path.write_text("op,size_bytes,time_us,ok,dtype\nx,1,2,true,bf16\nx,1,3,true,fp32\n")  # the key tells them apart
+    assert len(read_table(path, KEYED)) == 2
+    path.write_text("op,size_bytes,time_us,ok\nx,1,2,true\nx,1,3,true\n")
+    assert len(read_table(path, SCHEMA)) == 2  # no key named: only exact repeats are refused
+
+
+@pytest.mark.parametrize("column, value, schema", [
+    ("time_us", "-2.5", SCHEMA),  # a unit of time
+    ("busbw_GBps", "-1e-3", SCHEMA),  # a rate, not declared by the schema: its unit says it all the same
+    ("peak_mem_bytes", "-1", SCHEMA),
+    ("underflow_frac", "-0.5", SCHEMA),
+    ("grad_norm", "-1.0", Schema("normed", SCHEMA.columns, nonneg=("grad_norm",))),  # no unit: the schema says so
+], ids=["time", "busbw", "bytes", "fraction", "named"])
+def test_a_negative_value_where_none_can_be_is_one_line(tmp_path, column, value, schema):
+    path = tmp_path / "n.csv"
+    rows = [{"op": "x", "size_bytes": "1", "time_us": "2", "ok": "true", column: "1"},
+            {"op": "y", "size_bytes": "2", "time_us": "3", "ok": "false", column: value}]
+    path.write_text("\n".join(",".join(r.values()) for r in [dict(zip(rows[0], rows[0])), *rows]) + "\n")
+    with pytest.raises(BadResults) as e:
+        read_table(path, schema)
+    assert f"line 3, column {column}: {value} is negative, which it cannot be" in str(e.value)
+    assert "n.csv" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_signed_columns_and_text_may_be_negative(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text("op,size_bytes,time_us,ok,error_s,step_s\nx,1,2,true,-0.5,-\n")
+    assert read_table(path, Schema("signed", SCHEMA.columns, signed=("error_s",))).shape == (1, 6)  # '-' is no number
+    with pytest.raises(BadResults, match="column error_s: -0.5 is negative"):
+        read_table(path, SCHEMA)

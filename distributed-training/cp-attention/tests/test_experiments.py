@@ -12,7 +12,7 @@ from common.runs import read_manifest
 from testkit import tree_state
 
 LAB = Path(bench.__file__).resolve().parent
-TINY = ["--gpu", "cpu", "--seq-lens", "16", "--n-heads", "2", "--n-kv-heads", "2", "--head-dim", "8", "--batch", "1",
+TINY = ["--gpu", "cpu", "--seq-lens", "16", "--heads", "2/2", "--head-dim", "8", "--batch", "1",
         "--warmup", "0", "--iters", "1"]
 
 

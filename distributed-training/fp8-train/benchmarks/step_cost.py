@@ -149,7 +149,7 @@ def write_step_row(cfg: BenchConfig, d: int, tcfg: Config, s: RunSpec, times: li
     target = TARGET_EMULATED_VS_FP32 if emulated else None
     q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (med, med, med)
     writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                      precision_backend=backend.name, precision_backend_version=backends.backend_version(backend),
+                      precision_backend=backend.name, precision_backend_version=backends.backend_version(backend, s.precision),
                       fp8_scaling=scaling_of(backend, s.precision, tcfg.fp8_scaling),
                       compiled=compiled, tokens_per_step=tokens, step_time_s=med,
                       step_time_min_s=min(times), step_time_p25_s=q1, step_time_p75_s=q3,

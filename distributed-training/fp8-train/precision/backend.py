@@ -25,7 +25,9 @@ import torch
 import torch.nn as nn
 
 from common.fp8_names import fp8_name
+from common.fp8_record import layer_tag
 from precision.formats import E5M2
+from precision.fp8_linear import LAYER_VERSION
 from precision.modes import PrecisionSettings
 
 
@@ -132,11 +134,14 @@ def unchanged(names: list[str]) -> Converted:
 
 # ---- provenance ------------------------------------------------------------------------------
 
-def backend_version(backend: Backend) -> str:
+def backend_version(backend: Backend, precision: str = "") -> str:
     """What ran the precision, with its version, for every result row: 'transformer_engine 2.20.2',
-    'torchao 0.17.0', 'torch 2.13.0+cpu'. Read from the installed distribution's metadata (no import)."""
+    'torchao 0.17.0', 'torch 2.13.0+cpu'; an fp8 run of the lab's own layer also names that layer's version
+    ('torch 2.13.0+cpu, fp8_linear 2': rows an older layer wrote can be told apart, common/fp8_record.py).
+    Read from the installed distribution's metadata (no import)."""
     if backend.package is None:
-        return f"torch {torch.__version__}"
+        own = backend.own_layer and precision == "fp8"
+        return f"torch {torch.__version__}" + (f", {layer_tag(LAYER_VERSION)}" if own else "")
     from importlib import metadata
     try:
         return f"{backend.package} {metadata.version(backend.package)}"

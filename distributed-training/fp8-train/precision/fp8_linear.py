@@ -41,6 +41,20 @@ Where the time goes, and what this layer does about it (the GPU path, under torc
 The module shares its weight and bias Parameters with the nn.Linear it replaces, so parameter
 names, initial values and optimizer state are the same as in every other precision mode; its
 scaling state lives in buffers and so travels with model.state_dict() (checkpoints, rollback).
+
+The record (amax, scale used, underflow/saturation per tensor) never mutates state inside the FP8
+function. Under torch.compile, AOTAutograd turns a mutation of a graph input into a functional copy
+written back at the end of the graph; a mutation made in the *backward* is written back from the
+copy the forward saved. With every layer's state in one shared tensor, each compiled block's backward
+wrote back its forward-time copy of the whole state, erasing what the later blocks had recorded (the
+H200 native rows: layers 1-7 scale 0.0 at step 0, their underflow lost, their staged amaxes lost from
+the history) and, with per-layer views instead, Inductor refuses the backward (a saved input modified
+in place). So the forward returns its record and Fp8Linear.forward writes it (a forward mutation, in
+graph order), and the backward hands its grad_output record out as the *gradient* of a small leaf
+tensor per layer (`stage`), which the autograd engine accumulates outside any graph and
+`update_scales` lands in the shared state after each backward, with the scale update.
+LAYER_VERSION names this record's code in every row (backend_version), so rows of the layer before
+it can be told apart.
 """
 
 from __future__ import annotations
@@ -59,6 +73,8 @@ from precision import scaling
 from precision.formats import E4M3, E5M2, amax, current_scale, fp8_fractions, quantize, widen
 
 ROLES = ("input", "weight", "grad_output")  # the three columns of each layer's slot in the state
+LAYER_VERSION = 2  # 1: the record written inside the FP8 function (lost under compile); 2: returned out of it
+RECORD = 4  # one tensor's record: amax, scale used, underflow, saturation (nan: not counted)
 
 
 @dataclass(frozen=True)
@@ -77,8 +93,11 @@ class Fp8ScalingState(nn.Module):
         history (L, 3n)   amax window; row 0 stages this step's amaxes (TE's amax_history layout)
         scale   (3n,)     the scale each tensor is cast with this step
         fp8_max (3n,)     448 for input and weight (E4M3), 57344 for grad_output (E5M2)
-        last    (n, 3, 2) per layer and role: (amax, scale used) of the last step, for the monitor
-        fractions (n, 3, 2) per layer and role: (underflow, saturation) when counted
+        last    (n, 3, 2) per layer and role: (amax, scale used) of the last training step, for the monitor
+        fractions (n, 3, 2) per layer and role: (underflow, saturation) of the last training step, nan
+                          where not counted
+        stages  n leaves of (RECORD,): each layer's backward returns its grad_output record as their
+                          gradient; `land` moves them into the tensors above (see the module docstring)
     """
 
     def __init__(self, n: int, recipe: scaling.DelayedScaling, device: torch.device | str | None = None):
@@ -90,14 +109,44 @@ class Fp8ScalingState(nn.Module):
                              persistent=False)
         self.register_buffer("last", torch.zeros(n, 3, 2, device=device), persistent=False)
         self.register_buffer("fractions", torch.full((n, 3, 2), float("nan"), device=device), persistent=False)
+        self._new_stages()
         self.bound: weakref.WeakSet = weakref.WeakSet()  # the layers holding views of these tensors
+
+    def _new_stages(self) -> None:
+        # Plain leaves, not buffers or parameters: no optimizer, norm, checkpoint or FSDP sees them.
+        self.stages = [torch.zeros(RECORD, device=self.scale.device, requires_grad=True) for _ in range(self.n)]
 
     def _apply(self, fn, recurse=True):
         """.to(), .cuda(), to_empty() make new tensors: every layer's views are made again on them."""
         out = super()._apply(fn, recurse)
+        self._new_stages()
         for layer in list(self.bound):
             layer.bind()
         return out
+
+    @torch.no_grad()
+    def land(self) -> None:
+        """The backward's grad_output records (the stages' gradients) -> history row 0, last, fractions.
+
+        One gather for the whole model after each backward. A layer whose backward did not run stages
+        nothing: amax 0 in the history ("no information", as before a backward), its last record kept.
+        """
+        grads = [s.grad for s in self.stages]
+        ran = [i for i, g in enumerate(grads) if g is not None]
+        if not ran:
+            return
+        rec = torch.stack([grads[i] for i in ran])  # (r, RECORD)
+        if len(ran) == self.n:  # every layer ran its backward: plain strided writes
+            self.history[0, 2::3] = rec[:, 0]
+            self.last[:, 2] = rec[:, :2]
+            self.fractions[:, 2] = rec[:, 2:]
+        else:
+            idx = torch.tensor(ran, device=rec.device)
+            self.history[0, 3 * idx + 2] = rec[:, 0]
+            self.last[idx, 2] = rec[:, :2]
+            self.fractions[idx, 2] = rec[:, 2:]
+        for s in self.stages:
+            s.grad = None
 
     @torch.no_grad()
     def update(self, group: dist.ProcessGroup | None = None) -> None:
@@ -164,24 +213,29 @@ def _nan_guard(a: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(a), torch.full_like(a, float("nan")), torch.ones_like(a))
 
 
+def _record(a: torch.Tensor, s: torch.Tensor, x: torch.Tensor, q: torch.Tensor, fmt, counted: bool) -> torch.Tensor:
+    """One tensor's record (RECORD,): amax, scale used, underflow and saturation fractions (nan: not counted)."""
+    frac = fp8_fractions(x, q, s, fmt) if counted else torch.full((2,), float("nan"), device=a.device)
+    return torch.cat([torch.stack([a, s]), frac])
+
+
 class _Fp8LinearFn(torch.autograd.Function):
+    """y = x W^T with FP8 operands. It reads this layer's scales and writes no state (module docstring):
+    the forward returns its record beside y, the backward returns its own as the gradient of `stage`."""
+
     @staticmethod
-    def forward(ctx, x, w, history, scale, last, frac, opts: Fp8Options):
-        # x (M, K), w (N, K) -> y (M, N). The state is this layer's views, one column (or row) per role:
-        # history (L, 3), scale (3,), last (3, 2), frac (3, 2); 0 input, 1 weight, 2 grad_output.
+    def forward(ctx, x, w, scale, stage, opts: Fp8Options):
+        # x (M, K), w (N, K) -> y (M, N) and the record (2, RECORD) of input and weight. scale (3,): this
+        # layer's scales (0 input, 1 weight, 2 grad_output); stage (RECORD,) only receives the backward's record.
         a_x, a_w = amax(x), amax(w)
         if opts.current:
             s_x, s_w = current_scale(a_x, E4M3, opts.margin), current_scale(a_w, E4M3, opts.margin)
         else:
             s_x, s_w = scale[0].clone(), scale[1].clone()
         x8, w8 = quantize(x, s_x, E4M3), quantize(w, s_w, E4M3)  # (M, K), (N, K) row-major
-        if opts.record:
-            history[0, :2].copy_(torch.stack([a_x, a_w]))
-        last[:2].copy_(torch.stack([torch.stack([a_x, s_x]), torch.stack([a_w, s_w])]))
-        if opts.stats:
-            frac[0].copy_(fp8_fractions(x, x8, s_x, E4M3))
-            frac[1].copy_(fp8_fractions(w, w8, s_w, E4M3))
+        rec = torch.stack([_record(a_x, s_x, x, x8, E4M3, opts.stats), _record(a_w, s_w, w, w8, E4M3, opts.stats)])
         inv_x, inv_w = s_x.reciprocal(), s_w.reciprocal()  # dequantization factors
+        s_g = scale[2].clone()  # delayed scaling: the gradient's scale is this step's, read now
         if opts.engine == "emulated":
             # Widen once and keep the fp32 copies for backward: the values are exactly the FP8 ones
             # up to a power of two folded into the dequantization factor (so products and their fp32
@@ -189,28 +243,24 @@ class _Fp8LinearFn(torch.autograd.Function):
             (x8, mx), (w8, mw) = widen(x8), widen(w8)
             inv_x, inv_w = inv_x * mx * _nan_guard(a_x), inv_w * mw * _nan_guard(a_w)
             y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype)
-            ctx.save_for_backward(x8.t(), w8.t(), inv_x, inv_w)  # any layout will do for torch.mm
+            ctx.save_for_backward(x8.t(), w8.t(), inv_x, inv_w, s_g)  # any layout will do for torch.mm
         else:
             y = _gemm(x8, w8.t(), inv_x, inv_w, opts.engine, opts.out_dtype, fast_accum=True)  # w8.t(): col-major
             # The backward's `b` operands, cast straight into column-major form: x8^T (K, M), w8^T (K, N).
-            ctx.save_for_backward(x8.t().contiguous(), w8.t().contiguous(), inv_x, inv_w)
-        # Scaling state is kept off the autograd tape: it is written in place between steps.
-        ctx.state, ctx.opts, ctx.dtypes = (history, scale, last, frac), opts, (x.dtype, w.dtype)
-        return y
+            ctx.save_for_backward(x8.t().contiguous(), w8.t().contiguous(), inv_x, inv_w, s_g)
+        ctx.opts, ctx.dtypes = opts, (x.dtype, w.dtype)
+        ctx.mark_non_differentiable(rec)
+        return y, rec
 
     @staticmethod
-    def backward(ctx, dy):
-        xT8, wT8, inv_x, inv_w = ctx.saved_tensors  # (K, M), (K, N)
-        history, scale, last, frac = ctx.state  # this layer's views; role 2 is grad_output
+    def backward(ctx, dy, _rec):
+        xT8, wT8, inv_x, inv_w, s_g = ctx.saved_tensors  # (K, M), (K, N)
         opts = ctx.opts
         a_g = amax(dy)
-        s_g = current_scale(a_g, E5M2, opts.margin) if opts.current else scale[2].clone()
+        if opts.current:
+            s_g = current_scale(a_g, E5M2, opts.margin)
         g8 = quantize(dy, s_g, E5M2)  # (M, N) row-major
-        if opts.record:
-            history[0, 2] = a_g
-        last[2].copy_(torch.stack([a_g, s_g]))
-        if opts.stats:
-            frac[2].copy_(fp8_fractions(dy, g8, s_g, E5M2))
+        rec_g = _record(a_g, s_g, dy, g8, E5M2, opts.stats)  # grad_output's record: `stage`'s "gradient"
         inv_g = s_g.reciprocal()
         gT8 = g8.t()
         if opts.engine == "emulated":
@@ -222,7 +272,7 @@ class _Fp8LinearFn(torch.autograd.Function):
         x_dtype, w_dtype = ctx.dtypes
         dx = _gemm(g8, wT8.t(), inv_g, inv_w, opts.engine, x_dtype)  # (M,N) @ (N,K) -> (M,K)
         dw = _gemm(gT8, xT8.t(), inv_g, inv_x, opts.engine, w_dtype)  # (N,M) @ (M,K) -> (N,K)
-        return dx, dw, None, None, None, None, None
+        return dx, dw, None, rec_g, None
 
 
 class Fp8Linear(nn.Module):
@@ -255,14 +305,15 @@ class Fp8Linear(nn.Module):
 
     def bind(self) -> None:
         """This layer's views into its scaling state, made once: history (L, 3), scale (3,), last (3, 2),
-        fractions (3, 2), one column or row per role. The forward hands them to the FP8 function as tensors:
-        a compiled block then sees inputs of one shape in every block and all of them share one graph (the
-        int slot it used to pass made Dynamo compile each block apart, and past its 8 recompiles the rest
-        of a run went eager: the native layer at 0.79x BF16 on the H200). The state's tensors are only ever
-        written in place (update, load_state_dict), so the views stay valid; moving it rebinds them."""
+        fractions (3, 2), one column or row per role, and its stage leaf. The forward hands the scale view and
+        the stage to the FP8 function as tensors: a compiled block then sees inputs of one shape in every
+        block and all of them share one graph (the int slot it used to pass made Dynamo compile each block
+        apart, and past its 8 recompiles the rest of a run went eager: the native layer at 0.79x BF16 on the
+        H200). The state's tensors are only ever written in place (update, land, load_state_dict), so the
+        views stay valid; moving it rebinds them."""
         st, c = self.state, 3 * self.slot
         self.__dict__["_views"] = (st.history[:, c:c + 3], st.scale[c:c + 3], st.last[self.slot],
-                                   st.fractions[self.slot])
+                                   st.fractions[self.slot], st.stages[self.slot])
         st.bound.add(self)
 
     # Views of this layer's columns: (L, 2) / (2,) forward (input, weight), (L, 1) / (1,) backward.
@@ -304,7 +355,12 @@ class Fp8Linear(nn.Module):
         opts = Fp8Options(self.engine, self.current, self.recipe.margin,
                           record=self.training and torch.is_grad_enabled(), stats=self.collect_stats,
                           out_dtype=out_dtype)
-        y = _Fp8LinearFn.apply(x.reshape(-1, self.in_features), self.weight, *self._views, opts)
+        history, scale, last, frac, stage = self._views
+        y, rec = _Fp8LinearFn.apply(x.reshape(-1, self.in_features), self.weight, scale, stage, opts)
+        if opts.record:  # a training step's record; an evaluation's forward leaves it alone
+            history[0, :2].copy_(rec[:, 0])  # (2,) amaxes staged for the update
+            last[:2].copy_(rec[:, :2])
+            frac[:2].copy_(rec[:, 2:])
         y = y.reshape(*lead, self.out_features)  # (..., N)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
@@ -349,18 +405,22 @@ def share_scaling_state(model: nn.Module, name: str = "fp8_scaling") -> Fp8Scali
     return shared
 
 
-def _states(modules: Iterable[Fp8Linear]) -> list[Fp8ScalingState]:
-    """The distinct scaling states of these modules' delayed-scaling tensors (usually one)."""
+def _states(modules: Iterable[Fp8Linear], delayed: bool = True) -> list[Fp8ScalingState]:
+    """The distinct scaling states of these modules (usually one); `delayed`: only those of delayed scaling."""
     seen: dict[int, Fp8ScalingState] = {}
     for m in modules:
-        if not m.current:
+        if not (delayed and m.current):
             seen.setdefault(id(m.state), m.state)
     return list(seen.values())
 
 
 @torch.no_grad()
 def update_scales(modules: Iterable[Fp8Linear], group: dist.ProcessGroup | None = None) -> None:
-    """Turn every module's staged amaxes into next step's scales (call after each backward)."""
+    """After each backward: land every module's grad_output record, then turn the staged amaxes into next
+    step's scales (delayed scaling)."""
+    modules = list(modules)
+    for st in _states(modules, delayed=False):
+        st.land()
     for st in _states(modules):
         st.update(group)
 

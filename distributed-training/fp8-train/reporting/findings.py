@@ -1,13 +1,13 @@
-"""fp8-train's answer, from the CSVs: does FP8 train as well as BF16, how much faster and smaller is it, and why
-delayed scaling starts behind. The facts here feed the report's opening lines (findings_template.md picks the
-wording by what they show) and its story section (story.py); nothing is typed in by hand.
+"""fp8-train's sentences, each picked by a predicate over the CSVs (the words: findings_template.md; the numbers:
+evidence.py). Every sentence that compares, ranks or explains is chosen here, never typed into the report:
 
-    facts = model_facts(key, runs, band, fp8_by_folder, events_by_folder, config_by_folder)
-    lines = opening(all_facts, bounds_missing, ...)            # <= 8 lines, common.findings.block
+    opening(all_facts, bounds_missing, multi_gpu)   # the report's first lines (one screen)
+    loss_paragraph(f), early_paragraph(f), ...      # the body's paragraphs of one model
+    caption_answer(f), caption_loss(f), ...         # every plot's "What to see", naming its model
 
-Definitions (comparison.py): the BF16 band is [min, max] of the final validation loss over distinct BF16
-seeds; a paired difference is a run's final val minus that of the BF16 run of its own seed (same weights,
-same batches); the repeat noise is how far a BF16 seed run twice landed from itself.
+The rules: a gap is within or beyond the noise only by Facts.beyond (evidence.py: the noise over every
+evaluation); a speed ratio differs from BF16 only outside the spread BF16's own runs allow (common.findings.Spread);
+delayed scaling "trails most" only when its gaps and the others' are apart by more than the noise.
 """
 
 from __future__ import annotations
@@ -15,342 +15,324 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 
-from common.findings import Finding, Sentences, gaps_sentence, listing, spread
-from precision.formats import FORMATS
-from reporting.comparison import Band, ModelKey, Run
+from common.findings import Finding, Sentences, Spread, gaps_sentence, listing, short_hardware, spread
+from reporting.comparison import Run
+from reporting.evidence import DELAYED, Facts, ident
 
 HERE = Path(__file__).resolve().parent
 S = Sentences(HERE / "findings_template.md")
-DELAYED = "delayed"
 
 
-class Paired(NamedTuple):
-    run: Run
-    diff: float  # final val - the same seed's BF16 final val
-
-
-class Lag(NamedTuple):
-    """The first evaluation: delayed-scaling runs against the band, and what their first step held."""
-    step: int | None  # the first evaluation every BF16 seed made (None: fewer than two seeds)
-    band: tuple[float, float]
-    delayed: list[tuple[Run, float]]  # (run, val at that step)
-    dynamic: list[tuple[Run, float]]
-    flushed: list[str]  # grad_output modules whose step-0 amax x scale lies below half the smallest subnormal
-    counts: list[tuple[int, int]]  # per delayed run with step-0 records: (grad_outputs exactly 0, grad_outputs)
-    flushed_amax: float
-    min_subnormal: float
-
-
-class Facts(NamedTuple):
-    key: ModelKey
-    gpu: bool
-    runs: list[Run]
-    band: Band
-    paired: list[Paired]
-    noise: float | None  # the largest |repeat - first| of a BF16 seed, None without a repeat
-    lag: Lag | None
-    underflow: pd.DataFrame  # run, role, step, mean and max underflow fraction over modules
-    alerts: pd.DataFrame  # every alert row of the model's runs (folder added)
-    nonfinite: list[str]
-    first_judged: int | None  # the first step the scale detector compares a full window (alert warm-up + window)
-    bound: float | None  # bound.csv's step speedup FP8 GEMMs alone could give this model (None: not measured)
-
-
-def short_gpu(hardware: str) -> str:
-    """'1x NVIDIA H100 80GB HBM3' -> '1x H100 80GB'; a CPU name is kept to its model and cores."""
+def short_gpu(hardware: str, count: bool = True) -> str:
+    """'1x NVIDIA H100 80GB HBM3' -> '1x H100 80GB' (without the count: 'H100 80GB'); a CPU as short_hardware."""
     m = re.search(r"(\d+x )?NVIDIA (\S+)( \d+GB)?", hardware)
-    if m:
-        return f"{m.group(1) or ''}{m.group(2)}{m.group(3) or ''}"
-    return hardware.replace("(R)", "").replace("  ", " ")
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+    return f"{(m.group(1) or '') if count else ''}{m.group(2)}{m.group(3) or ''}" if m else short_hardware(hardware)
 
 
 def run_label(r: Run) -> str:
-    """torchao (tensorwise dynamic), te (delayed), native (delayed): what a learner compares."""
-    how = r.recipe.split(",")[0].strip()
-    return f"{r.backend} ({how})" if r.precision == "fp8" else f"{r.precision} {r.backend}"
+    """te, te current, torchao, native, mxfp8 emulated: what a learner compares."""
+    return r.backend + (" current" if r.recipe == "current" else "") if r.precision == "fp8" else \
+        f"{r.precision} {r.backend}"
 
 
-def paired(runs: list[Run], band: Band) -> list[Paired]:
-    ref = {r.seed: r for r in band.seeds}
-    return [Paired(r, r.final_val - ref[r.seed].final_val) for r in runs
-            if r.fp8 and r.seed in ref and not math.isnan(r.final_val)]
+def kind(runs: list[Run]) -> str:
+    return "FP8" if all(r.precision == "fp8" for r in runs) else "low-precision"
 
 
-def repeat_noise(band: Band) -> float | None:
-    first = {r.seed: r for r in band.seeds}
-    diffs = [abs(r.final_val - first[r.seed].final_val) for r in band.repeats if r.seed in first]
-    return max(diffs) if diffs else None
+def where(f: Facts, sep: str = " (") -> str:
+    """'1x H100 80GB (d_model 4096)' (a caption's: '1x H100 80GB, d_model 4096'), with a world size above one."""
+    ws = f", world size {f.key.world_size}" if f.key.world_size > 1 else ""
+    return f"{short_gpu(f.key.hardware)}{sep}d_model {f.key.d_model}{ws}" + (")" if sep == " (" else "")
 
 
-def _val_at(curves: dict[tuple[str, str], pd.DataFrame], r: Run, step: int) -> float:
-    v = curves[(r.folder, r.name)].dropna(subset=["val_loss"])
-    v = v[v["step"] == step]["val_loss"]
-    return float(v.iloc[0]) if len(v) else math.nan
+def then(name: str, **values) -> str:
+    """A sentence that follows another on the same line: with its leading space."""
+    return " " + S(name, **values)
 
 
-def first_lag(runs: list[Run], band: Band, curves: dict, fp8: dict[str, pd.DataFrame | None]) -> Lag | None:
-    """Delayed-scaling runs at the first evaluation, against the BF16 band there, and their step-0 gradients."""
-    fp8_runs = [r for r in runs if r.precision == "fp8"]
-    step, lo, hi = None, math.nan, math.nan  # without two BF16 seeds: no band to judge the first evaluation by
-    evals = [set(curves[(r.folder, r.name)].dropna(subset=["val_loss"])["step"]) for r in band.seeds]
-    common = sorted(set.intersection(*evals)) if len(evals) >= 2 else []
-    if common:
-        step = common[0]
-        ref = [_val_at(curves, r, step) for r in band.seeds]
-        lo, hi = min(ref), max(ref)
-    at = (lambda r: _val_at(curves, r, step)) if step is not None else (lambda r: math.nan)
-    delayed = [(r, at(r)) for r in fp8_runs if r.recipe.startswith(DELAYED)]
-    dynamic = [(r, at(r)) for r in fp8_runs if not r.recipe.startswith(DELAYED)]
-    flushed, counts, amax_flushed, sub = [], [], 0.0, math.nan
-    for r, _ in delayed:
-        f = fp8.get(r.folder)
-        if f is None or not len(f):
-            continue
-        g = f[(f["run"] == r.name) & (f["role"] == "grad_output")]
-        g = g[g["step"] == g["step"].min()].dropna(subset=["amax", "scale"]) if len(g) else g
-        if g.empty or not (g["scale"] == 1).all():
-            continue
-        fmt = FORMATS.get(str(g["format"].iloc[0]))
-        sub = fmt.min_subnormal if fmt else math.nan
-        counts.append((int((g["amax"] == 0).sum()), len(g)))
-        low = g[(g["amax"] > 0) & (g["amax"] * g["scale"] < sub / 2)]
-        flushed += sorted({".".join(m.split(".")[-2:]) for m in low["module"]})
-        amax_flushed = max([amax_flushed, *low["amax"]])
-    return Lag(step, (lo, hi), delayed, dynamic, sorted(set(flushed)), counts, amax_flushed, sub)
+def finals(f: Facts) -> list[tuple[Run, float]]:
+    return [(r, float(f.gap(r).iloc[-1])) for r in f.low()]
 
 
-def underflow(runs: list[Run], fp8: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
-    """Per run, role and step: the mean and max underflow fraction over the run's modules (lab's layer only)."""
-    parts = []
-    for r in runs:
-        f = fp8.get(r.folder)
-        if f is None or not len(f) or "underflow_frac" not in f:
-            continue
-        g = f[(f["run"] == r.name)].dropna(subset=["underflow_frac"])
-        if g.empty:
-            continue
-        a = g.groupby(["role", "step"])["underflow_frac"].agg(["mean", "max"]).reset_index()
-        worst = g.assign(kind=g["module"].str.split(".").str[-2:].str.join("."))
-        worst = worst.groupby(["role", "step", "kind"])["underflow_frac"].max().reset_index()
-        top = worst.sort_values("underflow_frac").groupby(["role", "step"]).tail(1).set_index(["role", "step"])
-        a["worst_module"] = [top.loc[(ro, st), "kind"] for ro, st in zip(a["role"], a["step"])]
-        parts.append(a.assign(run=r.name, folder=r.folder))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["run", "folder", "role", "step", "mean", "max", "worst_module"])
+def verdict_key(f: Facts) -> str:
+    """within / worse / beyond / unknown: the final gaps against the noise."""
+    gaps = [g for _, g in finals(f)]
+    out = [g for g in gaps if f.beyond(g)]
+    if f.noise is None or not out:
+        return "unknown" if f.noise is None else "within"
+    return "worse" if len(out) == len(gaps) and min(gaps) > 0 else "beyond"
 
 
-def model_facts(key: ModelKey, runs: list[Run], band: Band, gpu: bool, curves: dict,
-                fp8: dict[str, pd.DataFrame | None], events: dict[str, pd.DataFrame | None],
-                configs: dict[str, dict], bound: float | None = None) -> Facts:
-    names = {(r.folder, r.name) for r in runs}
-    alerts = [e.assign(folder=folder) for folder, e in events.items() if e is not None and len(e)]
-    alerts = pd.concat(alerts, ignore_index=True) if alerts else pd.DataFrame(columns=["folder", "run", "kind"])
-    alerts = alerts[[(f, n) in names for f, n in zip(alerts["folder"], alerts["run"])]]
-    bad = [f"{r.name} ({r.folder}) step {s}" for r in runs for s in r.nonfinite]
-    judged = {c.get("alert_warmup", 0) + c.get("scale_window", 0) for c in configs.values() if "scale_window" in c}
-    return Facts(key, gpu, runs, band, paired(runs, band), repeat_noise(band), first_lag(runs, band, curves, fp8),
-                 underflow(runs, fp8), alerts, bad, judged.pop() if len(judged) == 1 else None, bound)
-
-
-# ---- the opening lines -------------------------------------------------------------------------------
+# ---- the opening ----------------------------------------------------------------------------------------------
 
 def primary(all_facts: list[Facts]) -> Facts:
-    """The comparison the answer is about: GPU before CPU, then the most FP8 runs, then the larger model."""
-    return max(all_facts, key=lambda f: (f.gpu, len(f.band.seeds) >= 2, sum(r.fp8 for r in f.runs), f.key.d_model,
-                                         f.key.hardware))
+    """The comparison the answer is about: GPU before CPU, measured noise, the most FP8 runs, the larger model."""
+    return max(all_facts, key=lambda f: (f.gpu, f.noise is not None, len(f.low()), f.key.d_model, f.key.hardware))
 
 
-def where(f: Facts) -> str:
-    return (f"{short_gpu(f.key.hardware)} (d_model {f.key.d_model}, {f.key.n_layers} layers, {f.key.steps} steps, "
-            f"world size {f.key.world_size})")
+def answer_sentence(f: Facts, others: list[Facts] = (), also: bool = False) -> str:
+    """The final gaps against the noise; each other GPU's as a short clause after it."""
+    gaps, n = [g for _, g in finals(f)], f.noise
+    values = dict(where=short_gpu(f.key.hardware) if also else where(f), n=len(gaps), kind=kind(f.low()),
+                  diffs=spread(gaps, "{:+.3f}") if gaps else "", k=sum(f.beyond(g) for g in gaps),
+                  noise=S(f"noise.{n.kind}", level=n.level, evals=n.evals, runs=n.runs) if n else "")
+    if also:
+        return "" if not gaps else S("also.unknown" if n is None else "also.known", **values, verdict=S(
+            "verdict.beyond", **values) if values["k"] else S("verdict.within"))
+    rest = "".join(answer_sentence(g, also=True) for g in others)
+    return S(f"answer.{verdict_key(f)}" if gaps else "answer.none", **values, also=rest)
 
 
-def loss_sentence(f: Facts) -> str:
-    lim = f.band.limits("final_val")
-    low = [r for r in f.runs if r.fp8]
-    if lim is None:
-        return (S("loss.noband", where=where(f), n=len(low), seeds=plural(len(f.band.seeds), "BF16 seed")) + " "
-                + paired_sentence(f))
-    lo, hi = lim
-    above = [r for r in low if r.final_val > hi]
-    below = [r for r in low if r.final_val < lo]
-    inside = len(low) - len(above) - len(below)
-    if len(above) == len(low):
-        head = S("loss.all_above", where=where(f), n=len(low), seeds=len(f.band.seeds), lo=lo, hi=hi)
-    elif inside == len(low):
-        head = S("loss.all_inside", where=where(f), n=len(low), seeds=len(f.band.seeds), lo=lo, hi=hi)
-    else:
-        head = S("loss.mixed", where=where(f), n=len(low), inside=inside, above=len(above), below=len(below),
-                 seeds=len(f.band.seeds), lo=lo, hi=hi)
-    return head + " " + paired_sentence(f)
+def speeds(f: Facts) -> list[tuple[Run, Spread]]:
+    """Each FP8 run's tokens/s over BF16's median with its run-to-run spread: an FP8 run is measured once, so it is
+    given the spread of the BF16 runs around their median (with one BF16 run, its steps' interquartile range), and
+    the ratio spans the extremes (Spread.over)."""
+    bf16 = [r for r in f.runs if r.precision == "bf16" and not math.isnan(r.tokens_per_s)]
+    if not bf16:
+        return []
+    tps = [r.tokens_per_s for r in bf16]
+    mid = float(pd.Series(tps).median())
+    lo, hi = (min(tps) / mid, max(tps) / mid) if len(tps) > 1 else (1 - bf16[0].tps_iqr, 1 + bf16[0].tps_iqr)
+    base = Spread(mid, mid * lo, mid * hi)
+    out = [(r, Spread(r.tokens_per_s, r.tokens_per_s * lo, r.tokens_per_s * hi).over(base)) for r in f.runs
+           if r.fp8 and not math.isnan(r.tokens_per_s)]
+    return sorted(out, key=lambda rs: -rs[1].mid)
 
 
-def paired_sentence(f: Facts) -> str:
-    if not f.paired:
-        return ""
-    diffs = [p.diff for p in f.paired]
-    if f.noise is None:
-        return S("paired.nonoise", diffs=spread(diffs))
-    if f.noise == 0:
-        return S("paired.deterministic", diffs=spread(diffs))
-    ratios = [abs(d) / f.noise for d in diffs]
-    if max(abs(d) for d in diffs) <= f.noise:
-        return S("paired.within", diffs=spread(diffs), noise=f.noise)
-    worse = all(d > 0 for d in diffs)
-    return S("paired.worse" if worse else "paired.beyond", diffs=spread(diffs), noise=f.noise,
-             ratios=spread(ratios, "{:.0f}", "-"))
+def fastest(f: Facts) -> list[tuple[Run, Spread]]:
+    """The fastest FP8 run and every run whose spread overlaps it (a tie is no ranking)."""
+    sp = speeds(f)
+    return [(r, s) for r, s in sp if s.overlaps(sp[0][1])] if sp else []
 
 
-def _bf16(f: Facts, field: str) -> float:
-    vals = [getattr(r, field) for r in f.runs if r.precision == "bf16" and not math.isnan(getattr(r, field))]
-    return float(pd.Series(vals).median()) if vals else math.nan
-
-
-def by_backend(f: Facts, field: str) -> list[tuple[str, float]]:
-    """(label, value / BF16's median) per FP8 run, fastest (or largest) first."""
-    base = _bf16(f, field)
-    vals = [(run_label(r), getattr(r, field) / base) for r in f.runs if r.fp8 and not math.isnan(getattr(r, field))]
-    return sorted(vals, key=lambda kv: -kv[1])
-
-
-def speed_sentence(f: Facts) -> str:
-    if not f.gpu:
+def speed_sentence(gpu_facts: list[Facts]) -> str:
+    if not gpu_facts:
         return S("speed.cpu")
-    speed = by_backend(f, "tokens_per_s")
-    mem = sorted(by_backend(f, "memory"), key=lambda kv: kv[1])
-    if not speed:
-        return S("speed.none")
-    text = S("speed.gpu", speeds=listing([f"{name} {x:.2f}x" for name, x in speed]),
-             memory=listing([f"{name} {x - 1:+.0%}" for name, x in mem]))
-    if f.bound is not None and f.bound > 1:
-        name, best = speed[0]
-        text += " " + S("speed.bound", bound=f.bound, best=name, share=(best - 1) / (f.bound - 1))
-    return text
-
-
-def lag_sentence(f: Facts) -> str:
-    lag = f.lag
-    if lag is None or not lag.delayed:
-        return S("lag.none_delayed")
-    if lag.step is None:
-        return (S("lag.no_band", runs=plural(len(lag.delayed), "delayed-scaling run")) + " "
-                + cause_sentence(lag)).strip()
-    lo, hi = lag.band
-    late = [(r, v) for r, v in lag.delayed if v > hi]
-    vals = spread([v for _, v in lag.delayed], "{:.2f}", "-")
-    dyn = [(r, v) for r, v in lag.dynamic if not math.isnan(v)]
-    dyn_in = [r for r, v in dyn if lo <= v <= hi]
-    if not late:
-        return S("lag.none", step=lag.step, vals=vals, lo=lo, hi=hi)
-    text = S("lag.behind", step=lag.step, runs=plural(len(late), "delayed-scaling run"), vals=vals, lo=lo, hi=hi)
-    if dyn:
-        text += " " + S("lag.dynamic_in" if dyn_in else "lag.dynamic_out",
-                        runs=listing([run_label(r) for r, _ in dyn]),
-                        vals=spread([v for _, v in dyn], "{:.3f}", "-"))
-    return (text + " " + cause_sentence(lag)).strip()
-
-
-def cause_sentence(lag: Lag) -> str:
-    """Why delayed scaling's first steps are lost, from fp8.csv at step 0 (empty where the rows do not show it)."""
-    if not lag.flushed:
-        return ""
-    zero, total = lag.counts[0]
-    each = "each of the" if len(set(lag.counts)) == 1 and len(lag.counts) > 1 else "the first of the"
-    return S("lag.cause", modules=listing(lag.flushed), amax=lag.flushed_amax, half=lag.min_subnormal / 2,
-             zero=zero, total=total, each=each, runs=plural(len(lag.counts), "delayed run"))
-
-
-RISE = re.compile(r"above ([0-9.]+)x its (\d+)-step min ([0-9.e+-]+)")
-
-
-def rise_factors(alerts: pd.DataFrame) -> list[float]:
-    """How far each scale alert's scale moved against its window's extreme (from the alert's own message)."""
-    out = []
-    for value, message in zip(alerts["value"], alerts["message"]):
-        m = RISE.search(str(message))
-        if m and float(m.group(3)) > 0:
-            out.append(float(value) / float(m.group(3)))
-    return out
-
-
-def health_sentence(f: Facts) -> str:
-    a = f.alerts
-    nan = S("health.nan", steps=listing(f.nonfinite)) if f.nonfinite else S("health.no_nan")
-    if a.empty:
-        return S("health.no_alerts") + " " + nan
     parts = []
-    for (run, kind), g in a.groupby(["run", "kind"], sort=True):
-        steps = sorted(set(g["step"].astype(int)))
-        at = f"all at step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
-        parts.append(f"{run} {len(g)} {kind} ({at})")
-    text = S("health.alerts", alerts=listing(parts))
-    rises = a[a["kind"] == "scale_rise"]
-    if len(rises) and f.first_judged is not None and set(rises["step"].astype(int)) == {f.first_judged}:
-        factors = rise_factors(rises)
-        text += " " + S("health.first_judged", step=f.first_judged,
-                        factors=spread(factors, "{:.0f}", "-") if factors else "more than the threshold")
-    acted = "action" in a and a["action"].notna().any()
-    return text + " " + S("health.acted" if acted else "health.no_action") + " " + nan
+    for f in gpu_facts:
+        runs = listing([f"{run_label(r)} {s.mid:.2f}x" if s.differs else S("speed.same", name=run_label(r),
+                                                                              x=s.mid) for r, s in speeds(f)])
+        if runs:
+            bound = " " + S("speed.bound", bound=f.bound) if f.bound else ""
+            parts.append(S("speed.gpu", gpu=short_gpu(f.key.hardware), runs=runs) + bound)
+    return S("speed", speeds="; ".join(parts)) if parts else S("speed.none")
 
 
-def loss_cost_seen(f: Facts) -> bool:
-    """Do the runs show FP8 losing accuracy? Beyond the repeat noise where a seed was run twice; without a repeat,
-    every FP8 run ending above the band."""
-    diffs = [p.diff for p in f.paired]
-    if f.noise is not None:
-        return bool(diffs) and max(diffs) > f.noise
-    lim = f.band.limits("final_val")
-    low = [r for r in f.runs if r.fp8]
-    return lim is not None and bool(low) and all(r.final_val > lim[1] for r in low)
+class Early:
+    """Where the low-precision runs trail their seed's BF16 run beyond the noise (0 when none is measured)."""
+
+    def __init__(self, f: Facts):
+        self.f, self.runs = f, f.low()
+        self.level = f.noise.level if f.noise else 0.0
+        frame = pd.concat([f.gap(r) for r in self.runs], axis=1, keys=range(len(self.runs))).dropna() \
+            if self.runs else pd.DataFrame()
+        self.frame = frame  # one column per run, one row per evaluation every run made
+        steps = list(frame.index)
+        self.first = steps[0] if steps else None
+        self.lag = next((s for s in steps if (frame.loc[s] > self.level).all()), None)
+        later = [s for s in steps if self.lag is not None and s > self.lag]
+        self.caught = next((s for s in later if (frame.loc[s].abs() <= self.level).all()), None) \
+            if f.noise else None
+
+    def split(self, step: int) -> tuple[list[float], list[float]]:
+        row = self.frame.loc[step]
+        delayed = [float(row.iloc[i]) for i, r in enumerate(self.runs) if r.recipe.startswith(DELAYED)]
+        others = [float(row.iloc[i]) for i, r in enumerate(self.runs) if not r.recipe.startswith(DELAYED)]
+        return delayed, others
+
+    def who(self, step: int) -> str:
+        """all (one kind of scaling ran), delayed / current (one trails the other beyond the noise), or alike."""
+        delayed, others = self.split(step)
+        if not delayed or not others:
+            return "all"
+        if min(delayed) - max(others) > self.level:
+            return "delayed"
+        return "current" if min(others) - max(delayed) > self.level else "alike"
+
+
+def _gaps(xs: list[float], fmt: str = "{:.2f}") -> str:
+    return spread(xs, fmt, "-" if "+" not in fmt else " to ")
+
+
+def early_sentence(f: Facts) -> str:
+    e = Early(f)
+    if e.lag is None:
+        return S("early.none", kind=kind(e.runs), gpu=short_gpu(f.key.hardware)) if e.runs else ""
+    delayed, others = e.split(e.lag)
+    text = S(f"early.{e.who(e.lag)}", step=e.lag, gpu=short_gpu(f.key.hardware), n=len(e.runs), kind=kind(e.runs),
+             gaps=_gaps(delayed + others), delayed=_gaps(delayed, "{:+.2f}"), others=_gaps(others, "{:+.2f}"))
+    if f.noise is None:
+        return text + S("early.open")
+    if e.caught is None:
+        return text + S("early.stays")
+    return text + S("early.caught", step=e.caught, worst=float(e.frame.loc[e.caught].abs().max()))
 
 
 def meaning_sentence(f: Facts) -> str:
     if not f.gpu:
         return S("meaning.cpu")
-    speed = by_backend(f, "tokens_per_s")
-    best = speed[0] if speed else None
-    diffs = [p.diff for p in f.paired]
-    if best is None:
+    top = fastest(f)
+    if not top:
         return S("meaning.none")
-    if best[1] <= 1.0:
-        return S("meaning.slower", best=best[0], x=best[1])
-    if loss_cost_seen(f):
-        return S("meaning.trade", best=best[0], x=best[1], diffs=spread(diffs))
-    return S("meaning.free", best=best[0], x=best[1])
+    best = " or ".join(run_label(r) for r, _ in top)
+    x = spread([s.mid for _, s in top], "{:.2f}x", "-")
+    if not any(s.differs and s.mid > 1 for _, s in top):
+        return S("meaning.slower", best=best, x=x, gpu=short_gpu(f.key.hardware))
+    key = {"within": "free", "unknown": "unresolved"}.get(verdict_key(f), "trade")
+    return S(f"meaning.{key}", best=best, x=x, gpu=short_gpu(f.key.hardware))
 
 
-def missing_sentence(all_facts: list[Facts], bounds_missing: list[ModelKey], multi_gpu: bool) -> str:
-    gaps = []
+def missing_sentence(all_facts: list[Facts], bounds_missing: list, multi_gpu: bool) -> str:
     gpu = [f for f in all_facts if f.gpu]
-    if not gpu:
-        gaps.append(S("missing.gpu"))
-    for key in bounds_missing:
-        gaps.append(S("missing.bound", where=short_gpu(key.hardware), d=key.d_model))
-    backends = {r.backend for f in gpu for r in f.runs}
-    if gpu and "te-fused" not in backends:
+    gaps = [] if gpu else [S("missing.gpu")]
+    if gpu and "te-fused" not in {r.backend for f in gpu for r in f.runs}:
         gaps.append(S("missing.te_fused"))
+    gaps += [S("missing.bound", gpu=short_gpu(key.hardware, False)) for key in bounds_missing]
+    gaps += [S("missing.noise", gpu=short_gpu(f.key.hardware, False)) for f in gpu if f.noise is None]
     if gpu and not multi_gpu:
         gaps.append(S("missing.multi_gpu"))
     return gaps_sentence(S, gaps)
 
 
-def opening(all_facts: list[Facts], bounds_missing: list[ModelKey], multi_gpu: bool) -> list[Finding]:
-    """The report's first lines (common.findings.block)."""
+def opening(all_facts: list[Facts], bounds_missing: list, multi_gpu: bool) -> list[Finding]:
+    """The report's first lines (common.findings.block, one screen)."""
     f = primary(all_facts)
-    lines = [Finding("Question", S("question")), Finding("Answer", loss_sentence(f)),
-             Finding("Speed and memory", speed_sentence(f)), Finding("Why delayed scaling starts behind",
-                                                                    lag_sentence(f)),
-             Finding("Alerts and NaNs", health_sentence(f)), Finding("What it means", meaning_sentence(f)),
-             Finding("Not measured yet", missing_sentence(all_facts, bounds_missing, multi_gpu))]
-    others = [g for g in all_facts if g is not f and g.gpu]
-    if others:
-        lines.insert(2, Finding("Also measured", loss_sentence(others[0]) + " " + speed_sentence(others[0])))
-    return lines
+    gpu = sorted((g for g in all_facts if g.gpu), key=lambda g: g is not f)
+    return [Finding("Answer", answer_sentence(f, [g for g in gpu if g is not f])),
+            Finding("Speed", speed_sentence(gpu)), Finding("Early steps", early_sentence(f)),
+            Finding("What it means", meaning_sentence(f)),
+            Finding("Not measured yet", missing_sentence(all_facts, bounds_missing, multi_gpu))]
+
+
+# ---- the body: one model's paragraphs ---------------------------------------------------------------------------
+
+def loss_paragraph(f: Facts) -> str:
+    pairs = finals(f)
+    if not pairs:
+        return ""
+    diffs = spread([g for _, g in pairs], "{:+.4f}")
+    n, low = f.noise, kind(f.low())
+    if n is None:
+        return S("loss.unknown", kind=low, diffs=diffs)
+    out = [f"{run_label(r)} {g:+.4f}" for r, g in pairs if f.beyond(g)]
+    inside = [f"{run_label(r)} {g:+.4f}" for r, g in pairs if not f.beyond(g)]
+    verdict = S("loss.beyond", runs=listing(out), inside=listing(inside) or "none") if out else \
+        S("loss.within", n=len(pairs), diffs=diffs)
+    if n.kind == "repeat":
+        rerun, g = max(f.repeats, key=lambda rg: rg[1].abs().max())
+        return S("loss.repeat", kind=low, seed=rerun.seed, folder=rerun.folder, evals=n.evals, level=n.level,
+                 last=float(g.iloc[-1]), verdict=verdict)
+    return S("loss.seeds", kind=low, runs=n.runs, evals=n.evals, level=n.level,
+             exact=then("loss.exact") if n.exact else "", verdict=verdict)
+
+
+def early_paragraph(f: Facts) -> str:
+    e, parts = Early(f), []
+    if e.first is not None and e.first != e.lag and e.who(e.first) == "delayed":
+        delayed, others = e.split(e.first)
+        parts.append(S("early.first", step=e.first, delayed=_gaps(delayed, "{:+.3f}"), others=_gaps(others, "{:+.3f}")))
+    parts.append(early_sentence(f))
+    if f.flush:
+        fl = f.flush
+        through = S("flush.through") if fl.zero and fl.zero + fl.flushed == fl.total else ""
+        runs = ("each of the " if fl.same and fl.runs > 1 else "") + f"{fl.runs} intact delayed run" + \
+            ("s" if fl.runs > 1 else "")
+        zeros = S("flush.zeros", zero=fl.zero, total=fl.total) + through if fl.zero else ""
+        parts.append(S("flush", runs=runs, modules=listing(fl.modules), amax=fl.amax, half=fl.half, zeros=zeros))
+        if e.lag is not None and e.first != e.lag and e.who(e.first) == "delayed" and e.who(e.lag) == "alike":
+            parts.append(S("flush.first_only", first=e.first, step=e.lag))
+    if e.caught is not None:
+        after = e.frame.loc[e.frame.index >= e.caught]
+        reruns = pd.concat([g for _, g in f.repeats], axis=1, keys=range(len(f.repeats))).dropna() \
+            if f.repeats else pd.DataFrame()
+        reruns = reruns.loc[reruns.index >= e.caught] if len(reruns) else reruns
+        if any((after[c] > 0).any() and (after[c] < 0).any() for c in after) and len(reruns):
+            parts.append(S("early.sign", lo=float(after.min().min()), hi=float(after.max().max()),
+                           rlo=float(reruns.min().min()), rhi=float(reruns.max().max())))
+    return " ".join(p for p in parts if p)
+
+
+def memory_sentence(f: Facts) -> str:
+    base = [r.memory for r in f.runs if r.precision == "bf16" and not math.isnan(r.memory)]
+    low = [r for r in f.runs if r.fp8 and not math.isnan(r.memory)]
+    if not f.gpu or not base or not low:
+        return ""
+    ref = float(pd.Series(base).median())
+    best = min(low, key=lambda r: r.memory)
+    if best.memory >= ref:
+        return S("memory.none")
+    return S("memory", best=run_label(best), pct=best.memory / ref - 1)
+
+
+def damage_words(what: list[tuple[str, dict]]) -> str:
+    """'126 scales of exactly 0.0 at step 0; underflow recorded for 6 of 48 modules'."""
+    return "; ".join(S(f"damage.{k}", **{**v, **({"steps": spread(v["steps"], "{}", "-")}
+                                                if isinstance(v.get("steps"), list) else {})}) for k, v in what)
+
+
+def damaged_sentence(f: Facts) -> str:
+    named = [f"{name} (`{folder}`: {damage_words(what)})" for (folder, name), what in f.damaged.items()]
+    return S("damaged", runs=listing(named)) if named else ""
+
+
+def underflow_paragraph(f: Facts) -> str:
+    u = f.underflow
+    g = u[u["role"] == "grad_output"] if len(u) else u
+    if not len(g):
+        return ""
+    first = g[g["step"] == g["step"].min()]
+    top = first.sort_values("max").iloc[-1]
+    fwd = u[(u["role"] != "grad_output") & (u["step"] == g["step"].min())]["max"]
+    runs = listing(list(dict.fromkeys(f"{r} (`{fo}`)" for r, fo in zip(u["run"], u["folder"]))))
+    text = S("underflow.start", runs=runs, step=int(top["step"]), worst=top["max"], mean=first["mean"].max(),
+             modules=listing(sorted(set(first.loc[first["max"] == top["max"], "worst_module"]))),
+             fwd=fwd.max() if len(fwd) else 0.0)
+    late = g[g["step"] >= g["step"].max() / 2]
+    worst = late.sort_values("max").iloc[-1]
+    steps = spread(sorted(set(late["step"].astype(int))), "{}", "-")
+    if worst["max"] < 0.01:
+        return text + " " + S("underflow.late_none", steps=steps, worst=worst["max"])
+    mods = sorted(set(late.loc[late["max"] >= worst["max"] / 2, "worst_module"]))
+    return text + " " + S("underflow.late", steps=steps, modules=listing(mods), worst=worst["max"],
+                          mean=late["mean"].max(), run=worst["run"])
+
+
+# ---- captions ---------------------------------------------------------------------------------------------------
+
+def caption_answer(f: Facts) -> str:
+    if f.noise is None:
+        noise = then("caption.answer.unknown")
+    else:
+        what = S("caption.answer.rerun") if f.noise.kind == "repeat" else S(
+            "caption.answer.seeds", runs=f.noise.runs, exact=S("caption.answer.exact") if f.repeats else "")
+        noise = S("caption.answer.noise", level=f.noise.level, what=what)
+    return S("caption.answer", where=where(f, ", "), kind=kind(f.low()), noise=noise,
+             panels=S("caption.answer.gpu") if f.gpu else then("caption.answer.cpu"))
+
+
+def caption_loss(f: Facts) -> str:
+    n = len(f.band.seeds)
+    band = S("caption.loss.band", n=n) if n >= 2 else S("caption.loss.one")
+    return S("caption.loss", where=where(f, ", "), band=band, hollow=S("caption.loss.hollow") if f.band.repeats else "")
+
+
+def caption_scales(f: Facts, shown: list[Run], missing: bool) -> str:
+    kinds = {"delayed" if r.recipe.startswith(DELAYED) else "current" if r.precision == "fp8" else "block"
+             for r in shown}
+    how = "".join(S(f"caption.scales.{k}") for k in ("delayed", "current", "block") if k in kinds)
+    left = [f"{name} (`{folder}`)" for folder, name in f.damaged]
+    return S("caption.scales", where=where(f, ", "), how=how, missing=then("caption.scales.missing") if missing
+             else "", left_out=then("caption.scales.left_out", runs=listing(left)) if left else "")
+
+
+def caption_underflow(f: Facts) -> str:
+    runs = listing(list(dict.fromkeys(f"{r} (`{fo}`)" for r, fo in zip(f.underflow["run"], f.underflow["folder"]))))
+    return S("caption.underflow", where=where(f, ", "), runs=runs)
+
+
+def shown_runs(f: Facts) -> list[Run]:
+    """The FP8 runs whose scale record may be drawn and compared (damaged ones left out)."""
+    return [r for r in f.runs if r.fp8 and ident(r) not in f.damaged]

@@ -64,7 +64,8 @@ def rows(folder: Path) -> tuple[list[str], list[list[str]], str]:
     seeds = sorted({r.seed for r in runs if r.precision == "bf16"})
     note = (f"{key.describe()}; BF16 seeds: {', '.join(f's{s}' for s in seeds) or 'none'}"
             + ("" if len(seeds) >= 2 else " (one seed: no noise band yet)"))
-    return ["run", "tokens/s", "vs BF16", "FP8 bound", "% of bound", "MFU", "GPU busy / step", "final val"], out, note
+    head = ["run", "tokens/s", "vs BF16", "FP8 bound", "gain captured", "MFU", "GPU busy / step", "final val"]
+    return head, out, note
 
 
 def main(argv: list[str] | None = None, description: str | None = None) -> int:

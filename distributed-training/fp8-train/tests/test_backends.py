@@ -5,9 +5,11 @@ import pytest
 import torch
 
 from common.fp8_names import FP8_BACKENDS, NAMES, PRICED
+from common.fp8_record import layer_version
 from planner.model import fp8_cost
 from precision import backends
 from precision.backend import backend_version, named
+from precision.fp8_linear import LAYER_VERSION
 from precision.modes import BACKENDS
 
 
@@ -46,8 +48,13 @@ def test_resolve_hands_back_the_record_and_says_what_it_skipped():
 
 
 def test_each_record_names_what_ran_it_with_its_version():
-    assert backend_version(backends.TORCH) == backend_version(backends.REGISTRY["native"]) == \
+    assert backend_version(backends.TORCH, "bf16") == backend_version(backends.REGISTRY["emulated"], "mxfp8") == \
         f"torch {torch.__version__}"
+    # the lab's own FP8 layer names its version: rows written before its record fix say none (version 1)
+    for name in ("native", "emulated"):
+        assert backend_version(backends.REGISTRY[name], "fp8") == f"torch {torch.__version__}, fp8_linear 2"
+    assert layer_version(backend_version(backends.REGISTRY["native"], "fp8")) == LAYER_VERSION == 2
+    assert layer_version("torch 2.11.0+cu130") == 1  # the committed H100/H200 native rows
     te = backend_version(backends.REGISTRY["te-fused"])
     assert te.startswith("transformer_engine ")  # te-fused is TE's too, installed or not
     assert backends.libraries() == [("transformer_engine", "TransformerEngine"), ("torchao", "torchao")]

@@ -66,5 +66,5 @@ def test_report_has_the_health_section(demo_runs, tmp_path):
     results = demo_runs[0].parent
     assert report.main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
-    assert "### `faults`" in text and "rolled back" in text and "health_fp8-emulated-s0.png" in text
+    assert "The health demo (`faults`" in text and "rolled back" in text and "health_fp8-emulated-s0.png" in text
     assert "nan@16" in text and "without faults" in text  # compared with the clean run of the same settings

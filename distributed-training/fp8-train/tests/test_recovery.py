@@ -223,7 +223,7 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
     assert e.value.code == 2 and len(err) == 1 and "unreadable (truncated or corrupt" in err[0]
     ck.write_bytes(good)
     fp = torch.load(ck, weights_only=True)["fingerprint"]
-    with pytest.raises(checkpoint.CheckpointError, match="different run .*model"):
+    with pytest.raises(checkpoint.CheckpointError, match="another configuration .*model"):
         checkpoint.load(ck, {**fp, "model": [256, 64, 1, 2, 16]})
     ck.unlink()  # an unfinished run's rows but no checkpoint: never a silent restart from scratch
     csv = tmp_path / "runs" / "r" / "steps.csv"
@@ -231,3 +231,55 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
     with pytest.raises(SystemExit):
         train.main(args + ["--resume"])
     assert "no checkpoint" in capsys.readouterr().err
+
+
+def test_two_run_folders_of_one_name_never_share_state(tmp_path, tiny, monkeypatch, capsys):
+    """Issue 44: `--out A/x` and `--out B/x --lr 1e-3`, both stopped by SIGTERM. Each resumes its own checkpoint
+    (in its run folder, runs/x/checkpoints/) and ends complete with its own learning rate; one run's end leaves the
+    other's state alone; a checkpoint of another configuration is refused in one line (exit 2), and so is one that
+    does not continue the folder's rows (two runs sharing a --ckpt-dir)."""
+    base = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "8", "--val-every", "0", "--ckpt-every", "2",
+                        "--stats-every", "4", "--dashboard-every", "0"]
+    runs = {name: base + ["--out", str(tmp_path / name / "x")] + extra
+            for name, extra in (("A", []), ("B", ["--lr", "1e-3"]), ("C", []))}
+    ckpt = {name: tmp_path / name / "runs" / "x" / "checkpoints" / "fp8-emulated-s0.pt" for name in runs}
+    one_step = runloop.RunLoop.one_step
+
+    def sigterm_after(last):
+        def step(self, s):
+            one_step(self, s)
+            if s == last:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return step
+
+    for name, last in (("A", 2), ("B", 5), ("C", 2)):
+        monkeypatch.setattr(runloop.RunLoop, "one_step", sigterm_after(last))
+        assert train.main(runs[name]) == PREEMPTED
+    monkeypatch.setattr(runloop.RunLoop, "one_step", one_step)
+    assert [torch.load(ckpt[n], weights_only=True)["step"] for n in "AB"] == [3, 6]
+    assert not (LAB / "checkpoints" / "x").exists()  # nothing of either run outside its folder
+    capsys.readouterr()
+    assert train.main(runs["A"] + ["--resume"]) == 0
+    a = pd.read_csv(tmp_path / "A" / "x" / "steps.csv")
+    assert a["step"].tolist() == list(range(8)) and a["lr"].max() == pytest.approx(1e-2)  # A's rows, A's lr
+    assert ckpt["B"].exists()  # A's end did not touch B's checkpoint
+    assert train.main(runs["B"] + ["--resume"]) == 0
+    b = pd.read_csv(tmp_path / "B" / "x" / "steps.csv")
+    assert b["step"].tolist() == list(range(8)) and b["lr"].max() == pytest.approx(1e-3)
+    # B's checkpoint (lr 1e-3) where C's belongs: another configuration, one line, exit 2, nothing trained
+    own = ckpt["C"].read_bytes()
+    ckpt["C"].write_bytes(ckpt["B"].read_bytes())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train.main(runs["C"] + ["--resume"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "another configuration (lr: 0.001 -> 0.01)" in err[0], err
+    # the same configuration, but not this folder's run (two folders sharing one --ckpt-dir): a checkpoint at step 6
+    # does not continue C's rows, which end at step 2
+    ckpt["C"].write_bytes(own)
+    torch.save({**torch.load(ckpt["C"], weights_only=True), "step": 6}, ckpt["C"])
+    with pytest.raises(SystemExit) as e:
+        train.main(runs["C"] + ["--resume"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "checkpoint is at step 6 but steps.csv has no row of step 5" in err[0]
+    assert len(pd.read_csv(tmp_path / "C" / "runs" / "x" / "steps.csv")) == 3  # nothing trained by either attempt

@@ -58,8 +58,8 @@ def test_fp8_linear_follows_the_recipe():
         x = torch.zeros(16, 32)
         x[0, 0] = a
         (lin(x) * g).sum().backward()  # dy == g everywhere
-        used = lin.last[:, 1].tolist()
-        update_scales([lin])
+        update_scales([lin])  # lands grad_output's record, then the scales for the next step
+        used = lin.last[:, 1].tolist()  # the scales this step cast with
         if step == 0:
             assert used == [1.0, 1.0, 1.0]
         if step == 2:  # window 2: inputs {6, 1.5} -> 448/6; grads {0.125, 2} -> 57344/2

@@ -68,14 +68,16 @@ def test_every_mode_trains(tmp_path, capsys):
     assert len(nat) == 4 * 6 * 3 and nat["underflow_frac"].notna().all()
     assert (nat[nat.step == 0]["scale"] == 1.0).all() and (nat[nat.step == 6]["scale"] != 1.0).all()
     assert set(fp8[fp8.run == "nvfp4-emulated-s0"]["scale_kind"]) == {"derived"}
-    assert set(steps["precision_backend_version"]) == {f"torch {torch.__version__}"}  # what ran it, with its version
+    versions = steps.groupby("run")["precision_backend_version"].unique().map(list).to_dict()
+    own = {"fp8-native-s0", "fp8-emulated-s0", "fp8-auto-s0"}  # the lab's own FP8 layer names its version too
+    assert versions == {r: [f"torch {torch.__version__}" + (", fp8_linear 2" if r in own else "")] for r in versions}
     saved = json.loads((tmp_path / "results" / "cpu" / "steps.config.json").read_text())
     assert saved["mx_scale_rule"] == "te"  # the MX block-scale rule is part of the recorded config
     assert "bf16 emulated on CPU" in capsys.readouterr().out
     # The report reads only these CSVs.
     assert report.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "REPORT.md")]) == 0
     text = (tmp_path / "REPORT.md").read_text()
-    assert "| fp8-native-s0 | cpu | fp8, delayed, 16-step max | native, torch " in text and "BF16 band over 2" in text
+    assert "| fp8-native-s0 | cpu | fp8, delayed, 16-step max | native, torch " in text and "between the 2 BF16 seeds" in text
     assert "GPU results: **none yet**" in text and (tmp_path / "results" / "cpu" / "loss.png").exists()
 
 
@@ -254,7 +256,8 @@ def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path,
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "4", "--val-every", "0",
                         "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     assert train.main(args + ["--list-runs"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["run bf16-s0", "run fp8-emulated-s0", "run bf16-s1"]
+    assert capsys.readouterr().out.splitlines() == ["run bf16-s0", "run fp8-emulated-s0", "run bf16-s1",
+                                                    "layer fp8-emulated-s0: fp8_linear 2"]
     real = runloop.RunLoop.one_step
 
     def cut_off_at_step_2(self, step):
@@ -342,3 +345,22 @@ def test_only_takes_run_names_and_keeps_the_plans_order(tiny):
     assert pick("bf16") == ["bf16-s0", "bf16-s1", "bf16-s2"]
     with pytest.raises(ValueError, match="--only bf16-s7: not one of this plan's runs"):
         pick("bf16-s7")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU: its backends are probed")
+def test_list_runs_of_a_gpu_preset_answers_without_a_gpu(tmp_path, capsys):
+    """What a GPU slot would train, in order, from a machine without one (gpu-quick's dry run plans with it): the
+    backends unprobed and said so, every other check made (a bad --only is still one line, exit 2), nothing written."""
+    out = tmp_path / "results" / "h100_ws1"
+    assert train.main(["--gpu", "h100", "--list-runs", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "run bf16-s0", "run fp8-torchao-s0", "run fp8-native-s0", "run fp8-te-s0", "run fp8-te-fused-s0", "run bf16-s1",
+        "run bf16-s2", "layer fp8-native-s0: fp8_linear 2", "bound bf16-s0",
+        "unchecked: no CUDA device here; each backend is checked where the plan runs"]
+    with pytest.raises(SystemExit) as e:
+        train.main(["--gpu", "h100", "--list-runs", "--only", "fp8:cudnn", "--out", str(out)])
+    assert e.value.code == 2 and "--only fp8:cudnn: not one of this plan's runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # without --list-runs a GPU preset still needs its GPU
+        train.main(["--gpu", "h100", "--out", str(out)])
+    assert e.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+    assert not any(tmp_path.rglob("*"))  # nothing written

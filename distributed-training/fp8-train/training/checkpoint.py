@@ -9,9 +9,10 @@ flushed and fsync'ed, then renamed over `<name>` (os.replace is atomic on POSIX)
 either the old checkpoint or the new one, never half of one. Loading uses
 torch.load(weights_only=True): tensors and plain containers only, no code execution.
 
-A file that cannot be read, is not an fp8-train checkpoint, or was written by an incompatible run
-(another model shape, precision, backend or precision map) raises CheckpointError with one line
-saying which; resuming never silently starts from scratch.
+A file that cannot be read, is not an fp8-train checkpoint, or was written by another configuration
+(any setting that changes the result: Trainer.fingerprint) raises CheckpointError with one line
+saying which; resuming never silently starts from scratch. Checkpoints live in their run folder
+(runs/<tag>/checkpoints/), so two run folders never share one.
 """
 
 from __future__ import annotations
@@ -83,9 +84,10 @@ def load(path: Path, fingerprint: dict[str, Any], allow_pickle: bool = False) ->
     old = state.get("fingerprint", {})
     diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
     if diff:
-        what = ", ".join(f"{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}" for k in diff)
-        raise CheckpointError(f"checkpoint {path.name} belongs to a different run ({what}); resume with the "
-                              "settings it was written with, or delete it")
+        what = ", ".join(f"{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}" for k in diff[:4])
+        more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+        raise CheckpointError(f"checkpoint {path.name} belongs to another configuration ({what}{more}); resume with "
+                              "the settings it was written with, or delete it")
     return state
 
 

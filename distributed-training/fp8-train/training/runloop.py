@@ -56,7 +56,7 @@ class RunLoop:
         self.cfg = tr.cfg
         s = tr.spec
         self.ids = dict(run=s.name, precision=s.precision, precision_backend=tr.p.backend.name,
-                        precision_backend_version=backends.backend_version(tr.p.backend), seed=s.seed)
+                        precision_backend_version=backends.backend_version(tr.p.backend, s.precision), seed=s.seed)
         self.shape = dict(compiled=tr.p.compiled, batch=self.cfg.batch, grad_accum=self.cfg.grad_accum,
                           seq_len=self.cfg.seq_len,
                           d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, tokens_per_step=tr.tokens_per_step)
@@ -168,6 +168,9 @@ class RunLoop:
             else:  # fp16 loss-scale backoff: routine, logged as information
                 events.append(Alert(step, "loss_scale_backoff", "info", "grad_norm", row["grad_norm"], math.inf,
                                     "fp16 gradients overflowed at this loss scale", row["action"]))
+        # The step's FP8 record is read before an evaluation's forward, which a compiled model's amax probes see
+        due = self.w is not None and tr.spec.precision in LOW and cfg.stats_every and step % cfg.stats_every == 0
+        fp8_rows = tr.fp8_rows(step, with_fractions=tr.fractions_due(step)) if due else []
         if (cfg.val_every and (step + 1) % cfg.val_every == 0) or step == cfg.steps - 1:
             row["val_loss"] = tr.evaluate()
             if tr.monitor:
@@ -177,8 +180,7 @@ class RunLoop:
             self._write(self.w.steps, {**self.ids, **self.shape, "step": step, **row})
             if tb:
                 tb.step(step, row)
-            if tr.spec.precision in LOW and cfg.stats_every and step % cfg.stats_every == 0:
-                fp8_rows = tr.fp8_rows(step, with_fractions=tr.fractions_due(step))
+            if fp8_rows:
                 self._write(self.w.fp8, *({**self.ids, **r} for r in fp8_rows))
                 if tb:
                     tb.fp8(step, fp8_rows)

@@ -36,13 +36,13 @@ from precision import backends
 from precision.modes import LOW, PrecisionSettings, RunSpec
 from precision.prepare import forget_initial_weights, prepare
 from training import bound, checkpoint
-from training.plan import plan, selected
+from training.plan import listing, plan, selected
 from training.faults import parse as parse_faults
 from training.runloop import EVENT_COLUMNS, FP8_COLUMNS, LAYER_COLUMNS, STEP_COLUMNS, Preempted, RunLoop
-from training.settings import Config, parse, preset
+from training.settings import OPERATIONAL, Config, parse, preset
 from training.trainer import StopRun, Trainer, Writers
 
-LAB = Path(__file__).resolve().parents[1]  # the lab: results/, checkpoints/
+LAB = Path(__file__).resolve().parents[1]  # the lab: results/, runs/
 BENCH_VERSION = "1"
 INCOMPLETE = -1  # _train_all: every run it was asked for ended well, but --only left some of the plan
 
@@ -105,10 +105,7 @@ def _load_data(path: str | None, nbytes: int):
     return load_data(path, nbytes)
 
 
-# Flags that do not change what is measured: a run differing from its preset only in them is the
-# preset's run (published to results/); CONFIG_IGNORE: what a resumed run may change.
-OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
-               "threads", "log_every", "promote", "only", "list_runs", "publish_finished")
+# OPERATIONAL (settings.py): flags that do not change what is measured; CONFIG_IGNORE: what a resumed run may change.
 CONFIG_IGNORE = ("resume", "progress", "skipped_runs", "promote", "out", "ckpt_dir", "only", "list_runs",
                  "publish_finished")
 
@@ -152,6 +149,11 @@ def run_one(cfg: Config, spec: RunSpec, mcfg: GPTConfig, env: DistInfo, data, wr
     start = 0
     if cfg.resume and ckpt is not None and ckpt.exists():
         state = checkpoint.load(ckpt, tr.fingerprint(), allow_pickle=prep.backend.checkpoint_pickles)
+        step = state["step"]
+        if step and not from_rank0(writers.steps.done({"run": spec.name, "step": step - 1}) if env.is_main else None):
+            raise checkpoint.CheckpointError(f"cannot resume {spec.name}: its checkpoint is at step {step} but "
+                                             f"steps.csv has no row of step {step - 1}: it continues another run's "
+                                             f"rows; delete {ckpt} or rerun without --resume")
         tr.restore(state)
         loop.load_health(state["health"])
         start = state["step"]
@@ -231,8 +233,10 @@ def experiment(cfg: Config, hardware) -> list[str]:
 def main(argv: list[str] | None = None, description: str | None = None) -> int:
     try:
         cfg, hardware, explicit = parse(argv, description=description, prog="fp8-train")
+        if cfg.list_runs:  # answers without a GPU: what a GPU slot would train, in order
+            return list_runs(cfg, hardware, explicit)
         on_gpu = device_kind(hardware) == "cuda"  # the one line when torch cannot use CUDA (driver, build, fix)
-    except ValueError as e:
+    except (ValueError, backends.BackendUnavailable) as e:
         fail(str(e), 2)
     changed = experiment(cfg, hardware)
     threads = torch.get_num_threads()
@@ -242,6 +246,25 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
         return _run(cfg, hardware, on_gpu, explicit, changed)
     finally:
         torch.set_num_threads(threads)
+
+
+def list_runs(cfg: Config, preset, explicit: bool) -> int:
+    """--list-runs: the plan's lines (plan.listing), nothing written. A GPU preset on a machine without a usable
+    CUDA device is listed as planned, its backends unprobed (said so): what gpu-quick's dry run plans with."""
+    mcfg = GPTConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads)
+    world, _, nnodes = planned_world()
+    check_batch_split(cfg.batch, cfg.grad_accum, world, nnodes)
+    probe = preset.name == "cpu" or torch.cuda.is_available()
+    device = select_device("cpu" if preset.name == "cpu" else "cuda") if probe else None
+    specs, skipped = plan(cfg, device, explicit, mcfg)
+    print("\n".join(listing(cfg, specs, skipped, probed=probe)), flush=True)
+    return 0
+
+
+def checkpoint_dir(cfg: Config, out: Path) -> Path:
+    """Where a plan's checkpoints (and, for big models, its initial weights) live: inside its run folder
+    (runs/<tag>/checkpoints/), so that they belong to that run and no other; --ckpt-dir names another place."""
+    return Path(cfg.ckpt_dir) if cfg.ckpt_dir else run_dir_for(out.parent, out.name) / "checkpoints"
 
 
 def out_dir(cfg: Config, preset) -> Path:
@@ -276,12 +299,6 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         specs, skipped, data, mcfg, cfg_json = _check(cfg, preset, on_gpu, explicit, out)
     except (ValueError, backends.BackendUnavailable, RunError) as e:
         fail(str(e), 2)
-    if cfg.list_runs:  # one line per run: `run NAME` or `skipped NAME: reason`, in the plan's order
-        for s in specs:
-            print(f"run {s.name}")
-        for k in skipped:
-            print(f"skipped {k}")
-        return 0
     if cfg.publish_finished:
         return publish_finished(cfg, specs, out)
     if not selected(specs, cfg.only, skipped):  # --only named preset runs that cannot run here
@@ -294,7 +311,7 @@ def _run(cfg: Config, preset, on_gpu: bool, explicit: bool, changed: list[str]) 
         wants_bound = cfg.bound and env.device.type == "cuda" and env.world_size == 1
         if cfg.bound and not wants_bound:
             print0("FP8 bound: measured on one GPU only (bound.py); not measured in this launch")
-        ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
+        ckpt_dir = checkpoint_dir(cfg, out)
         folder, error = None, None
         if env.is_main:
             try:
@@ -339,7 +356,7 @@ def publish_finished(cfg: Config, specs: list[RunSpec], out: Path) -> int:
         folder = RunFolder.open(run_dir, out, "resume")
     except RunError as e:
         fail(str(e), 2)
-    ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else LAB / "checkpoints" / out.name
+    ckpt_dir = checkpoint_dir(cfg, out)
     with folder.path.joinpath("steps.config.json").open() as f:
         saved = json.load(f)
     writers = writers_for(folder, None, {}, saved)

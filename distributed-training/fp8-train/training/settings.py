@@ -96,7 +96,8 @@ class Config:
                                                "(0: no checkpoints)"})
     keep_ckpts: int = field(default=1, metadata={"help": "checkpoints of completed runs kept on disk: the newest N "
                                                          "(the run in progress always keeps its own)"})
-    ckpt_dir: str = field(default="", metadata={"help": "checkpoint dir (default: fp8-train/checkpoints/<out name>)"})
+    ckpt_dir: str = field(default="", metadata={"help": "checkpoint dir (default: checkpoints/ in the run folder, "
+                                                        "runs/<tag>/checkpoints)"})
     resume: bool = field(default=False, metadata={"help": "continue every run from its checkpoint"})
     dashboard_every: int = field(default=25, metadata={"help": "rewrite the HTML dashboard every N steps (0 = end)"})
     dashboard_refresh: int = field(default=10, metadata={"help": "seconds between reloads of a live dashboard"})
@@ -146,6 +147,13 @@ class Config:
     @property
     def recipe(self) -> DelayedScaling:
         return DelayedScaling(self.fp8_margin, self.amax_history, self.amax_algo)
+
+
+# Flags that do not change what is measured: a run differing from its preset only in them is the preset's run
+# (published to results/), and a checkpoint resumes across them; every other field is part of the result
+# (Trainer.fingerprint, what a checkpoint must match).
+OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
+               "threads", "log_every", "promote", "only", "list_runs", "publish_finished")
 
 
 # GPU presets compare where FP8 can win (fp8-anchors.md section 5): hidden 4096, 8 blocks, 8K tokens per

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from common.config import config_dict
 from common.data import TokenData
 from common.dist import DistInfo
 from common.model import GPTConfig, flops_per_token, lm_loss
@@ -50,7 +51,7 @@ from precision.modes import RunSpec
 from precision.prepare import Prepared
 from training import checkpoint
 from training.faults import Injector
-from training.settings import Config
+from training.settings import OPERATIONAL, Config
 
 VAL_SEED = 1234  # validation batches are the same for every run and seed
 
@@ -352,11 +353,14 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
-        c = self.cfg
-        return {"run": self.spec.name, "backend": self.p.backend.name, "model": [self.mcfg.vocab_size, self.mcfg.d_model,
-                self.mcfg.n_layers, self.mcfg.n_heads, self.mcfg.seq_len], "low_modules": list(self.p.low_modules),
-                "recipe": [c.fp8_scaling, c.amax_history, c.amax_algo, c.fp8_margin], "world_size": self.env.world_size,
-                "batch": [c.batch, c.grad_accum, c.seq_len], "steps": c.steps}
+        """What a checkpoint must match to be resumed: every setting that changes this run's result (the config
+        but its operational flags, settings.OPERATIONAL: --lr, --steps, --inject, the precision map, ...), the run,
+        the backend that ran it, the model, the data and the world size."""
+        measured = {k: v for k, v in config_dict(self.cfg).items() if k not in OPERATIONAL}
+        return {**measured, "run": self.spec.name, "backend": self.p.backend.name,
+                "model": [self.mcfg.vocab_size, self.mcfg.d_model, self.mcfg.n_layers, self.mcfg.n_heads,
+                          self.mcfg.seq_len], "low_modules": list(self.p.low_modules),
+                "data_fingerprint": self.data.fingerprint, "world_size": self.env.world_size}
 
     def checkpoint_state(self, next_step: int, health: dict | None = None) -> dict[str, Any]:
         model_sd, opt_sd = checkpoint.model_and_optimizer_state(self.p.raw, self.opt, self.env.world_size)

@@ -15,7 +15,7 @@ def _measure(env):
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))["tp"]
     out = []
     for t in (1, 2):
-        for rec in ("none", "selective", "full"):
+        for rec in ("none", "op", "full"):
             out.append(activations.measure(SHAPE, t, rec, mesh, env.device, torch.float32))
     return out
 

@@ -22,7 +22,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--tp", "3", "--pp", "2", "--dp", "2", "--world", "8"], "world size 8 is not a multiple of tp x pp = 6"),
     (["--tp", "2", "--pp", "2", "--dp", "2", "--world", "4"], "but the world is 4 ranks"),
     (["--tp", "2", "--pp", "2", "--dp", "2"], "needs 8 ranks: launch it with torchrun"),
-    (["--recompute", "most"], "--recompute 'most'; allowed: none, selective, full"),
+    (["--recompute", "most"], "--recompute 'most'; allowed: none, op, full"),
     (["--zero", "1"], "--zero 1 is not available"),
     (["--interleave", "2"], "--interleave 2 needs --pp > 1"),
     (["--lr", "nan"], "expected a finite number"),

@@ -28,7 +28,7 @@ def _listing() -> list[str]:
     (["--tp", "2", "--steps", "-1"], "--steps must be >= 1"),
     (["--cp", "0"], "--cp must be >= 1"),
     (["--tp", "2", "--cp", "3", "--world", "6"], "a multiple of 2 x cp x tp = 12"),
-    (["--cp", "2", "--recompute", "selective", "--world", "2"], "--recompute selective with --cp > 1"),
+    (["--cp", "2", "--recompute", "selective", "--world", "2"], "--recompute op with --cp > 1"),
     (["--tp", "2", "--pp", "1", "--dp", "2", "--cp", "2", "--world", "4"], "tp x pp x dp x cp = 2x1x2x2 = 8"),
     (["--cp", "2"], "x CP2 needs 2 ranks: launch it with torchrun (make parallel-3d TP=1 PP=1 DP=1 CP=2)"),
 ], ids=["tp-heads", "zero1", "interleave-no-pp", "world", "stage-layers", "interleave-m", "no-torchrun",

@@ -4,12 +4,14 @@ Every combination the suite can afford on 2 cores, each against the one-process 
 global batch (SGD, 2 steps: the second step's gradients follow a sharded optimizer update):
 
     fp32, within 1e-5
-    TP2 x DP2        ZeRO-2, selective recompute, no pipeline (gradient accumulation)
+    TP2 x DP2        ZeRO-2, per-op recompute, no pipeline (gradient accumulation)
     PP2 x DP2        ZeRO-3, 1F1B; and with one micro-batch per step (fewer than stages: GPipe)
     TP2 x PP2        full recompute, interleaved 1F1B over 4 uneven stages (1, 2, 2, 1 layers)
-    TP2 x PP2 x DP2  ZeRO-3, selective recompute, interleaved 1F1B, 8 ranks, built on the meta device
+    TP2 x PP2 x DP2  ZeRO-3, per-op recompute, interleaved 1F1B, 8 ranks, built on the meta device
                      (the path of models > 2 GiB): its weights equal the one-process model's exactly
     DP2 x CP2        ZeRO-3, ring attention over 2 ranks (load-balanced split), FSDP2 over dp x cp
+    CP2 all-gather   the all-gather design at dp = 1, full recompute (its gathers again)
+    TP2 x CP2        Ulysses under TP: each TP rank's 2 heads scattered over the 2 CP ranks
     TP2 x PP2 x CP2  full recompute (the ring runs again), interleaved 1F1B, 8 ranks: K/V heads split by TP
                      travel the CP ring between ranks of the same TP rank
     bf16 (FSDP2's MixedPrecisionPolicy: bf16 compute, fp32 master weights and reduction), within bf16's error
@@ -51,14 +53,20 @@ class Case(NamedTuple):
 
 BF16 = torch.bfloat16
 CASES = {
-    "tp2-dp2": Case(Layout(tp=2, pp=1, dp=2, microbatch=1, num_microbatches=4), Variant(2, "selective", 1)),
+    "tp2-dp2": Case(Layout(tp=2, pp=1, dp=2, microbatch=1, num_microbatches=4), Variant(2, "op", 1)),
     "pp2-dp2": Case(Layout(tp=1, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "none", 1)),
     "tp2-pp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 2)),
-    "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "selective", 2),
+    "tp2-pp2-dp2-meta": Case(Layout(tp=2, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(3, "op", 2),
                              init="meta"),
     "dp2-cp2": Case(Layout(tp=1, pp=1, dp=2, microbatch=1, num_microbatches=4, cp=2), Variant(3, "none", 1)),
     "pp2-dp2-gpipe": Case(Layout(tp=1, pp=2, dp=2, microbatch=4, num_microbatches=1), Variant(3, "none", 1)),
     "tp2-pp2-cp2": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4, cp=2), Variant(3, "full", 2)),
+    # the other two CP designs: the all-gather at dp = 1 (FSDP2's dp x cp group is the cp group: its gathers and
+    # CP's are told apart by CP attention's own group), full recompute; Ulysses under TP (2 heads per TP rank)
+    "cp2-allgather": Case(Layout(tp=1, pp=1, dp=1, microbatch=2, num_microbatches=4, cp=2, cp_kind="allgather"),
+                          Variant(3, "full", 1)),
+    "tp2-cp2-ulysses": Case(Layout(tp=2, pp=1, dp=1, microbatch=2, num_microbatches=4, cp=2, cp_kind="ulysses"),
+                            Variant(3, "none", 1)),
     "1-rank-bf16": Case(Layout(tp=1, pp=1, dp=1, microbatch=2, num_microbatches=4), Variant(3, "full", 1), BF16),
     "tp2-pp2-bf16": Case(Layout(tp=2, pp=2, dp=1, microbatch=2, num_microbatches=4), Variant(3, "none", 2), BF16),
     "pp2-dp2-bf16": Case(Layout(tp=1, pp=2, dp=2, microbatch=1, num_microbatches=4), Variant(2, "none", 1), BF16),

@@ -63,3 +63,27 @@ def test_the_plan_command_runs_here(params, gpus, monkeypatch):
     assert gpt_config(run).n_layers == w.shape.layers and f"--nodes={gpus // 8}" in cmd.slurm
     split = launch.virtual_stage_layers(best.layers_per_stage, w.shape.layers, best.pp, best.interleave)
     assert split_layers(w.shape.layers, best.pp * best.interleave, run.stage_layers) == split
+
+
+@pytest.mark.parametrize("kind", ["ring", "allgather", "ulysses"])
+def test_the_plan_command_runs_its_cp_design_here(kind, monkeypatch):
+    """A plan with context parallelism names its design (--cp-kind); this lab's config takes it, and refuses Ulysses
+    where this TP rank's heads do not split over CP."""
+    from planner.search import launch, search
+    from planner import plan as planner_cli
+
+    cfg = planner_cli.PlanConfig(layers=8, hidden=2048, heads=16, gpus=16, seq=32768, cp=4, tp=2, cp_kind=kind, top=1)
+    w, cl, pins, enumerated = cfg.resolved
+    res = search.search(w, cl, pins, top=1, enumerated=enumerated)
+    flags = planner_cli.run_commands(w, cl, res).torchrun.split(launch.RUNNER)[1].split()
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    from common.config import parse_preset
+
+    run = parse_preset(Config, [f.replace("--gpu=h100", "--gpu=cpu") for f in flags], preset, PRESET_KEYS)
+    layout = check(run, gpt_config(run), 16)
+    assert (layout.cp, layout.cp_kind) == (4, kind) == (res.best.cp, res.best.cp_kind)
+    odd = parse_preset(Config, ["--gpu=cpu", "--cp=2", "--cp-kind=ulysses", "--heads=4", "--kv-heads=2", "--tp=2",
+                                "--seq=64", "--hidden=64"], preset, PRESET_KEYS)
+    with pytest.raises(ValueError, match=r"--cp-kind ulysses at --tp 2: Ulysses gives each of the 2 ranks 1/2 of the "
+                                         r"heads, so n_heads \(2\) and n_kv_heads \(1\) must both divide by 2"):
+        check(odd, gpt_config(odd), 4)

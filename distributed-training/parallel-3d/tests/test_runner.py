@@ -60,7 +60,7 @@ def test_the_one_gpu_path_rehearsed_on_cpu(tmp_path, capsys):
     assert activations.main(["--gpu", "cpu", "--tp", "1", "--precision", "bf16", *small, "--results", str(results),
                              "--promote", "merge"]) == 0
     acts = _rows(results / "activations_cpu.csv")
-    assert {r["recompute"] for r in acts} == {"none", "selective", "full"}
+    assert {r["recompute"] for r in acts} == {"none", "op", "full"}
     assert all(r["dtype"] == "bfloat16" and r["measured_bytes"] == r["torch_terms_bytes"] for r in acts)
 
     assert report.main(["--results", str(results), "--out", str(tmp_path / "REPORT.md")]) == 0

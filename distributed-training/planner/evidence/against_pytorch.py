@@ -157,7 +157,7 @@ def peak_lines(rows: list[dict]) -> list[str]:
 
 
 def cp_section(results: Path = RESULTS) -> str:
-    """The CP plan at real size (at_scale_cp.csv): the ring's counted bytes against common/ring_bytes.py's formula
+    """The CP plan at real size (at_scale_cp.csv): the ring's counted bytes against common/cp_bytes.py's formula
     and the planner's CP term, its peak against the planner's pytorch-stack memory."""
     path = results / "at_scale_cp.csv"
     if not path.exists():
@@ -192,13 +192,13 @@ def render(results: Path = RESULTS) -> str:
                     f"a{r['heads']} V{r['vocab']} s{r['seq']}", degrees(r), r["role"],
                     "yes" if r["counts_match_design"] == "true" else "**no**"] for r in rows])
     lines = [
-        "Each study is the planner's first choice for a standard model, exactly what `make plan ARGS=\"--params "
-        "MODEL --gpus GPUS\"` prints (the pytorch stack, the guide's batch rule; `planner_bridge.best_plan`), built by "
-        "parallel-3d's own code as one rank of the full world on PyTorch's fake process group under "
-        "FakeTensorMode, and stepped once through the real pipelining schedule (bf16 MixedPrecisionPolicy, "
-        "fp32 reduce; `parallel-3d/at_scale.py`). ZeRO-0/1 are not FSDP2 modes: a planner choice of 0 or 1 "
-        "runs as ZeRO-2 (no reshard after forward), and the planner's terms are evaluated for the stage that "
-        "ran. Measured on "
+        "Each study is the planner's first choice for the model a size names (Llama 3.1 8B, 70B, 405B), exactly what "
+        "`make plan ARGS=\"--params MODEL --gpus GPUS\"` prints (the pytorch stack, the guide's batch rule; "
+        "`planner_bridge.best_plan`), built by parallel-3d's own code as one rank of the full world on PyTorch's fake "
+        "process group under FakeTensorMode, and stepped once through the real pipelining schedule (bf16 "
+        "MixedPrecisionPolicy, fp32 reduce; `parallel-3d/at_scale.py`). ZeRO-0/1 are not FSDP2 modes: a planner "
+        "choice of 0 or 1 runs as ZeRO-2 (no reshard after forward), and the planner's terms are evaluated for the "
+        "stage that ran. Measured on "
         f"{first['hardware']}, torch {first['torch_version']}, commit {first['git_commit']}.", "",
         *plans, "",
         "State bytes are taken after backward, before the optimizer step; bus bytes are nccl-tests' (payload x "

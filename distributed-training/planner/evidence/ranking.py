@@ -166,6 +166,7 @@ def predict(row, machine: Machine) -> Predicted:
 
 
 def predict_ms(row, machine: Machine) -> float:
+    """The planner's step time for one measured layout (module docstring), in ms."""
     return predict(row, machine).step_ms
 
 

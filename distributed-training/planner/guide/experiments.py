@@ -17,17 +17,18 @@ from common.hardware import get_preset
 from planner.calibrate import calibrate
 from planner.evidence.prose import prose, table
 from planner.model.cluster import make_cluster
-from planner.model.shapes import model_flops_per_token, parse_count, standard_shape
+from planner.model.shapes import model_flops_per_token, model_shape
 from planner.model.stacks import MEGATRON, Stack
 from planner.search.choose import NEAR_TIE
 from planner.search.search import Pins, Workload, default_batch, search
 
-SEQ, VOCAB = 4096, 51200
+SEQ = 4096
 
 
 @lru_cache(maxsize=None)
 def shape_of(model: str, seq: int = SEQ):
-    return standard_shape(parse_count(model), VOCAB, seq)
+    """The model `make plan ARGS="--params MODEL"` plans: a named model's published shape, else a standard one."""
+    return model_shape(model, seq)
 
 
 def batch_for(gpus: int, seq: int = SEQ) -> int:
@@ -43,7 +44,7 @@ class Context:
     gpu: str = "h100"
     calibrate: tuple[str, ...] = ()
     strict: bool = True  # False for CALIBRATE=results: sweeps that cannot calibrate are skipped, with a note
-    stack: Stack = MEGATRON  # the stack the rules' tables are priced for (matrix_pytorch prices parallel-3d's)
+    stack: Stack = MEGATRON  # the stack the rules' tables are priced for (the answer and first matrix: PyTorch's)
 
 
 CONTEXT = Context()

@@ -29,6 +29,8 @@ from planner.evidence import accuracy, against_pytorch, own_runs, validation
 from planner.evidence.prose import prose, table
 from planner.model import stacks
 from planner.model.cluster import make_cluster
+from planner.model.memory import MEMORY_HEADROOM, usable_bytes
+from planner.model.shapes import NAMED, named
 
 from . import experiments, guide_answer
 from .experiments import degrees, no_fit, plan, shape_of
@@ -66,60 +68,74 @@ def near_tie_cell(res) -> str:
     return cell
 
 
-def matrix_main() -> str:
+def model_cell(model: str) -> str:
+    """'8B (Llama 3.1 8B, 8.0B)': the size asked, the model it names (or a standard shape) and its exact count."""
+    m = named(model)
+    return f"{model} ({m.title if m else 'standard shape'}, {shape_of(model).params / 1e9:.1f}B)"
+
+
+def matrix_rows(stack) -> list[list]:
     rows = []
     for model in MODELS:
         for gpus in GPU_COUNTS:
-            res = plan(model, gpus)
+            res = plan(model, gpus, stack=stack)
             c = res.best
             if c is None:
-                rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, no_fit(res)] + [""] * 7)
+                rows.append([model_cell(model), gpus, no_fit(res)] + [""] * 7)
                 continue
-            rows.append([f"{model} ({shape_of(model).params / 1e9:.1f}B)", gpus, degrees(c), c.zero,
-                         f"{c.microbatch} × {c.num_microbatches}"
-                         + (f", v={c.interleave}" if c.interleave > 1 else ""),
-                         c.recompute, f"{c.memory_gb.total:.0f}", f"{c.bubble_fraction:.0%}",
-                         f"{c.mfu:.1%}", near_tie_cell(res)])
-    stack = experiments.CONTEXT.stack
-    return prose(stack_sentence(stack)) + "\n\n" + table(
-        ["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
-         f"MFU ({stack.name} stack)", "near-ties"], rows)
+            v = f", v={c.interleave}" if c.interleave > 1 else ""
+            rows.append([model_cell(model), gpus, degrees(c), c.zero, f"{c.microbatch} × {c.num_microbatches}{v}",
+                         c.recompute, f"{c.memory_gb.total:.0f}", f"{c.bubble_fraction:.0%}", f"{c.mfu:.1%}",
+                         near_tie_cell(res)])
+    return rows
+
+
+def matrix_table(stack) -> str:
+    return table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute", "GB/GPU", "bubble",
+                  f"MFU ({stack.name} stack)", "near-ties"], matrix_rows(stack))
+
+
+def matrix_main() -> str:
+    """The matrix of `make plan`'s stack (PyTorch): what the guide's answer, scenarios and plot describe."""
+    return prose(stack_sentence(guide_answer.ANSWER)) + "\n\n" + matrix_table(guide_answer.ANSWER)
+
+
+def matrix_shape() -> str:
+    """What the main matrix's plans are, counted (a sentence the plans choose, not prose that could drift)."""
+    found = [c for m in MODELS for g in GPU_COUNTS if (c := plan(m, g, stack=guide_answer.ANSWER).best)]
+    kinds = {"data parallelism alone": sum(c.tp == c.pp == 1 for c in found),
+             "TP with ZeRO data parallelism": sum(c.tp > 1 and c.pp == 1 for c in found),
+             "TP x PP": sum(c.pp > 1 for c in found)}
+    recompute = sum(c.recompute != "none" for c in found)
+    zeros = sorted({c.zero for c in found})
+    return prose(f"Of the {len(found)} cells that fit, " + ", ".join(f"{n} run {k}" for k, n in kinds.items() if n)
+                 + f"; ZeRO stages {'/'.join(map(str, zeros))} appear, and {recompute} cells recompute activations.")
 
 
 def stack_sentence(stack, practice: bool = True) -> str:
     """What a table is priced for: the stack's memory, collectives and kernels (stacks.py), named."""
     memory = ("Korthikanti's activations with sequence parallelism and ZeRO's accounting" if stack.runner is None
-              else "what parallel-3d's at-scale study measures PyTorch holding (section 7)")
+              else "what parallel-3d's at-scale study measures PyTorch holding (evidence, section 5)")
     text = f"Priced for the {stack.name} stack: {stack.title}; its memory is {memory}, and its MFU is that stack's."
     if practice:
         text += (" Published H100 practice for comparison: Megatron-Core's tables 41-48%, torchtitan's Llama 3 8B on 8 "
-                 "H100s about 40% (anchors-2026 section 2.4). `make plan` prices the pytorch stack unless told "
-                 "`--stack megatron`.")
+                 "H100s about 40% (anchors-2026 section 2.4).")
     return text
 
 
-def matrix_pytorch() -> str:
-    """The main matrix's questions for PyTorch's stack: what `make plan` prints by default and parallel-3d runs."""
-    rows, same = [], 0
+def matrix_megatron() -> str:
+    """The main matrix's questions for the megatron stack: the stack the published runs ran, for comparison."""
+    same = 0
     for model in MODELS:
         for gpus in GPU_COUNTS:
-            res, other = plan(model, gpus, stack=stacks.PYTORCH), plan(model, gpus)
-            c = res.best
-            if c is None:
-                rows.append([f"{model}", gpus, no_fit(res)] + [""] * 5)
-                continue
-            same += bool(other.best) and degrees(other.best) == degrees(c) and other.best.zero == c.zero
-            rows.append([model, gpus, degrees(c), c.zero, f"{c.microbatch} × {c.num_microbatches}"
-                         + (f", v={c.interleave}" if c.interleave > 1 else ""), c.recompute,
-                         f"{c.memory_gb.total:.0f}", f"{c.mfu:.1%}"])
+            c, other = plan(model, gpus, stack=stacks.MEGATRON).best, plan(model, gpus, stack=guide_answer.ANSWER).best
+            same += bool(c and other) and degrees(other) == degrees(c) and other.zero == c.zero
     text = prose(
-        stack_sentence(stacks.PYTORCH, practice=False) + f" In {same} of {len(MODELS) * len(GPU_COUNTS)} cells it is the plan above "
-        "(degrees and ZeRO stage); elsewhere PyTorch's memory (full-length gathered activations under TP, unsharded "
-        "pipeline gradients, a vocabulary-wide fp32 loss) or its collectives (DTensor TP without overlap, FSDP2's "
-        "schedule) choose another. Every plan here fits the 90% of memory the search allows for this stack, and "
-        "`make plan ARGS=\"--params MODEL --gpus GPUS\"` prints it with the parallel-3d command that runs it.")
-    return text + "\n\n" + table(["model", "GPUs", "TP·PP·DP(·CP)", "ZeRO", "micro-batch × m", "recompute",
-                                   "GB/GPU", "MFU (pytorch stack)"], rows)
+        stack_sentence(stacks.MEGATRON, practice=False) + f" In {same} of {len(MODELS) * len(GPU_COUNTS)} cells it "
+        "is the plan above (degrees and ZeRO stage); elsewhere Megatron-Core's memory (sequence-sharded activations, "
+        "fused kernels) or its collectives (TP overlapped with the GEMMs) choose another. `make plan ARGS=\"--params "
+        "MODEL --gpus GPUS --stack megatron\"` prints it; this project has no runner for it.")
+    return text + "\n\n" + matrix_table(stacks.MEGATRON)
 
 
 def long_context_commands() -> str:
@@ -143,9 +159,9 @@ def matrix_notes() -> str:
     notes = []
     for model in MODELS:
         for gpus in GPU_COUNTS:
-            c = plan(model, gpus).best
+            c = plan(model, gpus, stack=guide_answer.ANSWER).best
             if c and c.tp > 8:
-                alt = plan(model, gpus, pins=experiments.Pins(tp=8)).best
+                alt = plan(model, gpus, pins=experiments.Pins(tp=8), stack=guide_answer.ANSWER).best
                 notes.append(f"{model} on {gpus} GPUs: TP {c.tp}, {alt.step_s / c.step_s - 1:.1%} faster "
                              f"than the best TP-8 plan ({degrees(alt)}, {experiments.knobs(alt)})")
     if not notes:
@@ -222,6 +238,25 @@ def _context_cluster():
     return experiments.cluster_for(experiments.CONTEXT.gpu, 8)
 
 
+def usable() -> str:
+    """The memory the search lets a plan fill on the guide's GPU, and where the figure comes from."""
+    cl = _context_cluster()
+    gb = usable_bytes(cl.memory_gb) / 1e9
+    return (f"{MEMORY_HEADROOM:.0%} of the {cl.memory_gb:g} GB as CUDA reports it, {gb:.1f} "
+            "GB (`--memory-headroom`; `planner/model/memory.py` gives the sources)")
+
+
+def named_models() -> str:
+    """The published models a --params size names (shapes.NAMED): the shape the guide's tables plan, with sources."""
+    rows = []
+    for size, m in NAMED.items():
+        sh = m.shape(experiments.SEQ)
+        rows.append([f"`--params {size}`", m.title, sh.layers, sh.hidden, sh.heads, sh.kv_heads,
+                     f"{'SwiGLU ' if m.swiglu else ''}{m.ffn:,}", f"{m.vocab:,}", f"{sh.params / 1e9:.2f}B", m.source])
+    return table(["size", "model", "layers", "hidden", "heads", "KV heads", "MLP", "vocabulary",
+                  "parameters planned", "source"], rows)
+
+
 def gpu_name() -> str:
     return get_preset(experiments.CONTEXT.gpu).label.split()[0]
 
@@ -274,11 +309,13 @@ def opening() -> str:
 
 
 SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_constants, "matrix_main": matrix_main,
-            "matrix_pytorch": matrix_pytorch, "long_context_commands": long_context_commands,
+            "matrix_megatron": matrix_megatron, "matrix_shape": matrix_shape, "named_models": named_models,
+            "usable": usable, "bias_sentence": guide_answer.bias_sentence,
+            "long_context_commands": long_context_commands,
             "matrix_notes": matrix_notes, "matrix_network": matrix_network,
             "matrix_domain": matrix_domain, "matrix_network_note": matrix_network_note,
             "matrix_domain_note": matrix_domain_note, "opening": opening, "setting": setting, "gpu_name": gpu_name,
-            "domain": lambda: str(_context_cluster().domain), "memory": lambda: f"{_context_cluster().memory_gb:g} GB",
+            "domain": lambda: str(_context_cluster().domain),
             "guide_findings": guide_answer.findings_block, "scenarios": guide_answer.scenarios,
             "mfu_plot": lambda: guide_answer.mfu_caption(LINKS["mfu_plot"]), "validation_opening": opening,
             "guide_link": lambda: LINKS["guide"], "validation_link": lambda: LINKS["validation"],

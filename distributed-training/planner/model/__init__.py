@@ -17,6 +17,7 @@ the guide stand on this room; it imports none of them (common/tests/test_layerin
     torch_memory.py  memory per GPU as PyTorch's stack (parallel-3d) holds it at the step's peak
     stacks.py        the software stack that runs a plan, chosen once and passed on as a record
     stages.py        pipeline stages: layers per stage, and the step of a pipeline of unequal stages
+    cp_kinds.py      context parallelism three ways (ring, all-gather, Ulysses) priced per layer; the cheapest, and why
     costs.py         the step: compute, communication, overlap, the bubble, and host and GPU serialised per
                      synchronisation interval, for arrays of plans
 

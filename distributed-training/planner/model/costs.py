@@ -19,9 +19,10 @@ outermost.
   (Megatron-Core's async dgrad all-reduce; tp_overlap below); the forward ones are exposed.
 - PP (SC21 §3.2, §4.1): b·s·h per micro-batch per boundary, each way; across nodes every TP rank
   sends 1/t of it (scatter/gather). Exposed; interleaving multiplies it by v.
-- CP (ring attention; the bytes of common/ring_bytes.py, the formula the ring's tests count): c-1 hops of
-  this rank's bf16 K/V block forward; backward c-1 hops of the K/V block again and of an fp32 dK/dV
-  accumulator; hidden behind the attention-core compute as far as it lasts.
+- CP (cp_kinds.py, with the bytes of common/cp_bytes.py that the designs' tests count): the ring (c-1 hops of the
+  K/V block each way plus fp32 dK/dV, hidden behind the attention core as far as it lasts), the all-gather (one
+  gather hidden behind the local block, a reduce-scatter exposed) or Ulysses (four exposed all-to-alls); `cp_kind`
+  pins one, "auto" takes the one with the least exposed time per configuration.
 - DP over the DP×CP group: ZeRO-0 all-reduces the gradients once per step, ZeRO-1 reduce-scatters
   them and all-gathers the weights; the reduction can hide behind the backward of the last micro-batch,
   the gather behind the forward of the first (Megatron's overlap_grad_reduce/overlap_param_gather;
@@ -53,9 +54,8 @@ from typing import NamedTuple
 import numpy as np
 
 from common.collective_cost import Network, collective_time_s, members_per_domain
-from common.ring_bytes import ring_bytes
 
-from . import fp8_cost, host
+from . import cp_kinds, fp8_cost, host
 from .calibration import ATTENTION_EFFICIENCY, generation
 from .cluster import Cluster
 from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm_count, tensor_rate
@@ -115,6 +115,7 @@ class StepCosts(NamedTuple):
     host_s: np.ndarray  # what issuing the step costs the host (host.py, floor.py)
     step_s: np.ndarray  # host and GPU serialised per synchronisation interval (serialised_step)
     split: StageSplit  # layers per pipeline stage (stages.py)
+    cp_kind: np.ndarray  # the context-parallel design priced: an index into cp_kinds.CP_KINDS
 
 
 def phase_s(h, g, n):
@@ -180,7 +181,7 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_byte
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
                tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None,
-               dp_schedule=zero_schedule, host_costs: HostCosts | None = None) -> StepCosts:
+               dp_schedule=zero_schedule, host_costs: HostCosts | None = None, cp_kind: str = "ring") -> StepCosts:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose (StepCosts.split), so memory is priced on the same layout;
@@ -188,6 +189,8 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     compute rates (a machine measured directly: planner/evidence/ranking.py's CPU). dp_schedule: the stack's
     data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's). host_costs: the
     host's cost per unit of counted work (floor.py), the cluster's unless given (published, or --calibrate's).
+    cp_kind: the context-parallel design (cp_kinds.py: ring, allgather, ulysses, or auto: the cheapest per
+    configuration).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
@@ -206,6 +209,11 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     # overlaps them (tp_overlap).
     tp_bytes = ACT_BYTES * tokens * shape.hidden  # S of one all-reduce: b·s·h on one CP rank
     ar_tp = collective_time_s("all_reduce", tp_bytes, t, members_per_domain(t, 1, dom), net)
+    if kernels.tp_comm_overlap and kernels.fp8 and kernels.sequence_parallel:
+        # TransformerEngine's userbuffers all-gather a linear's FP8 input (1 byte per element); reduce-scatters stay
+        # bf16 (Megatron-Core --tp-comm-overlap with --fp8-format: ub_overlap_ag with an FP8 buffer).
+        ar_tp = (collective_time_s("reduce_scatter", tp_bytes, t, members_per_domain(t, 1, dom), net)
+                 + collective_time_s("all_gather", tp_bytes / 2, t, members_per_domain(t, 1, dom), net))
     # DTensor's sequence parallelism shards a batch-first (b, s, h) tensor on s, not its leading dimension: NCCL
     # gathers and scatters along the leading one, so each collective also copies its full b·s·h buffer in HBM
     # (read + write), where Megatron's sequence-first (s, b, h) layout needs none (tp_layout_copies).
@@ -227,16 +235,9 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
         # with the GEMM that consumes it, each reduce-scatter with the GEMM that produces it, forward and backward: all
         # of a layer's TP traffic hides behind its GEMMs as far as they last.
         tp_hidden_layer = np.minimum(tp_layer, lt["gemm_fwd"] * (1 + full) + lt["gemm_bwd"])
-    # CP (ring attention, common/ring_bytes.py): c-1 hops of this rank's bf16 K/V block forward; backward c-1 hops
-    # of the K/V block again with an fp32 dK/dV accumulator beside it.
-    ring = ring_bytes(b, shape.seq, shape.kv_heads / t, shape.head_dim, c, ACT_BYTES)  # per layer and micro-batch
-    hops = np.maximum(c - 1, 1)
-    cp_pair = np.where(t * c <= dom, 2, 1)  # neighbours in one NVLink domain, or across the network
-    cp_fwd = (c - 1) * collective_time_s("send_recv", ring.forward / hops, 2, cp_pair, net) * (c > 1)
-    cp_bwd = (c - 1) * collective_time_s("send_recv", ring.backward / hops, 2, cp_pair, net) * (c > 1)
-    cp_layer = cp_fwd * (1 + full) + cp_bwd
-    cp_exposed_layer = (np.maximum(0, cp_fwd - lt["attn_fwd"]) * (1 + full)
-                        + np.maximum(0, cp_bwd - 2 * lt["attn_fwd"]))
+    # CP (cp_kinds.py): the design's bytes (common/cp_bytes.py) as its collectives, hidden as far as it allows.
+    cp = cp_kinds.cp_times(cp_kind, shape, t, c, b, lt["attn_fwd"], full, dom, net, ACT_BYTES)
+    cp_layer, cp_exposed_layer = cp.comm_s, cp.exposed_s
     layer_s = layer_compute + tp_layer - tp_hidden_layer + cp_exposed_layer
     if even_stages:
         split = even_split(shape.layers, p)
@@ -290,4 +291,4 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
         pp_comm_s=pp_mb * m, pp_hidden_s=0.0 * pp_mb,
         dp_comm_s=dp_step + dp_mb * m, dp_hidden_s=dp_step - dp_step_exposed + (dp_mb - dp_mb_exposed) * m,
         bubble_fraction=bubble / (m * slowest + bubble), bubble_s=bubble,
-        optimizer_s=optimizer, gpu_step_s=gpu_step, host_s=host_s, step_s=step, split=split)
+        optimizer_s=optimizer, gpu_step_s=gpu_step, host_s=host_s, step_s=step, split=split, cp_kind=cp.kind)

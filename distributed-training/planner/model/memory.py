@@ -39,8 +39,23 @@ on stage i), so the busiest can be the second. The LM head adds 4·s·b·(h + V)
 Buffers: 1 GB for the CUDA context and cuBLAS/NCCL workspaces, two 40M-element fp32 gradient
 buckets unless ZeRO-3 (Megatron's default bucket size), the send/receive buffers of pipeline
 point-to-point, and under FP8 a 1-byte cached copy of the local weights (TE's FP8 weight cache).
-A configuration fits if the total stays under MEMORY_HEADROOM of the GPU's memory (allocator
-fragmentation: ZeRO §3.2 reports OOMs with 30% still free in the worst case).
+A configuration fits if the total stays under the usable memory (`usable_bytes`), the memory as PyTorch's
+caching allocator sees it: the capacity CUDA reports, less a share for the allocator's fragmentation.
+- Capacity: a GPU sold as "80 GB" has 80 GiB of HBM, of which CUDA reports 79.11 GiB as the device's total
+  (PyTorch's out-of-memory message on an H100 80GB HBM3: "GPU 0 has a total capacity of 79.11 GiB",
+  vllm-project/vllm#27508; an A100 80GB: 79.15 GiB, Lightning-AI/litgpt tutorials/oom.md; an H200 141GB:
+  139.80 GiB), so CAPACITY_PER_GB = 79.11/80 GiB per GB of the hardware table, the H100's ratio (the smallest).
+  What lives outside the allocator, the CUDA context and the libraries' workspaces, is CONTEXT_BYTES of the
+  buffers below (litgpt's A100 holds 0.51 GiB of non-PyTorch memory in use at its out-of-memory error).
+- Headroom: what a run reserves beyond what the model projects it allocates. The allocator's fragmentation, memory
+  reserved but not handed out, is 2.7% of what was reserved at litgpt's error above (2.14 GiB beside 76.28 GiB
+  allocated) and 0.5% at vLLM's (331 MiB beside 68.83 GiB); ZeRO (§3.2) reports out-of-memory errors with 30% still
+  free in the worst case, which PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+  avoid. With the temporaries the model does not count, torchtitan's Llama 3.1 8B runs reserve 1.06-1.09x the
+  planner's projection compiled and 1.13-1.18x eager (PLANNER_VALIDATION.md section 4; on 96 GB H100s they reserve
+  up to 84.9 GiB, 95% of the nominal 96 GB: benchmarks/llama3_h100_202412_torchtitan.md). MEMORY_HEADROOM = 0.85 =
+  1/1.18 of the capacity admits a plan whose run reserves what the eager runs did over their projection (the pytorch
+  stack is eager); `--memory-headroom 0.92` (1/1.09) is the compiled runs' figure, for fused or compiled stacks.
 """
 
 from __future__ import annotations
@@ -59,7 +74,14 @@ OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam momentum + variance (ZeRO's
 WEIGHT_BYTES = 2.0  # bf16 working weights
 CONTEXT_BYTES = 1.0e9  # CUDA context + cuBLAS / NCCL workspaces
 BUCKET_BYTES = 2 * 40e6 * 4  # two fp32 gradient buckets of 40M elements (Megatron's ddp bucket size)
-MEMORY_HEADROOM = 0.90  # usable fraction of HBM (fragmentation allowance)
+MEMORY_HEADROOM = 0.85  # the share of the allocator's capacity a plan's projection may fill: 1/1.18 (docstring)
+CAPACITY_PER_GB = 79.11 / 80 * 2**30  # bytes CUDA reports per GB of the hardware table (an H100 80GB: 79.11 GiB)
+
+
+def usable_bytes(memory_gb: float, headroom: float = MEMORY_HEADROOM) -> float:
+    """The memory a plan may fill on a GPU of `memory_gb` (the hardware table's GB): the allocator's capacity as
+    CUDA reports it, less the fragmentation share (module docstring)."""
+    return headroom * memory_gb * CAPACITY_PER_GB
 
 
 class Memory(NamedTuple):

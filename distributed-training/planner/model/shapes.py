@@ -5,6 +5,11 @@ q/k/v/o projections (grouped-query when kv_heads < heads) and a two-matrix MLP o
 untied LM head. A SwiGLU model with ffn F has the parameters and FLOPs of this MLP at ffn 1.5·F,
 which is how the planner is pointed at Llama shapes (published.py).
 
+A size that names a published model (`NAMED`: 7B, 8B, 13B, 70B, 175B, 405B, 1T) is that model's shape, layers,
+width, heads, key/value heads (GQA), MLP width and vocabulary as its model card or paper gives them; any other size
+gets a standard shape (`standard_shape`). `model_shape` resolves `--params` either way, with `--kv-heads`, `--ffn`
+and `--vocab` overriding the resolved shape where given.
+
 FLOPs are counted the way the papers we compare with count them, one formula each:
 - model FLOPs (MFU numerator): common.model.flops_per_token = 6·N' + 12·L·h·s per token (PaLM
   appendix B; torchtitan; N' = parameters without the embedding tables, the LM head counted);
@@ -18,7 +23,8 @@ Attention-core FLOPs ignore causal masking (as Megatron, PaLM and torchtitan do)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from common.model import GPTConfig, count_params, flops_per_token
 
@@ -116,6 +122,57 @@ def standard_shape(params: float, vocab: int, seq: int) -> Shape:
             if best is None or key < best[0]:
                 best = (key, shape)
     return best[1]
+
+
+class NamedModel(NamedTuple):
+    """A published model's shape as its model card or paper states it (ffn: the card's MLP width)."""
+    title: str
+    source: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    swiglu: bool  # a gated MLP: the planner's two-matrix MLP of 1.5 x ffn has its parameters and FLOPs
+    vocab: int
+
+    def shape(self, seq: int, vocab: int | None = None) -> Shape:
+        ffn = self.ffn * 3 // 2 if self.swiglu else self.ffn
+        return Shape(self.layers, self.hidden, self.heads, self.kv_heads, vocab or self.vocab, seq, ffn)
+
+    def describe(self) -> str:
+        mlp = f"SwiGLU {self.ffn:,}" if self.swiglu else f"MLP {self.ffn:,}"
+        return f"{self.title} ({self.source}: {self.kv_heads} KV heads, {mlp}, vocabulary {self.vocab:,})"
+
+
+_LLAMA31 = "Llama 3.1 model card, config.json of meta-llama/Llama-3.1-{}"
+_LLAMA2 = "Llama 2 model card, config.json of meta-llama/Llama-2-{}-hf"
+NAMED = {  # --params value -> the published shape it names
+    "7B": NamedModel("Llama 2 7B", _LLAMA2.format("7b"), 32, 4096, 32, 32, 11008, True, 32000),
+    "8B": NamedModel("Llama 3.1 8B", _LLAMA31.format("8B"), 32, 4096, 32, 8, 14336, True, 128256),
+    "13B": NamedModel("Llama 2 13B", _LLAMA2.format("13b"), 40, 5120, 40, 40, 13824, True, 32000),
+    "70B": NamedModel("Llama 3.1 70B", _LLAMA31.format("70B"), 80, 8192, 64, 8, 28672, True, 128256),
+    "175B": NamedModel("GPT-3 175B", "Brown et al. 2020, Table 2.1", 96, 12288, 96, 96, 4 * 12288, False, 50257),
+    "405B": NamedModel("Llama 3.1 405B", _LLAMA31.format("405B") + "; Llama 3 paper, Table 3", 126, 16384, 128, 8,
+                       53248, True, 128256),
+    "1T": NamedModel("Megatron-LM's 1T GPT", "Narayanan et al. SC21, Table 1", 128, 25600, 160, 160, 4 * 25600,
+                     False, 51200),
+}
+DEFAULT_VOCAB = 51200  # a standard shape's vocabulary unless --vocab says otherwise (GPT-2's, padded: Megatron's)
+
+
+def named(text: str) -> NamedModel | None:
+    """The published model a --params value names ('8B', '8b', '405B'), or None."""
+    return NAMED.get(text.strip().upper())
+
+
+def model_shape(params: str, seq: int, vocab: int | None = None, kv_heads: int | None = None,
+                ffn: int | None = None) -> Shape:
+    """--params resolved: the named model's shape (NAMED) or a standard one, then --kv-heads, --ffn and --vocab
+    where given (a value that does not fit the heads is refused by Shape in one line)."""
+    model = named(params)
+    shape = model.shape(seq, vocab) if model else standard_shape(parse_count(params), vocab or DEFAULT_VOCAB, seq)
+    return replace(shape, kv_heads=kv_heads or shape.kv_heads, ffn=ffn or shape.ffn)
 
 
 def parse_count(text: str) -> float:

@@ -11,6 +11,10 @@ results/at_scale*.csv, term by term in its report), for the same Degrees and sta
   gathered during the step, not in what they store). Between steps there are no gradients; the sharded ones
   are alive at the peak only without a pipeline and with more than one micro-batch (earlier micro-batches
   have reduced theirs).
+- DDP and ZeroRedundancyOptimizer (ZeRO-0/1, fsdp-scaling's ddp and zero1: data parallelism alone): the fp32
+  parameters (4 B) and their fp32 gradients (4 B, DDP's bucket views: allocated once, alive all step) on every
+  rank, AdamW's moments (8 B) on every rank or over the dp ranks; torch.autocast keeps a bf16 copy of every weight
+  from its forward to its backward (2 B: the cast's cache is what the backward saves).
 - Gathered weights (bf16, TP-local): ZeRO-3 without a pipeline keeps only the root's LM head and position
   table gathered at the loss (the root never reshards after forward; its blocks were resharded); ZeRO-2
   keeps every unit gathered from its forward to its backward. Under a pipeline, ZeRO-2 holds the stage
@@ -21,8 +25,8 @@ results/at_scale*.csv, term by term in its report), for the same Degrees and sta
   (Korthikanti keeps the s/t shard and gathers it again): 2 x 2·s·b·h bytes per block whatever t is. The
   fused attention keeps its output and an fp32 log-sum-exp (the ring attention of context parallelism its
   output twice: its own saved copy, and wo's contiguous input), LayerNorm its fp32 statistics, K and V are
-  kv_heads wide (GQA). parallel-3d's selective recompute (the planner's `op`) keeps the matmul and collective
-  outputs and recomputes the rest; full recompute keeps the block input and rebuilds one block in backward.
+  kv_heads wide (GQA). Per-op recompute (`op`, parallel-3d's selective-checkpoint policy) keeps the matmul and
+  collective outputs and recomputes the rest; full recompute keeps the block input and rebuilds one block in backward.
   parallel-3d's activation study measures these terms byte for byte (its activations.py imports this one).
 - Micro-batches in flight (in_flight): gradient accumulation without a pipeline holds one; Schedule1F1B
   holds min(m, p - i) on pipeline rank i; with m < p, which Schedule1F1B refuses, parallel-3d runs ScheduleGPipe
@@ -70,7 +74,7 @@ UNSHARDED_CHUNKS = 3  # chunks of a rank the interleaved runtime keeps gathered 
 def torch_layer_bytes(shape: Shape, t, c, b, recompute, elem_bytes: float = ACT, stat_bytes: float = STAT):
     """Bytes one block keeps for its backward, per micro-batch on one GPU (module docstring), tensor by tensor.
 
-    recompute: NONE, OP (parallel-3d's selective policy) or FULL. stat_bytes: LayerNorm's statistics (fp32 on
+    recompute: NONE, OP (per-op selective, parallel-3d's policy) or FULL. stat_bytes: LayerNorm's statistics (fp32 on
     CUDA; a CPU LayerNorm in bf16 keeps them in bf16)."""
     t, c, b = (np.asarray(x, float) for x in (t, c, b))
     r = np.asarray(recompute)
@@ -87,7 +91,7 @@ def torch_layer_bytes(shape: Shape, t, c, b, recompute, elem_bytes: float = ACT,
     # a (b, s, heads·d) copy of it (a transpose made contiguous), where SDPA's output already is that layout (a view).
     attention = e * sbh / t * (1 + (c > 1)) + LSE * b * (shape.heads / t) * s
     kept = norms + gathered + qkv + attention + 2 * mlp
-    # parallel-3d's selective policy: matmul and collective outputs kept, the block input for the rest. With
+    # per-op recompute (parallel-3d's policy): matmul and collective outputs kept, the block input for the rest. With
     # t > 1 wo's and w2's outputs are full-length partial sums before their reduce-scatters, which are kept too.
     sharded = t > 1
     op = block_input + qkv + 2 * e * sbh + np.where(sharded, 2 * e * sbh / t + gathered, 0.0) + mlp
@@ -137,6 +141,7 @@ def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> Mem
     apply: this stack runs sequence parallelism and fused attention, without dropout, in bf16."""
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     n = d * c
+    ddp = zero < 2  # DDP (+ ZeroRedundancyOptimizer): fp32 states unsharded but AdamW's (module docstring)
     (psi_first, psi_mid, psi_last), layers = _rank_params(shape, t, p, split)
     s, h, V = shape.seq / c, shape.hidden, shape.vocab
     per_layer = torch_layer_bytes(shape, t, c, b, r)
@@ -153,8 +158,8 @@ def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> Mem
         held, steady = in_flight(p, v, m, i_rank)
         a_u = np.asarray(lay, float) / v * per_layer  # one chunk's activations for one micro-batch
         g_u = FSDP2_STATE.grad * psi / v  # one chunk's unsharded fp32 gradients
-        weights, grads, optim = zero_state_bytes(psi, n, 3, FSDP2_STATE)
-        grads = np.where(~piped & (m > 1), grads, 0.0)  # sharded gradients exist at the peak only then
+        weights, grads, optim = zero_state_bytes(psi, n, np.where(ddp, zero, 3), FSDP2_STATE)
+        grads = np.where(ddp | (~piped & (m > 1)), grads, 0.0)  # sharded gradients exist at the peak only then
         chunks = _chunks_started(p, v, m, i_rank)
         unsharded = np.where(piped, chunks * g_u, 0.0)
         acts = held * a_u - np.where(piped & ~steady, np.minimum(a_u, g_u), 0.0)
@@ -164,7 +169,7 @@ def memory_breakdown(shape: Shape, deg: Degrees, *, split=None, **_flags) -> Mem
         acts = acts + np.where(piped & is_last, m * ACT * b * s * V, 0.0) + working
         unit = shape.layer_params / t
         root = (V * h + shape.seq * h) / t  # the head and the position table (module docstring)
-        gathered = np.select(
+        gathered = np.select(  # DDP: autocast's bf16 copy of every weight
             [~piped & (zero >= 3), ~piped, zero >= 3],
             [root, psi, 2 * unit + np.where(is_first | is_last, root, 0.0)],
             psi / v * np.minimum(v, UNSHARDED_CHUNKS))

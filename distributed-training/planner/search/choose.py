@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.model.memory import MEMORY_HEADROOM
+from planner.model.memory import usable_bytes
 
 from .records import NearTie, Plan
 
@@ -82,7 +82,7 @@ def decide(ranked: list[Plan], w, cl, top: int) -> tuple[list[Plan], list[NearTi
     fastest = ranked[0].tokens_per_s
     ranked = [replace(c, vs_fastest=round(c.tokens_per_s / fastest - 1, 4)) for c in ranked]
     near = [c for c in ranked if c.tokens_per_s >= fastest * (1 - NEAR_TIE)]
-    usable, domain = MEMORY_HEADROOM * cl.memory_gb, cl.domain
+    usable, domain = usable_bytes(cl.memory_gb, w.memory_headroom) / 1e9, cl.domain
 
     def key(c: Plan) -> tuple:
         return tuple(p for p, _ in _rules(c, w, usable, domain)) + (-c.tokens_per_s,)

@@ -1,10 +1,11 @@
 """The command that runs a plan: parallel-3d's runner (../parallel-3d/train.py), as torchrun and as Slurm.
 
-The planner's degrees (CP included: parallel-3d runs ring attention over a (pp, dp, cp, tp) mesh), micro-batch,
+The planner's degrees (CP included: parallel-3d runs context-parallel attention over a (pp, dp, cp, tp) mesh, the
+design the plan was priced with: --cp-kind ring|allgather|ulysses), micro-batch,
 the global batch it runs, interleave, recompute and layers per stage, and the model's shape, become the runner's
 flags (its names are the planner's: --tp --pp --dp --cp --zero --microbatch --global-batch --interleave
 --recompute --layers --hidden --heads --kv-heads --ffn --vocab --seq, and --stage-layers for an uneven split;
-the planner's per-op AC, `op`, is parallel-3d's selective recompute). A plan is priced for parallel-3d when the
+recompute none, op (per-op selective) or full). A plan is priced for parallel-3d when the
 workload runs the pytorch stack with its own software (stacks.PYTORCH); `differences` names every way the
 priced workload departs from what parallel-3d runs (FP8, dropout, another attention kernel, another stack, ...)
 and plan.py says so on its first line. Nodes are GPUS_PER_NODE GPUs each (HGX/DGX nodes; adjust
@@ -55,11 +56,13 @@ class Commands(NamedTuple):
 
 def runner_flags(plan: Plan, model: Shape, gpu: str) -> list[str]:
     zero = 3 if plan.zero == 3 else 2
-    recompute = "selective" if plan.recompute == "op" else plan.recompute
+    recompute = plan.recompute
     flags = {"gpu": gpu, "tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "zero": zero,
              "microbatch": plan.microbatch, "global-batch": plan.global_batch, "interleave": plan.interleave,
              "recompute": recompute, "layers": model.layers, "hidden": model.hidden, "heads": model.heads,
              "kv-heads": model.kv_heads, "ffn": model.ffn, "vocab": model.vocab, "seq": model.seq}
+    if plan.cp > 1 and plan.cp_kind != "none":
+        flags["cp-kind"] = plan.cp_kind  # the design the plan was priced with (model/cp_kinds.py)
     split = virtual_stage_layers(plan.layers_per_stage, model.layers, plan.pp, plan.interleave)
     if len(set(split)) > 1:  # uneven: say it, rather than rely on the runner's own balancing
         flags["stage-layers"] = ",".join(map(str, split))
@@ -82,11 +85,15 @@ def differences(w, plan: Plan | None = None) -> list[str]:
     software = {"fused_kernels": "eager kernels", "attention_kernel": "FlashAttention-2 through SDPA",
                 "tp_overlap": "TP without async overlap", "dp_overlap": "FSDP2's overlapped collectives",
                 "qkv_fused": "q, k and v as three Linears", "optimizer": "AdamW foreach"}
+    if w.tp_comm_overlap:
+        out.append("parallel-3d runs no userbuffer TP overlap (the plan was priced with --tp-comm-overlap)")
     for flag, what in software.items():
         if getattr(w, flag) != getattr(PYTORCH, flag):
             out.append(f"parallel-3d runs {what} (the plan was priced with --{flag.replace('_', '-')} changed)")
-    if plan is not None and plan.zero not in PYTORCH.zero_stages:
-        out.append(f"ZeRO-{plan.zero} is not an FSDP2 mode: parallel-3d runs it as --zero 2")
+    if plan is not None and plan.zero in PYTORCH.ddp_stages:
+        out.append(f"ZeRO-{plan.zero} runs in PyTorch as DDP{' + ZeroRedundancyOptimizer' if plan.zero else ''} "
+                   f"(fsdp-scaling's {'zero1' if plan.zero else 'ddp'} strategy, its preset models); parallel-3d runs "
+                   "FSDP2, so the command runs it as --zero 2")
     return out
 
 

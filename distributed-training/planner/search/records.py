@@ -51,6 +51,7 @@ class Plan:
     mfu: float  # model FLOPs / step / GPUs / dense peak of the precision
     hardware_tflops_per_gpu: float
     hfu: float  # hardware FLOPs (recompute included) / step / GPUs / peak
+    cp_kind: str = "none"  # the context-parallel design priced (model/cp_kinds.py); none without CP
     vs_fastest: float | None = None  # throughput / the fastest plan's - 1, once choose.py has compared them
 
     def comm_s(self, kind: str) -> float:

@@ -39,8 +39,9 @@ import numpy as np
 from planner.model.cluster import Cluster
 from planner.model.compute import Kernels
 from planner.model.costs import StepCosts, step_costs
+from planner.model.cp_kinds import CP_KINDS, ulysses_fits
 from planner.model.degrees import FULL, NONE, OP, SELECTIVE, Degrees
-from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE, Memory
+from planner.model.memory import MEMORY_HEADROOM, RECOMPUTE, Memory, usable_bytes
 from planner.model.shapes import Shape, hardware_flops_per_token, model_flops_per_token
 from planner.model.stacks import MEGATRON, Stack
 from planner.model.stages import interleave_fits
@@ -89,6 +90,9 @@ class Workload:
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap: forward TP collectives hidden too
     optimizer: str = "megatron"  # the Adam step's implementation (compute.OPTIMIZER_KERNELS)
+    cp_kind: str = "ring"  # the context-parallel design (model/cp_kinds.py): ring, allgather, ulysses, or auto
+    even_stages: bool = False  # L/p layers on every stage (the Megatron of 2021-22), not the balanced split (stages.py)
+    memory_headroom: float = MEMORY_HEADROOM  # the share of the allocator's capacity a plan may fill (memory.py)
     stack: Stack = MEGATRON  # whose memory and data-parallel schedule (stacks.py); the flags above are its software
 
     @classmethod
@@ -96,7 +100,7 @@ class Workload:
         """A workload with `stack`'s software (its kernels, overlap, optimizer), `flags` overriding them."""
         own = dict(fused_kernels=stack.fused_kernels, attention_kernel=stack.attention_kernel,
                    tp_overlap=stack.tp_overlap, dp_overlap=stack.dp_overlap, qkv_fused=stack.qkv_fused,
-                   optimizer=stack.optimizer, tp_layout_copies=stack.tp_layout_copies)
+                   optimizer=stack.optimizer, tp_layout_copies=stack.tp_layout_copies, grad_bytes=stack.grad_bytes)
         return cls(shape, global_batch, precision, stack=stack, **{**own, **flags})
 
     @property
@@ -144,12 +148,16 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // k for k in small])))
 
 
-def _interleaves(layers: int, p: int) -> list[int]:
+def _interleaves(layers: int, p: int, even: bool = False) -> list[int]:
     """Interleaving degrees a p-stage pipeline of `layers` allows (stages.interleave_fits: equal middle stages of
-    a multiple of v layers, fewer on the first and last)."""
+    a multiple of v layers, fewer on the first and last; with even stages, L/p a multiple of v)."""
     if p == 1:
         return [1]
-    return [1] + [v for v in range(2, MAX_INTERLEAVE + 1) if interleave_fits(layers, p, v)]
+    return [1] + [v for v in range(2, MAX_INTERLEAVE + 1) if _interleave_fits(layers, p, v, even)]
+
+
+def _interleave_fits(layers: int, p: int, v: int, even: bool) -> bool:
+    return (layers % p == 0 and (layers // p) % v == 0) if even else interleave_fits(layers, p, v)
 
 
 def default_batch(gpus: int, seq: int) -> int:
@@ -183,12 +191,19 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> Enumerated:
             if p > sh.layers:
                 refuse(f"pp={p} is more stages than the {sh.layers} layers", tp=t, pp=p)
                 continue
+            if w.even_stages and sh.layers % p:
+                refuse(f"pp={p} does not divide the {sh.layers} layers (--pipeline-split even)", tp=t, pp=p)
+                continue
             for c in [pins.cp] if pins.cp else [c for c in _divisors(n) if c == 1 or sh.seq // c >= MIN_CP_TOKENS]:
                 if c > 1 and not w.flash_attention:
                     refuse(f"cp={c} needs fused (flash) attention", tp=t, pp=p, cp=c)
                     continue
                 if sh.seq % (2 * c) and c > 1:
                     refuse(f"cp={c}: seq {sh.seq} is not 2·cp chunks", tp=t, pp=p, cp=c)
+                    continue
+                if w.cp_kind == "ulysses" and c > 1 and not ulysses_fits(sh.heads, sh.kv_heads, t, c):
+                    refuse(f"cp={c}: Ulysses needs heads/tp and kv-heads/tp ({sh.heads}/{t}, {sh.kv_heads}/{t}) "
+                           "divisible by cp", tp=t, pp=p, cp=c)
                     continue
                 if n % (t * p * c):
                     refuse(f"tp·pp·cp = {t * p * c} does not divide {n} GPUs", tp=t, pp=p, cp=c)
@@ -210,10 +225,11 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> Enumerated:
                                tp=t, pp=p, cp=c, dp=d, microbatch=b)
                         continue
                     m = per_replica // b  # m < p runs, with a bubble of (p-1)/(m+p-1) (costs.py)
-                    for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p):
+                    for v in [pins.interleave] if pins.interleave else _interleaves(sh.layers, p, w.even_stages):
                         why = (f"interleave {v} needs pp > 1" if v > 1 and p == 1 else
                                f"interleave {v}: no split of {sh.layers} layers on {p} stages puts a multiple "
-                               f"of {v} on every middle stage" if v > 1 and not interleave_fits(sh.layers, p, v) else
+                               f"of {v} on every middle stage" if v > 1 and not _interleave_fits(sh.layers, p, v,
+                                                                                                 w.even_stages) else
                                f"interleave {v} needs the {m} micro-batches to be a multiple of pp={p}"
                                if v > 1 and m % p else None)
                         if why:
@@ -224,12 +240,12 @@ def enumerate_structures(w: Workload, cl: Cluster, pins: Pins) -> Enumerated:
     return Enumerated(Structures._make(arr[:, i] for i in range(8)), rejected)
 
 
-def evaluate(w: Workload, cl: Cluster, s: Structures, zero, recompute, even_stages: bool = False) -> Priced:
+def evaluate(w: Workload, cl: Cluster, s: Structures, zero, recompute) -> Priced:
     """Times (s) and memory (bytes) for structures `s` crossed with the given zero/recompute arrays."""
     deg = s.degrees(zero, recompute)
     times = step_costs(w.shape, cl, deg, grad_bytes=w.grad_bytes, kernels=w.kernels, tp_overlap=w.tp_overlap,
-                       dp_overlap=w.dp_overlap, even_stages=even_stages, tp_layout_copies=w.tp_layout_copies,
-                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule)
+                       dp_overlap=w.dp_overlap, even_stages=w.even_stages, tp_layout_copies=w.tp_layout_copies,
+                       fsdp_copies=w.fsdp_copies, dp_schedule=w.stack.dp_schedule, cp_kind=w.cp_kind)
     mem = w.stack.memory(w.shape, deg, grad_bytes=w.grad_bytes, sequence_parallel=w.sequence_parallel,
                          flash=w.flash_attention, fp8=w.fp8, dropout=w.dropout, split=times.split)
     return Priced(mem, times)
@@ -263,9 +279,8 @@ def search(w: Workload, cl: Cluster, pins: Pins = Pins(), top: int = 10, max_rej
     ev = evaluate(w, cl, g, zero, rec)
     total = ev.memory.total
     per_token = ev.costs.step_s / g.B  # plans may run different global batches: rank by throughput
-    usable = MEMORY_HEADROOM * cl.memory_gb * GB
-    runs = (g.c == 1) | np.isin(rec, [RECOMPUTE.index(r) for r in w.stack.cp_recompute])
-    fits = (total <= usable) & runs
+    usable = usable_bytes(cl.memory_gb, w.memory_headroom)
+    fits = (total <= usable) & w.stack.runs(g, zero, rec)
     # Fastest fitting (zero, recompute) per structure, ties to less memory; then rank the structures.
     idx = np.flatnonzero(fits)
     idx = idx[np.lexsort((total[idx], per_token[idx], sid[idx]))]
@@ -316,9 +331,10 @@ def describe(w: Workload, cl: Cluster, g: Structures, zero, rec, ev: Priced, i: 
     step = float(times.step_s[i])
     model_tf = model_flops_per_token(w.shape) * tokens / step / cl.gpus / 1e12
     hw_tf = hardware_flops_per_token(w.shape, degrees["recompute"]) * tokens / step / cl.gpus / 1e12
-    seconds = {f: round(float(getattr(times, f)[i]), 6) for f in StepCosts._fields if f != "split"}
+    seconds = {f: round(float(getattr(times, f)[i]), 6) for f in StepCosts._fields if f not in ("split", "cp_kind")}
     return Plan(**degrees, global_batch=batch, layers_per_stage=times.split.describe(i, degrees["pp"]),
                 memory_gb=Memory._make(round(float(v[i]) / GB, 3) for v in ev.memory), **seconds,
                 tokens_per_s=round(tokens / step, 1), tokens_per_s_per_gpu=round(tokens / step / cl.gpus, 1),
                 model_tflops_per_gpu=round(model_tf, 2), mfu=round(model_tf / cl.peak_tflops, 4),
-                hardware_tflops_per_gpu=round(hw_tf, 2), hfu=round(hw_tf / cl.peak_tflops, 4))
+                hardware_tflops_per_gpu=round(hw_tf, 2), hfu=round(hw_tf / cl.peak_tflops, 4),
+                cp_kind=CP_KINDS[int(times.cp_kind[i])] if degrees["cp"] > 1 else "none")

@@ -5,13 +5,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from planner.model.memory import MEMORY_HEADROOM, Memory
+from planner.model.memory import MEMORY_HEADROOM, Memory, usable_bytes
 from planner.model.shapes import Shape
 from planner.search.choose import MEMORY_MARGIN, NEAR_TIE, decide
 from planner.search.records import Plan
 
 SHAPE = Shape(layers=48, hidden=6144, heads=48, kv_heads=48, vocab=51200, seq=2048, ffn=4 * 6144)
-W = SimpleNamespace(shape=SHAPE)
+W = SimpleNamespace(shape=SHAPE, memory_headroom=MEMORY_HEADROOM)
 CL = SimpleNamespace(domain=8, memory_gb=80.0)
 ZEROS = Plan(**{f.name: 0 for f in fields(Plan) if f.name != "vs_fastest"})  # what the rules do not read
 
@@ -44,7 +44,7 @@ def test_outside_the_band_the_fastest_wins_whatever_the_rules_say():
 
 
 def test_memory_margin_and_the_later_rules():
-    usable = MEMORY_HEADROOM * CL.memory_gb
+    usable = usable_bytes(CL.memory_gb) / 1e9
     tight = plan(8, 1, tokens=1000, mem=(1 - MEMORY_MARGIN / 2) * usable)
     roomy = plan(8, 2, tokens=995)
     chosen, ties = decide([tight, roomy], W, CL, top=5)

@@ -62,3 +62,13 @@ def test_calibrating_with_a_bad_file_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nowhere.csv" in err and not (tmp_path / "g.md").exists()
     assert "Calibrated" not in guide.render()  # the context is restored
+
+
+def test_every_committed_planner_plot_is_shown():
+    """planner/results holds only the plots the committed documents embed (a calibrated guide's are ignored by git)."""
+    import subprocess
+
+    shown = guide.OUT.read_text() + guide.validation_path(guide.OUT).read_text()
+    tracked = subprocess.run(["git", "ls-files", "*.png"], cwd=HERE / "results", capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert tracked and all(f"planner/results/{name}" in shown for name in tracked), tracked

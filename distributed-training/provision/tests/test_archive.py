@@ -18,6 +18,9 @@ def _tree(root):
     (lab / "runs" / "h100-bench" / "bench_step.csv").write_text("d_model\n4096\n")
     (lab / "checkpoints").mkdir()
     (lab / "checkpoints" / "run.pt").write_bytes(b"\0" * 10)  # never travels
+    (lab / "runs" / "h100" / "checkpoints").mkdir(parents=True)  # a run folder's checkpoints and weights: neither
+    (lab / "runs" / "h100" / "checkpoints" / "fp8-native-s0.pt").write_bytes(b"\0" * 10)
+    (lab / "runs" / "h100" / "checkpoints" / "initial-s0-0123.pt.tmp").write_bytes(b"\0" * 10)
     return lab
 
 

@@ -1,6 +1,6 @@
 """gpu-quick's run list, read from the committed results: what a GPU's set lacks in priority order, each step's
-estimate from committed step times (or a guess, said so), fp8-train's run names read from its --help as its
---list-runs names them, a damaged FP8 record found, and the dry run that shows it all without a GPU."""
+estimate from committed step times (or a guess, said so), fp8-train's plan read from its --list-runs (without a
+GPU), a damaged FP8 record or one an older FP8 layer wrote found, and the dry run that shows it all without a GPU."""
 
 import csv
 import subprocess
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from provision import gpu_quick, slot_plan
 from provision.committed import fp8_damage, read_set
@@ -41,18 +42,29 @@ def test_each_committed_run_is_kept_or_named_with_why_it_is_lacking(gpu_plan):
     assert "126 scales of exactly 0.0" in native and "underflow recorded for 18 of 144 module roles" in native
     assert not {"torchao", "te"} & set(h200)  # complete records (torchao's unexposed grad_output scale is nan)
     assert h200[GEMM].rank == 5 and h200["bf16-s1"].rank == 4
+    assert "were written by fp8_linear 1 of the lab's FP8 layer; the code now is fp8_linear 2" in native
     h100 = items_for(None, gpu_plan._replace(gpu="h100"), RESULTS / "h100_ws1", 4096, G)
-    assert [i.label for i in h100] == ["bf16-s0", "te-fused", "bf16-s2", "te"]
+    assert [i.label for i in h100] == ["bf16-s0", "te-fused", "native", "bf16-s2", "te"]
     assert h100[0].why.startswith("no bound.csv in h100_ws1") \
         and h100[-1].why == "measured only in h100_ws1-te, h100_ws1-te-current"
+    # whole rows, but the native layer before its record fix wrote them: measured again
+    assert h100[2].why == ("its rows in h100_ws1 were written by fp8_linear 1 of the lab's FP8 layer; the code now "
+                           "is fp8_linear 2") and h100[2].rank == 2
 
 
-def test_fp8_trains_run_names_are_read_from_its_help_as_its_plan_names_them():
-    plan = slot_plan.preset_plan(TRAIN, "cpu")
-    r = subprocess.run([sys.executable, str(TRAIN), "--gpu", "cpu", "--list-runs", "--data-size", "256K"],
-                       capture_output=True, text=True, timeout=120)
-    listed = [line.split()[1].rstrip(":") for line in r.stdout.splitlines()]
-    assert r.returncode == 0 and list(plan.runs) == listed and (plan.seed, plan.bound) == (0, False)
+def test_fp8_trains_plan_is_read_from_its_list_runs_without_a_gpu(gpu_plan):
+    """--list-runs answers for a GPU preset on this CPU-only machine: the preset's runs in training order, the
+    bound after bf16-s0, the native layer's version; its backends unprobed, which it says."""
+    r = subprocess.run([sys.executable, str(TRAIN), "--gpu", "h200", "--list-runs"], capture_output=True, text=True,
+                       timeout=120)
+    unchecked = r.stdout.splitlines()[-1].startswith("unchecked: no CUDA device here")
+    assert r.returncode == 0 and unchecked != torch.cuda.is_available()
+    assert gpu_plan == PresetPlan("h200", ("bf16-s0", "fp8-torchao-s0", "fp8-native-s0", "fp8-te-s0",
+                                           "fp8-te-fused-s0", "bf16-s1", "bf16-s2"), 0, True,
+                                  (("fp8-native-s0", 2),))
+    cpu = slot_plan.preset_plan(TRAIN, "cpu")  # probed here: the CPU preset's backends run on this machine
+    assert cpu.runs == ("bf16-s0", "fp8-emulated-s0", "fp8-native-s0", "bf16-s1") and (cpu.seed, cpu.bound) == (0, False)
+    assert cpu.layers == (("fp8-emulated-s0", 2), ("fp8-native-s0", 2))
 
 
 def _row(run, precision, step, t, when, commit="abc"):
@@ -136,3 +148,19 @@ def test_a_damaged_committed_csv_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpu-quick: error: ") and "steps.csv" in err[0]
     assert read_set(tmp_path / "absent").runs == {}
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ("bf16-s0,bf16,0,1.5\nbf16-s0,bf16,0,9.5\n", "line 3 repeats the key (run=bf16-s0, step=0) of line 2 with another "
+                                                 "step_time_s"),
+    ("bf16-s0,bf16,0,-1.5\n", "line 2, column step_time_s: -1.5 is negative"),
+], ids=["conflicting-key", "negative-time"])
+def test_a_committed_csv_that_would_skew_the_estimates_is_one_line(tmp_path, capsys, rows, needle):
+    """A second step-0 row of another time, or a negative one, would shift a step's estimate: refused."""
+    s = tmp_path / "h200_ws1"
+    s.mkdir()
+    (s / "steps.csv").write_text("run,precision,step,step_time_s,timestamp_utc,hardware,git_commit\n" + "".join(
+        line + ",2026-01-01T00:00:01Z,1x GPU,abc\n" for line in rows.splitlines()))
+    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--out", str(s)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
