@@ -21,7 +21,7 @@ The planner (planner/evidence/ranking.py) prices every layout from those numbers
 predicts, and the evidence reports per group the rank correlation, whether its pick is within 10% of the best, and
 its error (absolute and signed).
 
-    make parallel-3d-ranking                                  # CPU: calibration + every layout (~6 min on 2 idle cores)
+    make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
     make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
     PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4-gb4
     python -m planner.evidence.ranking                                 # the planner's predictions beside the rows
