@@ -243,12 +243,39 @@ def measured_calibration(paths: list[str] | None = None) -> Calibration:
     return Calibration(consts, notes)
 
 
+def gemm_tflops(run: Run) -> float:
+    """A GEMM row's measured rate: 2 m n k FLOPs over its time."""
+    d = run.detail
+    return 2 * d["m"] * d["n"] * d["k"] / (run.measured * 1e-6) / 1e12
+
+
+def gemm_size_note(run: Run, runs: list[Run]) -> str:
+    """Why a GEMM row is slower than priced, where its own file says so: a smaller GEMM of the same op and GPU ran at a
+    higher rate. The model's GEMM rate only rises with size (fewer partial tiles and waves), so it cannot price a larger
+    GEMM running slower; the benchmark records no clock or power draw, so the cause is not measured. "" otherwise."""
+    if run.kind != "gemm":
+        return ""
+    op, size = run.name.rsplit(" ", 1)[0], run.detail["m"] * run.detail["n"] * run.detail["k"]
+    smaller = [r for r in runs if r.kind == "gemm" and r.file == run.file and r.name.rsplit(" ", 1)[0] == op
+               and r.detail["m"] * r.detail["n"] * r.detail["k"] < size]
+    faster = max(smaller, key=gemm_tflops, default=None)
+    if faster is None or gemm_tflops(faster) <= gemm_tflops(run):
+        return ""
+    return (f"slower than a smaller GEMM: {gemm_tflops(run):,.0f} TFLOP/s where {faster.name.rsplit(' ', 1)[1]} ran at "
+            f"{gemm_tflops(faster):,.0f} in the same benchmark; the model's GEMM rate only rises with size, and the "
+            "benchmark records no clock or power draw, so why the larger GEMM ran slower is not measured")
+
+
 def compare(runs: list[Run], cal: Calibration | None = None) -> list[Compared]:
-    """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some."""
+    """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some. A GEMM
+    row slower than a smaller GEMM of its own benchmark carries a note saying so (gemm_size_note)."""
     out = []
     for run in runs:
         consts = cal.consts.get(run.gpu) if cal is not None and run.kind in ("step", "block", "bound") else None
         pred = predict(run, consts)
+        why = gemm_size_note(run, runs)
+        if why and not pred.note:
+            pred = pred._replace(note=why)
         out.append(Compared(run, pred, error(run, pred)))
     return out
 

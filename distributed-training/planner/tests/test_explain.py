@@ -238,3 +238,18 @@ def test_the_measured_fp8_bound_has_a_prediction(tmp_path):
     assert 1.0 < preds[0] < preds[1] < preds[2] < 2.0
     assert "GEMM share of the BF16 step: predicted" in explain.predict(runs[0]).note
     assert "| h100 FP8 bound d8192 |" in vs_measured.section("fp8-train", tmp_path)
+
+
+def test_a_gemm_slower_than_a_smaller_one_says_so():
+    # The committed bf16 8192^3 GEMM ran at 651 TFLOP/s where 8192x4096x4096 ran at 787: the note names both rates.
+    # Measured 30% faster (846 TFLOP/s, above every smaller bf16 GEMM), the note goes: the predicate reads the rows.
+    from dataclasses import replace
+    gemms = [c.run for c in committed("fp8-train") if c.run.kind == "gemm"]
+    big = next(r for r in gemms if r.name == "bf16 torch.mm 8192x8192x8192")
+    note = explain.gemm_size_note(big, gemms)
+    assert note.startswith("slower than a smaller GEMM: 651 TFLOP/s where 8192x4096x4096 ran at 787")
+    assert "bf16 torch.mm 8192x2048x2048" not in [r.name for r in gemms if explain.gemm_size_note(r, gemms)]
+    faster = replace(big, measured=big.measured / 1.3)
+    assert explain.gemm_size_note(faster, [faster if r is big else r for r in gemms]) == ""
+    row = next(c for c in explain.compare(gemms) if c.run.name == big.name)
+    assert row.predicted.note == note and vs_measured.note(row) == note
