@@ -72,6 +72,7 @@ class Machine(NamedTuple):
     alpha_us: dict[int, float]  # all_reduce latency by world size
     busbw_GBps: dict[int, float]
     cores: int
+    load: float = float("nan")  # the 1-minute load average the calibration was taken at
 
 
 CALIBRATED = ("small_gemm_flops_per_s", "memory_bytes_per_s", "op_us", "dtensor_op_us", "optimizer_op_us",
@@ -93,7 +94,7 @@ def read_machine(path: Path) -> Machine:
                       one["fsdp_unit_us"] * us / FSDP_EVENTS[3], one["collective_call_us"] * us,
                       f"measured on {cal['hardware'].iloc[0]} ({path.name})")
     return Machine(one["small_gemm_flops_per_s"], one["memory_bytes_per_s"], costs, by_world["allreduce_alpha_us"],
-                   by_world["allreduce_busbw_GBps"], int(one["cores"]))
+                   by_world["allreduce_busbw_GBps"], int(one["cores"]), one.get("loadavg_1m", float("nan")))
 
 
 def rates(machine: Machine) -> Rates:
@@ -236,11 +237,31 @@ def verdict(rows: pd.DataFrame, groups: list[Group]) -> Verdict:
                    float(rows["error"].median()))
 
 
+def load_sentence(rows: pd.DataFrame, machine: Machine) -> str:
+    """Whether other work shared the cores while the layouts ran. A layout's own ranks make a load of about its world
+    size; the predictions know only them (and the calibration, taken alone), so where the rows' median load beyond their
+    world size exceeds half the cores, say so, with the rank correlation of that excess with the signed error and the
+    error of the rows below and above its median. "" otherwise."""
+    excess = rows["loadavg_1m"] - rows["world"]
+    mid = float(excess.median())
+    if not mid > machine.cores / 2:
+        return ""
+    low, high = rows[excess <= mid], rows[excess > mid]
+    rho = spearman(excess, rows["error"])
+    return (f"Other work shared the {machine.cores} cores while the layouts ran: their 1-minute load exceeded their "
+            f"own ranks' (the world size) by a median {mid:.1f} (up to {excess.max():.1f}), where the calibration ran "
+            f"at a load of {machine.load:.1f}. The prediction knows only the ranks; the more other work, the more it "
+            f"undershoots (rank correlation of the excess load with the signed error {rho:+.2f}): "
+            f"the layouts at or below the median excess are off by a median {low['error'].abs().median():.0%}, those "
+            f"above it by {high['error'].abs().median():.0%}. Rerun `make parallel-3d-ranking` on an idle machine to "
+            "separate the model's error from the sharing.")
+
+
 def section(results: Path = RESULTS, heading: str = "###") -> str:
     """The ranking set as markdown: the verdict first, then the groups, then every layout."""
     head = f"{heading} Ranking: the planner's order against parallel-3d's measured layouts (CPU, gloo)"
     if not (results / "ranking_cpu.csv").is_file():
-        return f"{head}\n\nNot measured yet: `make parallel-3d-ranking` (about 6 minutes on 2 idle cores)."
+        return f"{head}\n\nNot measured yet: `make parallel-3d-ranking` (about 20 minutes on 2 cores)."
     try:
         rows, groups = compare(results)
     except ValueError as e:  # a calibration of an older ranking.py lacks what the floor needs
@@ -265,7 +286,10 @@ def section(results: Path = RESULTS, heading: str = "###") -> str:
              f"unit of the framework's counted work: an op {c.op_s * 1e6:.1f} us, a DTensor op "
              f"{c.dtensor_op_s * 1e6:.0f} us, an optimizer op {c.optimizer_op_s * 1e6:.1f} us, an FSDP2 unshard "
              f"{c.fsdp_event_s * 1e6:.0f} us, a c10d call {c.collective_s * 1e6:.1f} us). Error = predicted / "
-             "measured step - 1.", "",
+             "measured step - 1.", ""]
+    shared = load_sentence(rows, machine)
+    lines += [shared, ""] if shared else []
+    lines += [
              markdown.table(["group", "layouts", "rank correlation", "planner's pick", "its measured step vs the best",
                              "measured best", "median abs. error", "median signed error"],
                             [[g.name, g.n, f"{g.rho:.2f}", g.pick, f"{g.pick_vs_best:+.1%}", g.best,

@@ -92,3 +92,22 @@ def test_the_small_model_regime_by_hand():
     assert "within 5% of the measured best in 1 of 2" in text
     assert "| TP 4 | 2 | +12.5% | 12.5% |" in text and "| hidden <= 1024 | 2 | +21.7% | 21.7% |" in text
     assert "| g1 | 3 | 0.50 | b | -10.0% | no |" in text
+
+
+def test_the_load_sentence_follows_the_rows(tmp_path):
+    # The committed layouts ran with other work on the cores (load beyond their world size): the section says so, with
+    # the errors below and above the median excess. Every row at a load of its own ranks alone: the sentence goes.
+    for name in ("ranking_cpu.csv", "ranking_calibration_cpu.csv"):
+        shutil.copy(RESULTS / name, tmp_path / name)
+    rows, _ = ranking.compare(tmp_path)
+    machine = ranking.read_machine(tmp_path / "ranking_calibration_cpu.csv")
+    excess = rows["loadavg_1m"] - rows["world"]
+    said = ranking.load_sentence(rows, machine)
+    if excess.median() > machine.cores / 2:
+        assert said.startswith(f"Other work shared the {machine.cores} cores") and said in ranking.section(tmp_path)
+        assert f"by a median {excess.median():.1f} (up to {excess.max():.1f})" in said
+    df = pd.read_csv(tmp_path / "ranking_cpu.csv")
+    df["loadavg_1m"] = df["world"]  # the ranks alone
+    df.to_csv(tmp_path / "ranking_cpu.csv", index=False)
+    rows, _ = ranking.compare(tmp_path)
+    assert ranking.load_sentence(rows, machine) == "" and "Other work shared" not in ranking.section(tmp_path)
