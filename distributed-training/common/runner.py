@@ -40,7 +40,7 @@ What open_run does (common/runs.py says what each word means):
 
 A runner of one process passes env=None. A run that spans several launches (fsdp-scaling's sweep: one torchrun
 launch per world size) is prepared once by hold_open, which holds its folder's lock across the launches; each launch
-then opens the folder with open_run(mode="append"). fp8-train's runners can stand on the same calls: RunPlan names its target
+then opens the folder with open_run(mode="append"). fp8-train's runners stand on the same calls: RunPlan names its target
 folder (results/<preset>_ws<N>) and run folder directly, and run.writers are the writers of its Writers record.
 """
 

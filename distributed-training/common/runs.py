@@ -64,13 +64,13 @@ def _stamp() -> str:
 
 
 def results_path(given: str | Path | None, lab: Path, *default: str) -> Path:
-    """Where a lab publishes: the path given (--out, --results), else <lab>/results[/default...]."""
+    """Where a lab publishes: the path given (--results), else <lab>/results[/default...]."""
     return Path(given) if given else lab.joinpath("results", *default)
 
 
 def run_dir_for(results_root: Path, tag: str) -> Path:
     """The run folder of results written under `results_root`: beside a lab's results/ folder, runs/<tag>; under
-    any other folder (`--out /some/dir` publishes into /some), inside it: runs/ beside /some would be /runs."""
+    any other folder (`--results /some/dir` publishes into /some), inside it: runs/ beside /some would be /runs."""
     results_root = Path(results_root)
     base = results_root.parent if results_root.name == "results" else results_root
     return base / "runs" / tag

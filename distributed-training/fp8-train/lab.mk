@@ -33,7 +33,7 @@ fp8-train-bench: $(SETUP) ## fp8-train: step cost per precision and FP8 GEMM pat
 FP8_WIDE_ARGS ?= --runs fp32,bf16,fp8:native,fp8:emulated,mxfp8:emulated,nvfp4:emulated --noise-seeds 3 --promote replace
 fp8-train-wide: $(SETUP) ## fp8-train on CPU, the wider comparison (fp32, 3 BF16 seeds, MXFP8, NVFP4) + REPORT.md
 	$(call check_vars,FP8_WIDE_ARGS ARGS)
-	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --out $(FP8_DIR)/results/cpu_ws1-wide $(FP8_WIDE_ARGS) $(ARGS)
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --results $(FP8_DIR)/results/cpu_ws1-wide $(FP8_WIDE_ARGS) $(ARGS)
 	$(MAKE) fp8-train-report
 
 # The training-health demo: the CPU preset's fp8-emulated run with a gradient spike, a NaN and an
@@ -41,7 +41,7 @@ fp8-train-wide: $(SETUP) ## fp8-train on CPU, the wider comparison (fp32, 3 BF16
 FP8_DEMO_ARGS ?= --inject spike@60,nan@110,overflow@140 --on-nan rollback --ckpt-every 25 --promote replace
 fp8-train-demo: $(SETUP) ## fp8-train: injected spike/NaN/overflow + recovery -> results/cpu_ws1-demo, dashboard
 	$(call check_vars,FP8_DEMO_ARGS ARGS)
-	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --out $(FP8_DIR)/results/cpu_ws1-demo $(FP8_DEMO_ARGS) $(ARGS)
+	$(PYRUN) $(FP8_DIR)/train.py --gpu cpu --runs fp8:emulated --results $(FP8_DIR)/results/cpu_ws1-demo $(FP8_DEMO_ARGS) $(ARGS)
 	$(PYRUN) $(FP8_DIR)/dashboard.py --run $(FP8_DIR)/results/cpu_ws1:fp8-emulated-s0 \
 	  --run $(FP8_DIR)/results/cpu_ws1-demo:fp8-emulated-s0 --out $(FP8_DIR)/results/cpu_ws1-demo/overlay.html \
 	  --title "fp8-emulated: clean run vs injected faults"

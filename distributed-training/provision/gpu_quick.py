@@ -21,7 +21,7 @@ nothing, and a step cut off by a time limit used to lose the report or the archi
 
 A GPU target: with no CUDA GPU, an nvidia-smi that hangs or fails, or GPUs this torch cannot use, it is one
 line and exit 2 before anything is written. GPU=cpu REHEARSAL=1 rehearses it on CPU stand-ins, into
-fp8-train/runs/rehearsal (or --out outside every results/ folder), never into committed results.
+fp8-train/runs/rehearsal (or --results outside every results/ folder), never into committed results.
 
     make gpu-quick PYTHON=python3 KIT=kit ARCHIVE_DIR=$OUT DT_GIT_COMMIT=$(git rev-parse --short=12 HEAD)
     make gpu-quick GPU=h200 ARGS=--dry-run                 # what a slot would do here, in order, with estimates
@@ -65,7 +65,7 @@ class QuickConfig:
     dry_run: bool = field(default=False, metadata={"help": "print the steps, their estimates and what the budget "
                                                            "holds, and stop (no GPU needed: name --gpu)"})
     rehearsal: bool = field(default=False, metadata={"help": "GPU=cpu only: the rehearsal on CPU stand-ins, into "
-                                                             "fp8-train/runs/rehearsal or --out, never results/"})
+                                                             "fp8-train/runs/rehearsal or --results, never results/"})
     budget_s: float = field(default=480.0, metadata={"help": "seconds for everything, the end included"})
     reserve_s: float = field(default=60.0, metadata={"help": "seconds kept for the end: publish, table, archive (the "
                                                              "H200 slot at cd873fd overran a 40 s reserve)"})
@@ -89,8 +89,9 @@ class QuickConfig:
     guess_install_s: float = field(default=20.0, metadata={"help": "guess: installing the kit"})
     train_args: str = field(default="", metadata={"help": "extra fp8-train arguments (rehearsals: a tiny model)"})
     bench_args: str = field(default="", metadata={"help": "extra fp8-train-bench arguments"})
-    out: str = field(default="", metadata={"help": "fp8-train's results folder (default: results/<preset>_ws1; the "
-                                                   "rehearsal's: runs/rehearsal/cpu_ws1)"})
+    results: str = field(default="", metadata={"help": "fp8-train's results folder, its --results (default: "
+                                                       "results/<preset>_ws1; the rehearsal's: "
+                                                       "runs/rehearsal/cpu_ws1)"})
     fp8_lab: str = field(default=str(FP8), metadata={"help": "the folder whose train.py, bench.py and "
                                                              "quick_summary.py run (a rehearsal's stand-in)"})
 
@@ -155,9 +156,9 @@ def prepare(cfg: QuickConfig) -> Prepared:
     preset = get_preset(cfg.gpu)  # auto on a GPU node: the GPU's preset
     lab = Path(cfg.fp8_lab)
     default = lab / "runs" / "rehearsal" if cfg.rehearsal else lab / "results"
-    results = Path(cfg.out) if cfg.out else default / preset.run_tag(1)
+    results = Path(cfg.results) if cfg.results else default / preset.run_tag(1)
     if cfg.rehearsal and any(_inside(results, p) for p in LABS.glob("*/results")):
-        raise ValueError(f"--out {results}: a rehearsal never writes into committed results; name a folder under "
+        raise ValueError(f"--results {results}: a rehearsal never writes into committed results; name a folder under "
                          "runs/ or outside the checkout")
     plan = slot_plan.preset_plan(lab / "train.py", cfg.gpu)
     items = slot_plan.items_for(list(cfg.runs) or None, plan, results, cfg.bench_hidden, cfg.guesses)

@@ -26,14 +26,14 @@ def train_argv(cfg: QuickConfig, results: Path) -> list[str]:
     """fp8-train with the results folder always named: a rehearsal's default one too (never results/)."""
     argv = [sys.executable, str(Path(cfg.fp8_lab) / "train.py"), "--gpu", cfg.gpu, "--no-progress",
             *cfg.train_args.split()]
-    return argv + ["--out", str(results)]
+    return argv + ["--results", str(results)]
 
 
 def bench_argv(cfg: QuickConfig, results: Path, parts: str) -> list[str]:
     argv = [sys.executable, str(Path(cfg.fp8_lab) / "bench.py"), "--gpu", cfg.gpu, "--parts", parts,
             "--promote", "merge", *(["--hidden", str(cfg.bench_hidden)] if parts == "step" else []),
             *cfg.bench_args.split()]
-    return argv + ["--out", str(results)]
+    return argv + ["--results", str(results)]
 
 
 def runnable(cfg: QuickConfig, results: Path, items: list[Item], left_s: float) -> tuple[list[Item], list[Outcome]]:

@@ -242,8 +242,8 @@ def test_a_held_lock_covers_the_whole_invocation_and_refuses_everyone_else(tmp_p
 
 
 def test_every_publishing_target_decides_by_the_one_rule():
-    """Preset or experiment is common.runner.experiment everywhere (fp8-train: common.runs.experiment_flags, under
-    it): no runner filters the flags it compares (fsdp-scaling's studies once published `--strategies ddp` runs,
+    """Preset or experiment is common.runner.experiment everywhere (on common.runs.experiment_flags): no runner
+    filters the flags it compares (fsdp-scaling's studies once published `--strategies ddp` runs,
     their config recording flags they ignored)."""
     labs = Path(__file__).resolve().parents[2]
     publishes = re.compile(r"open_run\(|finish\(complete=")  # the spine's context manager, or RunFolder.finish
@@ -260,7 +260,7 @@ def test_every_publishing_target_decides_by_the_one_rule():
 
 
 def test_a_run_folder_never_lands_beside_an_arbitrary_output_folder():
-    """Beside a lab's results/ (its layout); inside any other folder: `train.py --out /some/dir` publishes into
+    """Beside a lab's results/ (its layout); inside any other folder: `train.py --results /some/dir` publishes into
     /some, and runs/ beside /some was the filesystem root."""
     from common.runs import run_dir_for
 

@@ -19,8 +19,9 @@ from benchmarks.step_cost import runnable_specs, trainer_for
 from common.dist import print0
 from common.results import ResultsWriter, provenance
 from health.alerts import AlertEngine
+from training.one_run import free_memory
 from training.runloop import RunLoop
-from training.runner import free_memory, writers_for
+from training.runner import scratch_writers
 
 
 def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None:
@@ -43,7 +44,7 @@ def monitor_overhead(cfg: BenchConfig, env, data, writer: ResultsWriter) -> None
         on_cfg = train_config(cfg, cfg.monitor_hidden, n + 1)  # the runner's defaults for every health setting
         off_cfg = dataclasses.replace(on_cfg, monitor=False, stats_every=0, fractions_every=0, health_every=0,
                                       dashboard_every=0)
-        writers = writers_for(Path(tmp), env, provenance(env, "1"), {})
+        writers = scratch_writers(Path(tmp), env, provenance(env, "1"))
         loops = {"on": RunLoop(trainer_for(on_cfg, spec, env, data), writers, AlertEngine(on_cfg.thresholds),
                                Path(tmp) / "dash.html"),
                  "off": RunLoop(trainer_for(off_cfg, spec, env, data), None, AlertEngine(off_cfg.thresholds), None)}

@@ -24,7 +24,7 @@ from precision.backend import Backend
 from precision.modes import LOW, RunSpec, parse_runs
 from precision.prepare import prepare
 from training import bound
-from training.runner import free_memory, settings
+from training.one_run import free_memory, settings
 from training.settings import Config
 from training.trainer import Trainer
 
@@ -112,17 +112,14 @@ def step_cost(cfg: BenchConfig, env, data, writer: ResultsWriter, bound_writer: 
                 write_step_row(cfg, d, tcfg, tr.spec, times[name], base, ModeInfo(tr.p.backend, tr.p.compiled,
                                                                                  counted, mem), env, writer)
                 if bound_writer is not None and tr.spec.precision == "bf16" and env.device.type == "cuda":
-                    write_bound(tcfg, tr, cfg.warmup + cfg.iters + 1, bound_writer)
+                    write_bound(tr, cfg.warmup + cfg.iters + 1, bound_writer)
             del trainers, tr
             free_memory(env.device)
 
 
-def write_bound(tcfg: Config, tr: Trainer, first_step: int, writer: ResultsWriter) -> None:
+def write_bound(tr: Trainer, first_step: int, writer: ResultsWriter) -> None:
     """The FP8 bound at this hidden size, from the BF16 mode's own trainer (training/bound.py)."""
-    b = bound.measure_trainer(tr, bound.mapped_linears(tr.mcfg, tcfg.fp8_modules, tcfg.hp_modules), first_step)
-    writer.write(dict(d_model=tr.mcfg.d_model, n_layers=tr.mcfg.n_layers, n_heads=tr.mcfg.n_heads,
-                      seq_len=tcfg.seq_len, batch=tcfg.batch, tokens_per_step=tr.tokens_per_step,
-                      compiled=tr.p.compiled, **b.row()))
+    b = bound.record(tr, first_step, writer)
     print0(f"d_model {tr.mcfg.d_model:5d}  FP8 bound {b.speedup:.2f}x (GEMMs {b.bf16_gemm_ms / b.bf16_step_ms:.0%} "
            f"of the BF16 step, {b.bf16_gemm_ms:.1f} -> {b.fp8_gemm_ms:.1f} ms in FP8)")
 
@@ -149,7 +146,8 @@ def write_step_row(cfg: BenchConfig, d: int, tcfg: Config, s: RunSpec, times: li
     target = TARGET_EMULATED_VS_FP32 if emulated else None
     q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (med, med, med)
     writer.write(dict(d_model=d, n_layers=cfg.n_layers, run=s.name, precision=s.precision,
-                      precision_backend=backend.name, precision_backend_version=backends.backend_version(backend, s.precision),
+                      precision_backend=backend.name,
+                      precision_backend_version=backends.backend_version(backend, s.precision),
                       fp8_scaling=scaling_of(backend, s.precision, tcfg.fp8_scaling),
                       compiled=compiled, tokens_per_step=tokens, step_time_s=med,
                       step_time_min_s=min(times), step_time_p25_s=q1, step_time_p75_s=q3,

@@ -20,7 +20,7 @@ FAULTS = ["--inject", "spike@12,nan@16,overflow@20", "--on-nan", "rollback"]
 def _run_tiny(tmp: Path, name: str, *extra: str) -> Path:
     import train
     out = tmp / "results" / name
-    assert train.main(TINY + DEMO + ["--out", str(out), "--ckpt-dir", str(tmp / "ckpt" / name), *extra]) == 0
+    assert train.main(TINY + DEMO + ["--results", str(out), "--ckpt-dir", str(tmp / "ckpt" / name), *extra]) == 0
     return out
 
 

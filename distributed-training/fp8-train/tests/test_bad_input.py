@@ -28,7 +28,7 @@ tracked_files_unchanged = keep_tracked_files(LAB)
     (["--inject", "overflow@5", "--runs", "bf16,fp8:emulated"], "has none (use --runs with FP8 runs only)"),
     (["--data", "/nonexistent/dir"], "--data /nonexistent/dir: missing train.bin, val.bin"),
     pytest.param(["--gpu", "h100"], "needs a CUDA GPU and torch sees none", marks=NO_GPU),
-    (["--gpu", "h900"], "invalid choice: 'h900'"),
+    (["--gpu", "h900"], "unknown GPU preset 'h900'"),
     (["--runs", "fp99"], "fp99"),
     (["--batch", "6", "--grad-accum", "4"], "--batch 6 must be divisible by --grad-accum 4"),
     (["--on-nan", "rollback", "--ckpt-every", "0"], "--on-nan rollback needs checkpoints"),
@@ -45,14 +45,17 @@ def test_runner(argv, needle, capsys):
 
 
 def test_resume_with_nothing_to_resume(tmp_path, capsys):
-    argv = ["--gpu", "cpu", "--resume", "--out", str(tmp_path / "results" / "cpu"), "--ckpt-dir", str(tmp_path / "c")]
+    argv = ["--gpu", "cpu", "--resume", "--results", str(tmp_path / "results" / "cpu"), "--ckpt-dir",
+            str(tmp_path / "c")]
     expect_bad_input(lambda: train.main(argv), "--resume: nothing to resume", capsys, watch=[tmp_path])
 
 
 @pytest.mark.parametrize("argv, needle", [
     (["--hidden", "100"], "--hidden sizes must be multiples of 16"),
     (["--parts", "step,speed"], "--parts takes step, gemm, monitor"),
-    (["--iters", "0"], "--iters/--batch/--n-layers must be >= 1"),
+    (["--iters", "0"], "--iters/--batch/--seq-len/--n-layers must be >= 1"),
+    (["--resume"], "--resume: fp8-train-bench measures every part it is given afresh"),
+    (["--gpu", "h900"], "unknown GPU preset 'h900'"),
 ])
 def test_benchmark(argv, needle, capsys):
     expect_bad_input(lambda: bench.main(["--gpu", "cpu", *argv]), needle, capsys, watch=[LAB])

@@ -20,7 +20,8 @@ TOY = ["--gpu", "cpu", "--hidden", "32", "--n-layers", "1", "--batch", "2", "--s
 
 def test_every_part_writes_its_rows(tmp_path):
     out = tmp_path / "bench"
-    assert bench.main(TOY + ["--runs", "fp32,fp8:emulated", "--parts", "step,monitor,gemm", "--out", str(out)]) == 0
+    assert bench.main(TOY + ["--runs", "fp32,fp8:emulated", "--parts", "step,monitor,gemm", "--results",
+                             str(out)]) == 0
     step = pd.read_csv(out / "bench_step.csv")
     assert list(step["run"]) == ["fp32-s0", "fp8-emulated-s0"] and (step["step_time_s"] > 0).all()
     assert step["ratio_to_first"].iloc[0] == 1.0 and step["target_ratio"].iloc[1] == 1.5

@@ -17,7 +17,7 @@ import torch
 import train
 from common.csvread import Schema, read_rows
 from common.fp8_record import damage
-from training import runner
+from training import one_run
 
 LAB = Path(train.__file__).resolve().parent
 # Two blocks (a later block's record is what a compiled earlier block overwrote), a record every step, fractions
@@ -34,10 +34,10 @@ COMPILER = "aot_eager_decomp_partition"
 
 
 def _train(out: Path, backend: str, compiled: bool) -> list[dict]:
-    settings = runner.settings
+    settings = one_run.settings
     with pytest.MonkeyPatch.context() as mp, torch._dynamo.config.patch(recompile_limit=1):
-        mp.setattr(runner, "settings", lambda cfg: dataclasses.replace(settings(cfg), compile_backend=COMPILER))
-        assert train.main(ARGS + ["--runs", f"fp8:{backend}", "--out", str(out)] +
+        mp.setattr(one_run, "settings", lambda cfg: dataclasses.replace(settings(cfg), compile_backend=COMPILER))
+        assert train.main(ARGS + ["--runs", f"fp8:{backend}", "--results", str(out)] +
                           (["--compile"] if compiled else [])) == 0
     return read_rows(out / "fp8.csv", RECORD)
 

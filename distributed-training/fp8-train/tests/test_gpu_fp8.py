@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 
 
 def test_bound_of_a_small_model():
-    from training import bound, runner
+    from training import bound, one_run, runner
     from common.dist import distributed
     from precision.modes import RunSpec
     from training.trainer import Trainer
@@ -26,7 +26,7 @@ def test_bound_of_a_small_model():
     mcfg = GPTConfig(vocab_size=256, seq_len=512, d_model=1024, n_layers=1, n_heads=8)
     spec = RunSpec("bf16", "torch", 0)
     with distributed(device="cuda") as env:
-        tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, runner._load_data(None, 1 << 20), mcfg)
+        tr = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, runner._load_data(None, 1 << 20), mcfg)
         b = bound.measure_trainer(tr, bound.mapped_linears(mcfg, cfg.fp8_modules, cfg.hp_modules), 0, timed=4)
     assert b.fp8_gemms == 6 * 3  # six linears: forward, input gradient, weight gradient each
     assert 0 < b.bf16_gemm_ms < b.bf16_step_ms and b.fp8_gemm_ms > 0 and b.other_gemm_ms > 0  # LM head stays

@@ -38,7 +38,7 @@ def test_fp8_backend_alone_keeps_the_high_precision_runs():
 
 
 @pytest.mark.parametrize("argv, flags", [
-    (["--gpu", "cpu", "--threads", "1", "--out", "x", "--ckpt-every", "5", "--no-progress"], []),  # operational
+    (["--gpu", "cpu", "--threads", "1", "--results", "x", "--ckpt-every", "5", "--no-progress"], []),  # operational
     (["--gpu", "cpu", "--steps", "200"], []),  # the preset's own value: the preset's run
     (["--gpu", "cpu", "--steps", "50"], ["--steps"]),
     (["--gpu", "cpu", "--fp8-backend", "native"], ["--runs", "--fp8-backend"]),
@@ -46,4 +46,4 @@ def test_fp8_backend_alone_keeps_the_high_precision_runs():
 ])
 def test_experiment_or_preset(argv, flags):
     cfg, hardware, _ = settings.parse(argv)
-    assert runner.experiment(cfg, hardware) == flags
+    assert runner.changed(cfg, hardware) == flags

@@ -19,7 +19,7 @@ from common.dist import distributed
 from common.failures import PREEMPTED
 from common.model import GPTConfig
 from precision.modes import RunSpec
-from training import checkpoint, runloop, runner
+from training import checkpoint, one_run, runloop, runner
 from training.faults import Fault
 from training.trainer import Trainer, lr_at
 
@@ -65,7 +65,7 @@ def test_skip_and_reduce_lr(policy, runs, action, tmp_path, tiny):
 
 
 def test_stop_policy(tmp_path, tiny):
-    code = train.main(tiny.TINY + tiny.DEMO + ["--out", str(tmp_path / "results" / "r"),
+    code = train.main(tiny.TINY + tiny.DEMO + ["--results", str(tmp_path / "results" / "r"),
                                                "--ckpt-dir", str(tmp_path / "c"), "--inject", "nan@6",
                                                "--on-nan", "stop"])
     assert code == 3
@@ -81,7 +81,7 @@ def test_rollback_restores_fp8_scaling_state(tmp_path):
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     spec = RunSpec("fp8", "emulated", 0)
     with distributed(device="cpu") as env:
-        tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, runner._load_data(None, 256 << 10), mcfg,
+        tr = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, runner._load_data(None, 256 << 10), mcfg,
                      ckpt_path=tmp_path / "ck.pt", faults=[Fault("nan", 6)])
 
         def fp8_state():
@@ -144,10 +144,10 @@ def test_kill_resume_sigterm_bit_identical(tmp_path, tiny, monkeypatch):
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "30", "--val-every", "10", "--ckpt-every", "5",
                         "--stats-every", "5", "--dashboard-every", "0"]
     ref = tmp_path / "ref"
-    assert train.main(args + ["--out", str(ref / "results" / "r"), "--ckpt-dir", str(ref / "c")]) == 0
+    assert train.main(args + ["--results", str(ref / "results" / "r"), "--ckpt-dir", str(ref / "c")]) == 0
     # kill -9 mid-run, then resume
     killed = tmp_path / "killed"
-    kargs = args + ["--out", str(killed / "results" / "r"), "--ckpt-dir", str(killed / "c")]
+    kargs = args + ["--results", str(killed / "results" / "r"), "--ckpt-dir", str(killed / "c")]
     proc = _spawn_paused(kargs, 12)  # past the checkpoint at step 10
     _wait_paused(proc)
     proc.kill()
@@ -160,7 +160,7 @@ def test_kill_resume_sigterm_bit_identical(tmp_path, tiny, monkeypatch):
     # SIGTERM to this very process while step 7 runs (its handler sets the flag the loop reads after the step):
     # checkpoint, exit 75, resume
     termed = tmp_path / "termed"
-    targs = args + ["--out", str(termed / "results" / "r"), "--ckpt-dir", str(termed / "c")]
+    targs = args + ["--results", str(termed / "results" / "r"), "--ckpt-dir", str(termed / "c")]
     one_step = runloop.RunLoop.one_step
 
     def term_in_step_7(self, step):
@@ -199,7 +199,7 @@ def _assert_tensorboard_once_per_step(run_folder: Path, steps: pd.DataFrame) -> 
 def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
     from training import runloop
     args = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "6", "--ckpt-every", "3",
-                        "--out", str(tmp_path / "results" / "r"), "--ckpt-dir", str(tmp_path / "c")]
+                        "--results", str(tmp_path / "results" / "r"), "--ckpt-dir", str(tmp_path / "c")]
     with pytest.raises(SystemExit):  # --resume with no earlier run says so, and starts nothing
         train.main(args + ["--resume"])
     assert "nothing to resume" in capsys.readouterr().err and not (tmp_path / "runs" / "r").exists()
@@ -234,13 +234,13 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, capsys, tiny, monkeypatch):
 
 
 def test_two_run_folders_of_one_name_never_share_state(tmp_path, tiny, monkeypatch, capsys):
-    """Issue 44: `--out A/x` and `--out B/x --lr 1e-3`, both stopped by SIGTERM. Each resumes its own checkpoint
+    """Issue 44: `--results A/x` and `--results B/x --lr 1e-3`, both stopped by SIGTERM. Each resumes its own checkpoint
     (in its run folder, runs/x/checkpoints/) and ends complete with its own learning rate; one run's end leaves the
     other's state alone; a checkpoint of another configuration is refused in one line (exit 2), and so is one that
     does not continue the folder's rows (two runs sharing a --ckpt-dir)."""
     base = tiny.TINY + ["--runs", "fp8:emulated", "--steps", "8", "--val-every", "0", "--ckpt-every", "2",
                         "--stats-every", "4", "--dashboard-every", "0"]
-    runs = {name: base + ["--out", str(tmp_path / name / "x")] + extra
+    runs = {name: base + ["--results", str(tmp_path / name / "x")] + extra
             for name, extra in (("A", []), ("B", ["--lr", "1e-3"]), ("C", []))}
     ckpt = {name: tmp_path / name / "runs" / "x" / "checkpoints" / "fp8-emulated-s0.pt" for name in runs}
     one_step = runloop.RunLoop.one_step

@@ -19,7 +19,7 @@ from common.dist import distributed
 from common.model import GPTConfig
 from precision.modes import RunSpec
 from precision.prepare import prepare
-from training import runner
+from training import one_run, runner
 from training import trainer as trainer_mod
 
 MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
@@ -28,7 +28,7 @@ MCFG = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
 def _trainer(env, spec: RunSpec, **cfg_kw):
     cfg = dataclasses.replace(runner.preset("cpu"), steps=8, batch=4, seq_len=16, d_model=32, n_layers=1,
                               n_heads=2, lr=1e-2, warmup=1, **cfg_kw)
-    prep = prepare(spec, MCFG, runner.settings(cfg), env.device)
+    prep = prepare(spec, MCFG, one_run.settings(cfg), env.device)
     return trainer_mod.Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), MCFG)
 
 

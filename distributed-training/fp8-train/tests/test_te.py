@@ -83,7 +83,7 @@ def test_nan_step_under_skip_keeps_te_histories_finite(tmp_path):
     assert train.main(["--gpu", "h100", "--runs", "fp8:te", "--steps", "6", "--d-model", "256", "--n-layers", "2",
                        "--n-heads", "2", "--seq-len", "128", "--batch", "4", "--inject", "nan@2", "--on-nan", "skip",
                        "--ckpt-every", "0", "--val-every", "0", "--stats-every", "1", "--no-progress", "--no-compile",
-                       "--out", str(out)]) == 0
+                       "--results", str(out)]) == 0
     import pandas as pd
     steps = pd.read_csv(out / "steps.csv")
     assert steps["nonfinite"].astype(str).str.lower().eq("true").sum() == 1

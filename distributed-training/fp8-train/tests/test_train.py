@@ -16,7 +16,7 @@ from common.dist import distributed
 from common.model import GPT, GPTConfig
 from precision.modes import DEFAULT_FP8_MODULES, RunSpec, parse_runs
 from precision.prepare import select_modules
-from training import plan, runner
+from training import one_run, plan, runner
 
 LAB = Path(train.__file__).resolve().parent
 TINY = ["--gpu", "cpu", "--steps", "8", "--batch", "4", "--seq-len", "16", "--d-model", "32", "--n-layers", "1",
@@ -50,7 +50,8 @@ def test_run_specs():
 
 def test_every_mode_trains(tmp_path, capsys):
     runs = "fp32,bf16,fp16,fp8:native,fp8:emulated,fp8,mxfp8:emulated,mxfp4:emulated,nvfp4:emulated"
-    assert train.main(TINY + ["--runs", runs, "--noise-seeds", "2", "--out", str(tmp_path / "results" / "cpu")]) == 0
+    assert train.main(TINY + ["--runs", runs, "--noise-seeds", "2", "--results",
+                              str(tmp_path / "results" / "cpu")]) == 0
     steps = pd.read_csv(tmp_path / "results" / "cpu" / "steps.csv")
     assert steps["run"].nunique() == 10
     for run, g in steps.groupby("run"):
@@ -99,7 +100,7 @@ def test_unavailable_or_bad_exits_2_and_writes_nothing(args, expect, tmp_path, c
     if args[-1] == "fp8:torchao" and _importable("torchao.float8"):
         pytest.skip("torchao is installed here")
     with pytest.raises(SystemExit) as e:
-        train.main(TINY + args + ["--out", str(tmp_path / "out")])
+        train.main(TINY + args + ["--results", str(tmp_path / "out")])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expect in err[0], err
@@ -109,7 +110,7 @@ def test_unavailable_or_bad_exits_2_and_writes_nothing(args, expect, tmp_path, c
 
 def test_bad_input_in_a_real_process(tmp_path):
     r = subprocess.run([sys.executable, str(LAB / "train.py"), "--gpu", "cpu", "--batch", "6", "--grad-accum", "4",
-                        "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+                        "--results", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "divisible by --grad-accum" in r.stderr
     assert not (tmp_path / "out").exists()
 
@@ -129,13 +130,13 @@ def _fsdp_run(env, spec, ckpt):
                               lr=1e-2, warmup=1, stats_every=0)
     mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=1, n_heads=2)
     data = runner._load_data(None, 256 << 10)
-    tr = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    tr = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     losses = [tr.train_step(0)["loss"]]
     first_scales = torch.stack([m.scale_fwd for m in tr.fp8]).tolist()  # from the initial weights, first batch
     losses += [tr.train_step(s)["loss"] for s in (1, 2)]
     tr.save_checkpoint(3)  # FSDP2: full state gathered, rank 0 writes
     losses.append(tr.train_step(3)["loss"])
-    again = Trainer(cfg, spec, runner.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
+    again = Trainer(cfg, spec, one_run.build(cfg, spec, mcfg, env), env, data, mcfg, ckpt_path=ckpt)
     again.restore(checkpoint.load(ckpt, again.fingerprint()))
     return losses, first_scales, again.train_step(3)["loss"]
 
@@ -219,7 +220,7 @@ def test_only_trains_part_of_the_plan_and_resume_publishes_the_whole(tmp_path, t
     """A short job runs part of a preset (--only); --resume runs the rest; results/ changes once, complete."""
     out = tmp_path / "results" / "parts"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "3", "--val-every", "0",
-                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+                        "--ckpt-every", "0", "--results", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "fp8-emulated-s0.pt").write_bytes(b"an older plan's")  # never resumed from
     assert train.main(args + ["--only", "bf16"]) == 0
@@ -239,11 +240,11 @@ def test_resume_builds_no_model_for_finished_runs_and_writes_no_checkpoint_when_
     """A short GPU job resumes a plan: finished runs are told from their rows alone, and --ckpt-every 0 stays 0."""
     out, ckpt = tmp_path / "results" / "r", tmp_path / "ckpt"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "1", "--steps", "3", "--val-every", "0",
-                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(ckpt)]
+                        "--ckpt-every", "0", "--results", str(out), "--ckpt-dir", str(ckpt)]
     assert train.main(args + ["--only", "bf16"]) == 0
     built = []
-    real = runner.build
-    monkeypatch.setattr(runner, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
+    real = one_run.build
+    monkeypatch.setattr(one_run, "build", lambda cfg, spec, *a: built.append(spec.name) or real(cfg, spec, *a))
     assert train.main(args + ["--resume"]) == 0
     assert built == ["fp8-emulated-s0"]  # bf16-s0 was complete: no model built for it
     assert not list(ckpt.glob("*.pt"))  # checkpoints off: none at the end of a resumed launch either
@@ -254,7 +255,7 @@ def test_publish_finished_publishes_what_finished_and_never_half_a_run(tmp_path,
     from training import runloop
     out = tmp_path / "results" / "slot"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "2", "--steps", "4", "--val-every", "0",
-                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+                        "--ckpt-every", "0", "--results", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     assert train.main(args + ["--list-runs"]) == 0
     assert capsys.readouterr().out.splitlines() == ["run bf16-s0", "run fp8-emulated-s0", "run bf16-s1",
                                                     "layer fp8-emulated-s0: fp8_linear 2"]
@@ -298,7 +299,7 @@ def test_resume_without_checkpoints_restarts_an_interrupted_run(tmp_path, tiny, 
     from training import runloop
     out = tmp_path / "results" / "killed"
     args = tiny.TINY + ["--runs", "bf16,fp8:emulated", "--noise-seeds", "1", "--steps", "4", "--val-every", "0",
-                        "--ckpt-every", "0", "--out", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
+                        "--ckpt-every", "0", "--results", str(out), "--ckpt-dir", str(tmp_path / "ckpt")]
     real = runloop.RunLoop.one_step
 
     def dies_at_step_2_of_fp8(self, step):
@@ -329,7 +330,7 @@ def test_only_skips_a_preset_run_that_cannot_run_here_with_its_reason(tmp_path, 
         return real(precision, backend, device)
 
     monkeypatch.setattr(backends, "resolve", no_native)
-    assert train.main(tiny.TINY + ["--only", "fp8:native", "--out", str(tmp_path / "results" / "x")]) == 0
+    assert train.main(tiny.TINY + ["--only", "fp8:native", "--results", str(tmp_path / "results" / "x")]) == 0
     out = capsys.readouterr().out
     assert "skipped fp8-native-s0: --fp8-backend native for fp8: not on this machine" in out
     assert "nothing to train here; nothing written" in out
@@ -352,15 +353,15 @@ def test_list_runs_of_a_gpu_preset_answers_without_a_gpu(tmp_path, capsys):
     """What a GPU slot would train, in order, from a machine without one (gpu-quick's dry run plans with it): the
     backends unprobed and said so, every other check made (a bad --only is still one line, exit 2), nothing written."""
     out = tmp_path / "results" / "h100_ws1"
-    assert train.main(["--gpu", "h100", "--list-runs", "--out", str(out)]) == 0
+    assert train.main(["--gpu", "h100", "--list-runs", "--results", str(out)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "run bf16-s0", "run fp8-torchao-s0", "run fp8-native-s0", "run fp8-te-s0", "run fp8-te-fused-s0", "run bf16-s1",
         "run bf16-s2", "layer fp8-native-s0: fp8_linear 2", "bound bf16-s0",
         "unchecked: no CUDA device here; each backend is checked where the plan runs"]
     with pytest.raises(SystemExit) as e:
-        train.main(["--gpu", "h100", "--list-runs", "--only", "fp8:cudnn", "--out", str(out)])
+        train.main(["--gpu", "h100", "--list-runs", "--only", "fp8:cudnn", "--results", str(out)])
     assert e.value.code == 2 and "--only fp8:cudnn: not one of this plan's runs" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # without --list-runs a GPU preset still needs its GPU
-        train.main(["--gpu", "h100", "--out", str(out)])
+        train.main(["--gpu", "h100", "--results", str(out)])
     assert e.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
     assert not any(tmp_path.rglob("*"))  # nothing written

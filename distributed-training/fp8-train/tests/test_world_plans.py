@@ -87,4 +87,4 @@ def test_results_are_named_by_world_size_and_nodes(world, nnodes, name, monkeypa
     """An 8-GPU run never replaces the committed 1-GPU results/h100_ws1/."""
     monkeypatch.setenv("DT_PLANNED_WORLD", str(world))
     monkeypatch.setenv("DT_PLANNED_LOCAL", str(world // nnodes))
-    assert runner.out_dir(runner.preset("h100"), get_preset("h100")) == LAB / "results" / name
+    assert runner.results_dir(runner.preset("h100"), get_preset("h100")) == LAB / "results" / name

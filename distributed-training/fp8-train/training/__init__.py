@@ -5,7 +5,8 @@ feeds); it never imports benchmarks or reporting (common/tests/test_layering.py 
 command line.
 
     settings.py     the Config (a frozen dataclass: every flag, its default and help), the presets, the parser
-    runner.py       the runs of a plan, one after another: the run folder, --resume, the bound, the sweep
+    runner.py       the runs of a plan, one after another, in its run folder (common.runner.open_run); the sweep
+    one_run.py      a run from start to end: its model built, resumed or started, trained by the RunLoop, its bound
     plan.py         the plan: which runs, each backend resolved before anything is written; --only
     trainer.py      one run: the step in named phases, NaN policies, FP8 state, checkpoint contents
     runloop.py      the loop around the step: CSV rows, alerts and events, checkpoints, dashboard, progress

@@ -29,7 +29,9 @@ from typing import Callable, Iterable, NamedTuple
 import torch
 
 from common.model import GPT, GPTConfig
+from common.results import NoWriter, ResultsWriter
 from precision.prepare import select_modules
+from training.settings import Config
 from training.trainer import Trainer
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
@@ -173,3 +175,16 @@ def measure_trainer(tr: Trainer, linears: Iterable[tuple[int, int]], first_step:
     micro_tokens = tr.cfg.batch // tr.cfg.grad_accum * tr.cfg.seq_len  # the M of each linear's GEMM
     return measure(lambda: tr.train_step(first_step + timed + 2), statistics.median(times) * 1e3, micro_tokens,
                    linears)
+
+
+def shape(cfg: Config) -> dict[str, int]:
+    """The model a Config trains, as bound.csv's key columns (and n_heads)."""
+    return dict(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads, seq_len=cfg.seq_len, batch=cfg.batch)
+
+
+def record(tr: Trainer, first_step: int, writer: ResultsWriter | NoWriter) -> Bound:
+    """The bound of a one-process Trainer's model on the linears its precision map puts in FP8, written as its row
+    of bound.csv (a run's) or bench_bound.csv (a benchmark's hidden size)."""
+    b = measure_trainer(tr, mapped_linears(tr.mcfg, tr.cfg.fp8_modules, tr.cfg.hp_modules), first_step)
+    writer.write(dict(shape(tr.cfg), tokens_per_step=tr.tokens_per_step, compiled=tr.p.compiled, **b.row()))
+    return b

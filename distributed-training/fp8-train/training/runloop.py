@@ -18,19 +18,20 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 from common.dist import print0
+from common.results import NoWriter, ResultsWriter
 from health.alerts import Alert, AlertEngine
 from health.tblog import TensorBoardLog
 from precision import backends
 from precision.modes import LOW
 from training.checkpoint import GracefulStop
-from training.trainer import StopRun, Trainer, Writers
+from training.trainer import StopRun, Trainer
 
 # `precision_backend` is what ran the precision (torch, te, torchao, native, emulated) and
 # `precision_backend_version` its package and version (backends.backend_version); the provenance
@@ -44,6 +45,20 @@ FP8_COLUMNS = ["run", "precision", "precision_backend", "precision_backend_versi
                "format", "amax", "scale", "scale_kind", "underflow_frac", "saturation_frac"]
 LAYER_COLUMNS = ["run", "step", "layer", "grad_norm", "param_norm", "update_ratio", "act_amax"]
 EVENT_COLUMNS = ["run", "step", "kind", "severity", "metric", "value", "threshold", "message", "action"]
+
+
+class Writers(NamedTuple):
+    """A run's CSVs, in its run plan's table order (runner.TABLES): rank 0's writers, NoWriters on the other ranks."""
+
+    steps: ResultsWriter | NoWriter
+    fp8: ResultsWriter | NoWriter
+    layers: ResultsWriter | NoWriter
+    events: ResultsWriter | NoWriter
+    bound: ResultsWriter | NoWriter | None = None  # bound.csv, where the plan measures the bound
+
+    def of_runs(self) -> tuple[ResultsWriter | NoWriter, ...]:
+        """The tables whose rows belong to one run, keyed by its name (bound.csv's rows are the model's)."""
+        return self.steps, self.fp8, self.layers, self.events
 
 
 class Preempted(Exception):
@@ -133,7 +148,7 @@ class RunLoop:
 
     def tensorboard(self, step: int) -> TensorBoardLog | None:
         """The run's TensorBoard log (rank 0, with CSV writers), opened at the first step written."""
-        if self.tb is None and self.w is not None and self.w.steps.enabled and self.tr.env.is_main:
+        if self.tb is None and self.w is not None and self.tr.env.is_main:
             self.tb = TensorBoardLog(self.w.steps.path.parent / "tb" / self.ids["run"], purge_step=step)
             if self.tb.note:
                 print0(f"{self.ids['run']}: {self.tb.note}", file=sys.stderr)

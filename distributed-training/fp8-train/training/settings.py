@@ -1,22 +1,23 @@
 """fp8-train's settings: one frozen dataclass (every flag, its default and help) and the presets.
 
 A preset is a function that returns a complete Config (cpu(), h100(), ...; `preset(name)` looks one up):
-the command line takes the preset that --gpu names (auto: this machine's) and every other flag overrides
-a field of it (`parse`; --help shows the preset's values). The config is what is saved beside the results
-(steps.config.json) and what --resume compares against. A test config is a preset with a few fields
+the command line takes the preset that --gpu and --fp8-backend pick (auto: this machine's) and every other flag
+overrides a field of it (`parse`, on common.config.parse_preset; --help shows the preset's values). The run-folder
+flags (--gpu --results --resume --promote) are common.runner.RunFlags', as in every lab. The config is what is saved
+beside the results (steps.config.json) and what --resume compares against. A test config is a preset with a few fields
 replaced: `dataclasses.replace(preset("cpu"), steps=5)`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
-from common.config import parse_config, parse_size
-from common.hardware import CHOICES, GPUPreset, get_preset
-from common.runs import PROMOTE_CHOICES
+from common.config import parse_preset, parse_size
+from common.hardware import GPUPreset, get_preset
+from common.runner import RUN_FLAGS, RunFlags
 from health.alerts import Thresholds
 from precision.modes import BACKENDS, DEFAULT_FP8_MODULES, LOW
 from precision.mx import MX_SCALE_RULES
@@ -27,8 +28,7 @@ from training.faults import parse as parse_faults
 # The fields without a default are the ones a preset sets (model, runs, schedule, compile, bound, sweep,
 # checkpoints): a Config is built from a preset, never from half a set of defaults.
 @dataclass(frozen=True, kw_only=True)
-class Config:
-    gpu: str = field(default="auto", metadata={"help": "preset", "choices": CHOICES})
+class Config(RunFlags):
     runs: tuple[str, ...] = field(metadata={"help": "precision[:backend] list"})
     only: tuple[str, ...] = field(default=(), metadata={"help": "train only these of the planned runs now "
                                                                 "(precision[:backend]); the others later with "
@@ -78,11 +78,6 @@ class Config:
     data: str | None = field(default=None, metadata={"help": "nanoGPT train.bin/val.bin dir (default: stdlib)"})
     data_size: str = field(default="16M", metadata={"help": "bytes of the stdlib corpus to read"})
     threads: int = field(default=0, metadata={"help": "torch threads (0 = torch's default)"})
-    out: str = field(default="", metadata={"help": "where complete runs are published (default: fp8-train/results/"
-                                                  "<preset>_ws<N>[_n<nodes>]); a run writes into runs/<name>/ first"})
-    promote: str = field(default="auto", metadata={"help": "when complete: auto (replace results for a preset run, "
-                                                           "keep an experiment in runs/), replace, merge, no",
-                                                   "choices": PROMOTE_CHOICES})
     # ---- training health (issue 7) ----
     monitor: bool = field(default=True, metadata={"help": "health metrics and alerts (off: loss and grad norm only)"})
     health_every: int = field(default=10, metadata={"help": "per-layer norms, activation ranges, grad SNR every N"})
@@ -98,7 +93,6 @@ class Config:
                                                          "(the run in progress always keeps its own)"})
     ckpt_dir: str = field(default="", metadata={"help": "checkpoint dir (default: checkpoints/ in the run folder, "
                                                         "runs/<tag>/checkpoints)"})
-    resume: bool = field(default=False, metadata={"help": "continue every run from its checkpoint"})
     dashboard_every: int = field(default=25, metadata={"help": "rewrite the HTML dashboard every N steps (0 = end)"})
     dashboard_refresh: int = field(default=10, metadata={"help": "seconds between reloads of a live dashboard"})
     progress: bool = field(default=True, metadata={"help": "progress bar (on a terminal)"})
@@ -152,8 +146,8 @@ class Config:
 # Flags that do not change what is measured: a run differing from its preset only in them is the preset's run
 # (published to results/), and a checkpoint resumes across them; every other field is part of the result
 # (Trainer.fingerprint, what a checkpoint must match).
-OPERATIONAL = ("gpu", "out", "ckpt_every", "ckpt_dir", "resume", "progress", "dashboard_every", "dashboard_refresh",
-               "threads", "log_every", "promote", "only", "list_runs", "publish_finished")
+OPERATIONAL = ("gpu", *RUN_FLAGS, "ckpt_every", "ckpt_dir", "progress", "dashboard_every", "dashboard_refresh",
+               "threads", "log_every", "only", "list_runs", "publish_finished")
 
 
 # GPU presets compare where FP8 can win (fp8-anchors.md section 5): hidden 4096, 8 blocks, 8K tokens per
@@ -223,20 +217,15 @@ class Parsed(NamedTuple):
 
 def parse(argv: Sequence[str] | None, description: str | None = None, prog: str | None = None) -> Parsed:
     """The command line: --gpu (auto: this machine's) and --fp8-backend pick the preset, every other flag
-    overrides a field of it. get_preset's ValueError (e.g. a GPU that auto-detection cannot read) is the
-    caller's to report."""
-    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for flag in ("--gpu", "--fp8-backend", "--runs"):
-        first.add_argument(flag)
-    try:
-        known, _ = first.parse_known_args(argv)
-    except argparse.ArgumentError:  # e.g. --gpu without a value: the full parse below says so (exit 2)
-        known = argparse.Namespace(gpu=None, fp8_backend=None, runs=None)
-    gpu = known.gpu or "auto"
-    hardware = get_preset(gpu) if gpu in CHOICES else None
-    backend = known.fp8_backend if known.fp8_backend in BACKENDS else "auto"
-    # a name outside the choices fails the full parse (one line, exit 2); any preset serves as its defaults
-    base = preset(hardware.name if hardware else "h100", backend)
-    cfg = parse_config(Config, argv, description, prog, defaults=dataclasses.replace(base, gpu=gpu))
-    assert hardware is not None  # parse_config exited on a --gpu outside the choices
-    return Parsed(cfg, hardware, known.runs is not None or cfg.fp8_backend != "auto")
+    overrides a field of it. An unknown --gpu, or one that auto-detection cannot read, is one line, exit 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    picked: list[GPUPreset] = []
+
+    def chosen(gpu: str = "auto", fp8_backend: str = "auto") -> Config:
+        picked.append(get_preset(gpu))  # ValueError naming the valid presets: parse_preset's one line
+        backend = fp8_backend if fp8_backend in BACKENDS else "auto"  # another name fails the full parse
+        return dataclasses.replace(preset(picked[-1].name, backend), gpu=gpu)
+
+    cfg = parse_preset(Config, argv, chosen, keys=("gpu", "fp8_backend"), description=description, prog=prog)
+    named = any(a == "--runs" or a.startswith("--runs=") for a in argv)
+    return Parsed(cfg, picked[-1], named or cfg.fp8_backend != "auto")

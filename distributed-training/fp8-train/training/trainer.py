@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,6 @@ from common.config import config_dict
 from common.data import TokenData
 from common.dist import DistInfo
 from common.model import GPTConfig, flops_per_token, lm_loss
-from common.results import ResultsWriter
 from common.timing import StepTimer
 from health.metrics import ActivationProbe, GradSNR, NormTracker, SavedActivations, memory_mib
 from precision import fp8_state
@@ -54,15 +53,6 @@ from training.faults import Injector
 from training.settings import OPERATIONAL, Config
 
 VAL_SEED = 1234  # validation batches are the same for every run and seed
-
-
-@dataclass
-class Writers:
-    steps: ResultsWriter
-    fp8: ResultsWriter
-    layers: ResultsWriter | None = None
-    events: ResultsWriter | None = None
-    extra: dict[str, ResultsWriter] = field(default_factory=dict)
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, min_frac: float = 0.1) -> float:

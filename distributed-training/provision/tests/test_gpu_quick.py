@@ -107,7 +107,7 @@ def test_the_cpu_runs_only_as_a_rehearsal_and_never_into_committed_results(tmp_p
         gpu_quick.main(["--gpu", "cpu", "--archive-dir", str(tmp_path)])
     assert stop.value.code == 2 and "GPU=cpu only rehearses it: add REHEARSAL=1" in capsys.readouterr().err
     committed = LABS / "fp8-train" / "results" / "cpu_ws1"
-    _refused(["--gpu", "cpu", "--rehearsal", "--out", str(committed), "--archive-dir", str(tmp_path)], capsys,
+    _refused(["--gpu", "cpu", "--rehearsal", "--results", str(committed), "--archive-dir", str(tmp_path)], capsys,
              "a rehearsal never writes into committed results")
 
 
@@ -122,8 +122,8 @@ def test_a_results_folder_that_cannot_be_written_is_one_line(where, tmp_path, ca
         out = Path("/sys/dt-gpu-quick/cpu_ws1")  # sysfs: no one creates a file there, root included
         if not Path("/sys").is_dir() or gpu_quick.unwritable(out) is None:
             pytest.skip("no read-only /sys here")
-    line = _refused(["--gpu", "cpu", "--rehearsal", "--out", str(out), "--archive-dir", str(tmp_path / "a")], capsys,
-                    "the results folder cannot be written: ")
+    line = _refused(["--gpu", "cpu", "--rehearsal", "--results", str(out), "--archive-dir", str(tmp_path / "a")],
+                    capsys, "the results folder cannot be written: ")
     assert "is not writable" in line and not (tmp_path / "a").exists()
 
 
@@ -134,12 +134,12 @@ def test_a_rehearsal_without_out_names_its_own_folder_to_every_fp8_train_command
     p = gpu_quick.prepare(cfg)
     assert p.results == LABS / "fp8-train" / "runs" / "rehearsal" / "cpu_ws1"
     commands = [s.argv for s in quick_run.steps(cfg, p.results, p.items)] + [quick_run.train_argv(cfg, p.results)]
-    assert [argv[argv.index("--out") + 1] for argv in commands] == [str(p.results)] * 3
+    assert [argv[argv.index("--results") + 1] for argv in commands] == [str(p.results)] * 3
 
 
 def test_the_archive_needs_a_folder_outside_the_checkout(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
-    common = ["--gpu", "cpu", "--rehearsal", "--out", str(tmp_path / "r" / "cpu_ws1")]
+    common = ["--gpu", "cpu", "--rehearsal", "--results", str(tmp_path / "r" / "cpu_ws1")]
     _refused(common, capsys, "gpu-quick needs ARCHIVE_DIR=<folder>")
     _refused(common + ["--archive-dir", str(ROOT)], capsys, "is inside the checkout's root")
     _refused(common + ["--archive-dir", str(LABS / "fp8-train")], capsys, "is inside the checkout's labs")
@@ -155,7 +155,8 @@ def test_make_gpu_quick_rehearsed_on_the_cpu_with_the_real_fp8_train(tmp_path):
     kit, site, out, results = standin_kit(tmp_path / "kit"), tmp_path / "site", tmp_path / "out", tmp_path / "r"
     tiny = ("--runs bf16 --noise-seeds 2 --steps 3 --batch 4 --seq-len 16 --d-model 32 --n-layers 1 --n-heads 2 "
             "--val-every 0 --data-size 256K --threads 1")
-    args = f"--out {results / 'cpu_ws1'} --train-args '{tiny}' --guess-first-s 1 --guess-train-s 1000 --reserve-s 30"
+    args = (f"--results {results / 'cpu_ws1'} --train-args '{tiny}' --guess-first-s 1 --guess-train-s 1000 "
+            "--reserve-s 30")
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "DT_GIT_COMMIT": "rehearsal"}
     before = [tree_state(w) for w in WATCHED[:1]]
     r = subprocess.run(["make", "-s", "gpu-quick", f"PYTHON={PY}", "GPU=cpu", "REHEARSAL=1", "BUDGET_S=300",

@@ -29,7 +29,7 @@ def slot(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
 
 def test_the_slot_stops_at_its_budget_with_the_archive_and_the_whole_log(tmp_path):
     out, results = tmp_path / "out", tmp_path / "r" / "cpu_ws1"
-    args = (f"--out {results} --fp8-lab {STANDIN} --reserve-s 14 --grace-s 1 --guess-first-s 1 --guess-train-s 1 "
+    args = (f"--results {results} --fp8-lab {STANDIN} --reserve-s 14 --grace-s 1 --guess-first-s 1 --guess-train-s 1 "
             f"--guess-gemm-s 1 --site {tmp_path / 'site'}")
     t0 = time.monotonic()
     r = slot(tmp_path, OUT=str(out), SLOT_S="46", REHEARSAL="1", KIT=str(standin_kit(tmp_path / "kit")),

@@ -144,7 +144,7 @@ def test_a_damaged_committed_csv_is_one_line(tmp_path, capsys):
     s = tmp_path / "h200_ws1"
     s.mkdir()
     (s / "steps.csv").write_text("run,precision,step\nbf16-s0,bf16,0\nbf16-s0,bf")  # cut mid-row
-    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--out", str(s)]) == 2
+    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--results", str(s)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpu-quick: error: ") and "steps.csv" in err[0]
     assert read_set(tmp_path / "absent").runs == {}
@@ -161,6 +161,6 @@ def test_a_committed_csv_that_would_skew_the_estimates_is_one_line(tmp_path, cap
     s.mkdir()
     (s / "steps.csv").write_text("run,precision,step,step_time_s,timestamp_utc,hardware,git_commit\n" + "".join(
         line + ",2026-01-01T00:00:01Z,1x GPU,abc\n" for line in rows.splitlines()))
-    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--out", str(s)]) == 2
+    assert gpu_quick.main(["--gpu", "h200", "--dry-run", "--results", str(s)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err

@@ -1,5 +1,5 @@
 """A stand-in for fp8-train's bench.py in the slot's rehearsal: --parts gemm writes one GEMM row and merges it
-into --out at once, as the real one does with --promote merge."""
+into --results at once, as the real one does with --promote merge."""
 
 import json
 import sys
@@ -10,7 +10,7 @@ from common.runs import MANIFEST, run_dir_for
 
 def main() -> int:
     args = sys.argv[1:]
-    out = Path(args[args.index("--out") + 1])
+    out = Path(args[args.index("--results") + 1])
     parts = args[args.index("--parts") + 1]
     run_dir = run_dir_for(out.parent, f"{out.name}-bench")
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@
 Its preset trains bf16 x2 seeds, fp8:native and fp8:te-fused. A TE run is listed as skipped where
 transformer_engine does not import, as fp8-train lists it. STANDIN_HANG=<run>: that run ignores SIGTERM and
 never ends (a step forced past its deadline). Rows go into the run folder gpu-quick reads (runs/<tag>), and
---publish-finished merges the finished ones into --out, as fp8-train does.
+--publish-finished merges the finished ones into --results, as fp8-train does.
 """
 
 import importlib.util
@@ -33,13 +33,13 @@ class Config:
     publish_finished: bool = field(default=False, metadata={"help": "merge finished runs"})
     resume: bool = field(default=False, metadata={"help": "continue"})
     progress: bool = field(default=True, metadata={"help": "progress bar"})
-    out: str = field(default="", metadata={"help": "results folder"})
+    results: str = field(default="", metadata={"help": "results folder"})
 
 
 def main() -> int:
     cfg = parse_config(Config, prog="train.py (stand-in)")
     names = ["bf16-s0", "fp8-native-s0", "fp8-te-fused-s0", "bf16-s1"]
-    out = Path(cfg.out)
+    out = Path(cfg.results)
     run_dir = run_dir_for(out.parent, out.name)
     te = importlib.util.find_spec("transformer_engine") is not None
     if cfg.list_runs:
