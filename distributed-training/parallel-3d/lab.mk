@@ -51,9 +51,10 @@ parallel-3d-at-scale: $(SETUP) ## the planner's choice for 8B/64, 70B/512, 405B/
 	$(PYRUN) $(P3D_DIR)/at_scale.py
 
 # The ranking set (CPU, gloo, any machine): this machine's calibration (allreduce-bench's fit, a GEMM rate, a
-# memory rate, a per-op fixed cost), then 22 layouts of the tiny GPT at world sizes 4 and 8, each trained by train.py;
+# memory rate, the host's cost per op), then 39 layouts of the tiny GPT in six groups (world 4 and 8, global batch
+# 4-32), each trained by train.py;
 # rows appended as measured, --resume continues. The planner predicts them (python -m planner.evidence.ranking).
-parallel-3d-ranking: $(SETUP) ## the ranking set: 22 layouts at 4 and 8 gloo ranks, measured for the planner's ranking
+parallel-3d-ranking: $(SETUP) ## the ranking set: 39 layouts in six groups at 4 and 8 gloo ranks, for the planner's ranking
 	$(call check_vars,ARGS)
 	$(PYRUN) $(P3D_DIR)/ranking.py $(ARGS)
 

@@ -3,29 +3,34 @@
 A planner is used to choose: its first answer must be the fastest plan, or near it, and its order of the
 others should be the measured order. This benchmark measures that on any machine. It trains the tiny GPT
 (6 layers, hidden 64) with parallel-3d's own runner (train.py: DTensor TP + SP, pipelining, FSDP2, recompute)
-in a set of layouts at world sizes 4 and 8 on gloo, one CSV row per layout, and measures first, in the same
-session, what the planner is allowed to know of this machine (the calibration):
+in 39 layouts, in six groups (world 4 and 8 gloo ranks; global batch 4, 8, 16 and 8, 16, 32 sequences: micro-batches
+of 1-2 where the batch is small, 2-4 where it is larger; full recompute and ZeRO-2 beside the defaults), one CSV row
+per layout, and measures first, in the same session, what the planner is allowed to know of this machine (the
+calibration):
 
 - the alpha-beta fit of an all_reduce sweep at each world size (allreduce-bench's runner, its fit:
   common.collective_fit): latency and bus rate of the collectives under that many processes;
-- a GEMM rate: fp32 torch.mm at 512 x 512 x 512 on one thread (FLOP/s of one core);
-- a memory rate: an fp32 add over 8M elements on one thread (bytes/s of one core's elementwise kernels);
-- a kernel fixed cost: a tiny nn.Linear's forward and backward (the module call, autograd's recording and its
-  backward) over the 3 GEMMs the planner counts for it, on plain tensors and as DTensor TP (ColwiseParallel on a
-  1-rank mesh): what a kernel costs the host in training, the whole cost of a small kernel on a CPU.
+- GEMM rates: fp32 torch.mm at 512^3 and at the tiny GPT's own 64 x 64 x 256 on one thread; a memory rate (an fp32
+  add over 8M elements);
+- the host's cost per unit of work the framework issues (planner/model/floor.py counts the units): a tiny GPT block's
+  forward and backward over the aten ops it dispatches (op_us: module calls, autograd and the dispatcher included),
+  the same block under parallel-3d's TP plan per DTensor op, AdamW's step per op, FSDP2's hooks per unit and
+  micro-batch, a c10d call; the cores the ranks share and the load average.
 
 The planner (planner/evidence/ranking.py) prices every layout from those numbers alone, never from the step times it
-predicts, and the guide reports the rank correlation and whether its pick is within 10% of the best.
+predicts, and the evidence reports per group the rank correlation, whether its pick is within 10% of the best, and
+its error (absolute and signed).
 
     make parallel-3d-ranking                                  # CPU: calibration + every layout (~20 min on 2 cores)
     make parallel-3d-ranking ARGS="--resume"                  # continue an interrupted run
-    PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4
+    PYTHONPATH=distributed-training python distributed-training/parallel-3d/ranking.py --groups ws4-gb4
     python -m planner.evidence.ranking                                 # the planner's predictions beside the rows
 
 GPUs: not this benchmark's purpose (the planner's GPU rows are parallel-3d's runs_<gpu>.csv); on a GPU machine it
 still runs on the CPU (gloo). Steps here are host-bound and the cores are shared: 8 ranks time-share 2 cores, which
-the planner must know (planner/evidence/ranking.py prices the sharing). Rows go into runs/ranking_cpu/ as they are
-measured (each launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
+the planner must know (planner/evidence/ranking.py prices the sharing). Measure on an otherwise idle machine: every
+row records the 1-minute load average it ran under. Rows go into runs/ranking_cpu/ as they are measured (each
+launch's rows appended at once, a progress bar over layouts) and reach results/ranking_cpu.csv and
 results/ranking_calibration_cpu.csv when every layout is measured (the preset's set: with --groups, --steps,
 --warmup or --max-bytes it is an experiment and stays in runs/); --resume skips the measured ones.
 """
@@ -51,6 +56,8 @@ from common.dist import DistInfo
 from common.results import provenance, utc_now
 from common.runner import RunFlags, RunPlan, Table, experiment, open_run, saved_config
 
+import host_ops
+
 LAB = Path(__file__).resolve().parent
 LABS = LAB.parent
 BENCH_VERSION = "1"
@@ -63,12 +70,11 @@ COLUMNS = ["group", "world", "model", "global_batch", "tp", "pp", "dp", "zero", 
            "steps", "warmup", "loadavg_1m", "counts_match_design", "launch_git_commit"]
 CAL_KEY = ["quantity", "world"]
 CAL_COLUMNS = ["quantity", "world", "value", "unit", "method"]
-GLOBAL_BATCH = 8  # sequences of 64 tokens per step, every layout
 OPERATIONAL = ("timeout_s",)  # with the run flags, change no row: any other flag makes the run an experiment
 
 
 class Case(NamedTuple):
-    """One layout of the set: a group (the world size) and the degrees and schedule it runs."""
+    """One layout of the set: a group (world size and global batch) and the degrees and schedule it runs."""
     group: str
     tp: int
     pp: int
@@ -83,28 +89,44 @@ class Case(NamedTuple):
         return self.tp * self.pp * self.dp
 
     @property
+    def global_batch(self) -> int:
+        return int(self.group.split("gb")[1])
+
+    @property
     def launch(self) -> tuple:
         """Cases that share a launch (train.py crosses --zero, --recompute and --interleave in one)."""
         return self.group, self.tp, self.pp, self.dp, self.microbatch
 
 
-# The tiny GPT has 4 heads (TP up to 4) and 6 layers (PP up to 4, interleaving on PP 2 over 4 virtual stages).
+def _group(world: int, batch: int, layouts: list[tuple]) -> tuple[Case, ...]:
+    """Cases of one group: (tp, pp, dp, micro-batch) and optional keyword settings each."""
+    return tuple(Case(f"ws{world}-gb{batch}", tp, pp, dp, microbatch=mb, **(kw[0] if kw else {}))
+                 for tp, pp, dp, mb, *kw in layouts)
+
+
+FULL, Z2, V2 = {"recompute": "full"}, {"zero": 2}, {"interleave": 2}
+# The tiny GPT has 4 heads (TP up to 4) and 6 layers (PP up to 4, interleaving on PP 2 over 4 virtual stages). Six
+# groups, one world size and global batch each (issue 38): small batches run micro-batches of 1-2 (few serial
+# steps for a pipeline to fill), larger ones 2-4; full recompute and ZeRO-2 beside the defaults (ZeRO-3, none).
 CASES = (
-    Case("ws4", 1, 1, 4), Case("ws4", 1, 1, 4, zero=2), Case("ws4", 1, 1, 4, recompute="full"),
-    Case("ws4", 1, 1, 4, microbatch=2),
-    Case("ws4", 2, 1, 2), Case("ws4", 2, 1, 2, recompute="full"), Case("ws4", 4, 1, 1, microbatch=2),
-    Case("ws4", 1, 2, 2), Case("ws4", 1, 2, 2, interleave=2), Case("ws4", 1, 4, 1), Case("ws4", 2, 2, 1),
-    Case("ws8", 1, 1, 8), Case("ws8", 1, 1, 8, zero=2), Case("ws8", 2, 1, 4), Case("ws8", 2, 1, 4, recompute="full"),
-    Case("ws8", 1, 2, 4), Case("ws8", 2, 2, 2), Case("ws8", 2, 2, 2, interleave=2), Case("ws8", 4, 1, 2),
-    Case("ws8", 1, 4, 2), Case("ws8", 2, 4, 1), Case("ws8", 4, 2, 1),
+    _group(4, 4, [(1, 1, 4, 1), (1, 1, 4, 1, FULL), (1, 2, 2, 1), (1, 4, 1, 1), (2, 1, 2, 1), (2, 2, 1, 1),
+                  (4, 1, 1, 2)])
+    + _group(4, 8, [(1, 1, 4, 2), (1, 1, 4, 1, Z2), (1, 2, 2, 2), (1, 2, 2, 1, V2), (1, 4, 1, 2), (2, 1, 2, 2, FULL),
+                    (2, 2, 1, 2)])
+    + _group(4, 16, [(1, 1, 4, 4), (1, 1, 4, 2), (1, 1, 4, 4, FULL), (1, 2, 2, 4), (1, 4, 1, 4), (2, 1, 2, 4)])
+    + _group(8, 8, [(1, 1, 8, 1), (1, 1, 8, 1, Z2), (1, 2, 4, 1), (1, 4, 2, 1), (2, 1, 4, 1), (2, 2, 2, 1),
+                    (2, 4, 1, 1, FULL)])
+    + _group(8, 16, [(1, 1, 8, 2), (1, 1, 8, 2, FULL), (1, 2, 4, 2), (1, 4, 2, 2), (2, 2, 2, 2), (4, 2, 1, 2)])
+    + _group(8, 32, [(1, 1, 8, 4), (1, 2, 4, 4), (1, 4, 2, 4), (1, 4, 2, 2, FULL), (2, 2, 2, 4), (2, 1, 4, 4)])
 )
+GROUPS = tuple(dict.fromkeys(c.group for c in CASES))
 
 
 @dataclass(frozen=True)
 class Config(RunFlags):
-    groups: tuple[str, ...] = field(default=("ws4", "ws8"), metadata={"help": "which groups of layouts to run"})
-    steps: int = field(default=5, metadata={"help": "timed optimizer steps per layout"})
-    warmup: int = field(default=2, metadata={"help": "untimed steps first"})
+    groups: tuple[str, ...] = field(default=GROUPS, metadata={"help": "which groups of layouts to run"})
+    steps: int = field(default=3, metadata={"help": "timed optimizer steps per layout"})
+    warmup: int = field(default=1, metadata={"help": "untimed steps first"})
     max_bytes: str = field(default="4M", metadata={"help": "largest all_reduce of the calibration sweep"})
     timeout_s: float = field(default=900.0, metadata={"help": "a launch running longer is stopped (one line, exit 4)"})
 
@@ -149,43 +171,107 @@ def per_call_s(fn, repeats: int = 2000) -> float:
     return sorted(rounds)[2]
 
 
-def linear_step(lin, x, grad):
-    """One training op and its gradients: a Linear's forward, its backward (input and weight gradients)."""
+def counted(fn) -> host_ops.Ops:
+    """The aten ops one call of fn dispatches (host_ops.Counter), after a first call that warms the caches."""
+    fn()
+    with host_ops.Counter() as c:
+        fn()
+    return c.total
+
+
+def block_step(block, x):
+    """One tiny block's forward and backward, as training runs it."""
     def run():
-        lin(x).backward(grad)
+        y = block(x)
+        y.backward(torch.ones_like(y))
     return run
 
 
+def tiny_block():
+    from common.model import Block, GPTConfig
+    return Block(GPTConfig(n_layers=1, **host_ops.TINY))
+
+
+def tp_block(mesh):
+    """The tiny block with parallel-3d's TP plan (parallelize.tp_plan's per-block part) on `mesh`."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    plan = {"norm1": SequenceParallel(), "norm2": SequenceParallel(), "attn": gather, "mlp": gather,
+            "attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(), "attn.wv": ColwiseParallel(),
+            "attn.wo": RowwiseParallel(output_layouts=Shard(1)), "mlp.w1": ColwiseParallel(),
+            "mlp.w2": RowwiseParallel(output_layouts=Shard(1))}
+    return parallelize_module(tiny_block(), mesh, plan)
+
+
 def local_calibration() -> list[dict]:
-    """GEMM rate, memory rate, and the fixed cost of a kernel as training pays it (a tiny Linear's forward and backward,
-    module call and autograd included, over its 3 GEMMs), on plain tensors and on DTensors, on one thread."""
+    """What the planner may know of this machine besides its collectives (module docstring), on one thread."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+    from torch.distributed.fsdp import fully_shard
 
     torch.set_num_threads(1)
+    rows = []
+
+    def add(quantity, value, unit, method):
+        rows.append({"quantity": quantity, "world": 1, "value": value, "unit": unit, "method": method})
     n = 512
     a, b = torch.randn(n, n), torch.randn(n, n)
-    gemm = per_call_s(lambda: torch.mm(a, b), repeats=20)
+    add("gemm_flops_per_s", 2 * n ** 3 / per_call_s(lambda: torch.mm(a, b), repeats=20), "FLOP/s",
+        f"fp32 torch.mm {n}x{n}x{n}, one thread, median of 5 x 20 calls")
+    # The tiny GPT's own GEMMs are small (64 tokens x 64 x 256 per sequence): one core runs them below its large-GEMM
+    # rate, and the model's GEMMs are priced at this one.
+    m_, k_, n_ = 64, 64, 256
+    xa, wa = torch.randn(m_, k_), torch.randn(k_, n_)
+    add("small_gemm_flops_per_s", 2 * m_ * k_ * n_ / per_call_s(lambda: torch.mm(xa, wa), repeats=500), "FLOP/s",
+        f"fp32 torch.mm {m_}x{k_}x{n_} (the tiny GPT's MLP GEMM per sequence), one thread, median of 5 x 500 calls")
     x, y, z = torch.randn(8 << 20), torch.randn(8 << 20), torch.empty(8 << 20)
-    mem = per_call_s(lambda: torch.add(x, y, out=z), repeats=5)
-    lin, inp, grad = torch.nn.Linear(8, 8, bias=False), torch.randn(4, 8, requires_grad=True), torch.ones(4, 8)
-    op = per_call_s(linear_step(lin, inp, grad), repeats=500) / 3
+    add("memory_bytes_per_s", 3 * 4 * x.numel() / per_call_s(lambda: torch.add(x, y, out=z), repeats=5), "B/s",
+        "fp32 torch.add over 8M elements into a preallocated output (read 2, write 1), one thread")
+    # The host's cost of one aten op as training pays it: a tiny block (host_ops.TINY: its FLOPs are negligible)
+    # forward and backward, over the ops it dispatched (counted): module calls, autograd's recording and engine,
+    # the dispatcher and the op's own small work, averaged over the block's real mix of ops.
+    tiny = host_ops.TINY
+    blk, xb = tiny_block(), torch.randn(1, tiny["seq_len"], tiny["d_model"], requires_grad=True)
+    ops = counted(block_step(blk, xb))
+    op_s = per_call_s(block_step(blk, xb), repeats=200) / ops.ops
+    add("op_us", op_s * 1e6, "us", f"a tiny GPT block (hidden {tiny['d_model']}, {tiny['seq_len']} tokens) forward + "
+        f"backward over the {ops.ops} aten ops it dispatches, one thread")
+    params = list(blk.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt = torch.optim.AdamW(params)
+    opt_ops = counted(opt.step)
+    add("optimizer_op_us", per_call_s(opt.step, repeats=200) / opt_ops.ops * 1e6, "us",
+        f"torch.optim.AdamW (foreach) step over the tiny block's parameters, over its {opt_ops.ops} aten ops")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        tp = parallelize_module(torch.nn.Linear(8, 8, bias=False), init_device_mesh("cpu", (1,)), ColwiseParallel())
-        dop = per_call_s(linear_step(tp, inp, grad), repeats=200) / 3
+        mesh = init_device_mesh("cpu", (1,))
+        tb = tp_block(mesh)
+        tops = counted(block_step(tb, xb))  # the block's input: this rank's sequence shard, a plain tensor
+        t = per_call_s(block_step(tb, xb), repeats=50)
+        add("dtensor_op_us", (t - tops.ops * op_s) / tops.dtensor_ops * 1e6, "us",
+            f"the tiny block under parallel-3d's TP plan (DTensor, SequenceParallel, 1-rank mesh): its time less "
+            f"its {tops.ops} plain ops at op_us, over its {tops.dtensor_ops} DTensor ops")
+        fb = tiny_block()
+        fully_shard(fb, mesh=mesh, reshard_after_forward=True)
+        fops = counted(block_step(fb, xb))
+        t = per_call_s(block_step(fb, xb), repeats=100)
+        plain = t - fops.ops * op_s
+        add("fsdp_unit_us", max(plain, 0.0) * 1e6, "us",
+            f"FSDP2's hooks on one unit per micro-batch (fully_shard on the tiny block, 1-rank gloo mesh, ZeRO-3): "
+            f"forward + backward less its {fops.ops} aten ops at op_us")
+        one = torch.zeros(1)
+        add("collective_call_us", per_call_s(lambda: dist.all_reduce(one), repeats=500) * 1e6, "us",
+            "one-element gloo all_reduce on a 1-rank group: c10d's host cost of a call")
     finally:
         dist.destroy_process_group()
-    how = "nn.Linear(8, 8) forward + backward on 4 rows / 3 GEMMs, one thread"
-    return [{"quantity": "gemm_flops_per_s", "world": 1, "value": 2 * n ** 3 / gemm, "unit": "FLOP/s",
-             "method": f"fp32 torch.mm {n}x{n}x{n}, one thread, median of 5 x 20 calls"},
-            {"quantity": "memory_bytes_per_s", "world": 1, "value": 3 * 4 * x.numel() / mem, "unit": "B/s",
-             "method": "fp32 torch.add over 8M elements into a preallocated output (read 2, write 1), one thread"},
-            {"quantity": "op_us", "world": 1, "value": op * 1e6, "unit": "us",
-             "method": f"the fixed cost of one kernel in training: {how}"},
-            {"quantity": "dtensor_op_us", "world": 1, "value": dop * 1e6, "unit": "us",
-             "method": f"the same on DTensors: ColwiseParallel {how.split(', ')[0]} on a 1-rank mesh"}]
+    add("cores", float(len(os.sched_getaffinity(0))), "cores",
+        "CPU cores this process may run on (os.sched_getaffinity): what the ranks share")
+    add("loadavg_1m", round(os.getloadavg()[0], 2), "processes", "the machine's 1-minute load average when the "
+        "calibration was taken (uptime): other work sharing the cores")
+    return rows
 
 
 def collective_calibration(world: int, cfg: Config) -> list[dict]:
@@ -214,7 +300,7 @@ def launch(cases: list[Case], cfg: Config) -> list[dict]:
     args = ["--gpu", "cpu", "--tp", str(c0.tp), "--pp", str(c0.pp), "--dp", str(c0.dp),
             "--zero", join(c.zero for c in cases), "--recompute", join(c.recompute for c in cases),
             "--interleave", join(c.interleave for c in cases), "--microbatch", str(c0.microbatch),
-            "--global-batch", str(GLOBAL_BATCH), "--steps", str(cfg.steps), "--warmup", str(cfg.warmup),
+            "--global-batch", str(c0.global_batch), "--steps", str(cfg.steps), "--warmup", str(cfg.warmup),
             "--results", str(results), "--promote", "no"]
     torchrun(c0.world, LAB / "train.py", args, cfg.timeout_s)
     tag = f"cpu_ws{c0.world}_tp{c0.tp}pp{c0.pp}dp{c0.dp}"
@@ -248,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         cal, rows = run.writers
         cases = [c for c in CASES if c.group in cfg.groups]
         todo = [c for c in cases if not rows.done(c._asdict())]
-        if not cal.done({"quantity": "op_us", "world": 1}):
+        if not cal.done({"quantity": "cores", "world": 1}):
             cal.write_many(local_calibration())
         for world in sorted({c.world for c in cases}):
             if not cal.done({"quantity": "allreduce_alpha_us", "world": world}):

@@ -50,7 +50,7 @@ def _stub_ranking(monkeypatch, tmp_path):
     def cal(quantities, world):
         return [{"quantity": q, "world": world, "value": 1.0, "unit": "-", "method": "stub"} for q in quantities]
 
-    monkeypatch.setattr(ranking, "local_calibration", lambda: cal(["op_us"], 1))
+    monkeypatch.setattr(ranking, "local_calibration", lambda: cal(["op_us", "cores"], 1))
     monkeypatch.setattr(ranking, "collective_calibration",
                         lambda world, cfg: cal(["allreduce_alpha_us", "allreduce_busbw_GBps"], world))
 
@@ -64,10 +64,10 @@ def _stub_ranking(monkeypatch, tmp_path):
 
 
 def test_a_ranking_set_of_one_group_stays_in_runs(tmp_path, monkeypatch, capsys):
-    """--groups ws4 (half the set) once replaced ranking_cpu.csv with the ws4 rows alone."""
+    """--groups ws4-gb4 (one group of six) must not replace ranking_cpu.csv with its rows alone (--groups ws4 once did)."""
     ranking = _stub_ranking(monkeypatch, tmp_path)
     before = tree_state(tmp_path / "results")
-    assert ranking.main(["--groups", "ws4", "--steps", "1"]) == 0
+    assert ranking.main(["--groups", "ws4-gb4", "--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert "experiment (--groups, --steps" in out and tree_state(tmp_path / "results") == before, out
     assert ranking.main([]) == 0  # the preset's set, the same stubs: published

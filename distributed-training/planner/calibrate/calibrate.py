@@ -1,12 +1,13 @@
 """--calibrate: replace the hardware table's figures with what the labs measured on your cluster.
 
-Three kinds of CSV, told apart by their header, each replacing what it measures:
+Four kinds of CSV, told apart by their header, each replacing what it measures:
 
     allreduce-bench sweep_*.csv      the network: in-domain bus bandwidth and latency, per-GPU NIC rate
                                      (network.py: the alpha-beta fit of common/collective_fit.py)
     fp8-train */bench_gemm.csv       the sustained matmul rate of the GPU (gemm_rates.py)
     parallel-3d runs_*.csv           a lumped factor: the median predicted / measured step time of the
                                      GPU's runs scales the matmul rate (measured_runs.py)
+    parallel-3d ranking_calibration_*.csv   the host's cost per unit of the framework's counted work (host_costs.py)
 
 `calibrated(cluster, paths)` applies them in that order; `sources(paths)` is the list of files found,
 `gpu_of(paths)` the GPU their compute rows were measured on (a calibrated guide is written for it).
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from planner.model.cluster import Cluster
 
-from . import gemm_rates, measured_runs
+from . import gemm_rates, host_costs, measured_runs
 from .network import calibrate_from_sweeps
 
 
@@ -35,11 +36,17 @@ def expand(patterns: str) -> list[str]:
 
 
 def split_kinds(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """(allreduce-bench sweeps, GEMM benchmarks, parallel-3d runs) among `paths`."""
+    """(allreduce-bench sweeps, GEMM benchmarks, parallel-3d runs) among `paths` (host-cost CSVs: host_files)."""
     runs = [p for p in paths if measured_runs.is_runs_csv(p)]
-    gemms = [p for p in paths if p not in runs and gemm_rates.is_gemm_csv(p)]
-    sweeps = [p for p in paths if p not in runs and p not in gemms]
+    hosts = host_files(paths)
+    gemms = [p for p in paths if p not in runs and p not in hosts and gemm_rates.is_gemm_csv(p)]
+    sweeps = [p for p in paths if p not in runs and p not in gemms and p not in hosts]
     return sweeps, gemms, runs
+
+
+def host_files(paths: list[str]) -> list[str]:
+    """The host-cost calibrations among `paths` (parallel-3d's ranking_calibration_*.csv)."""
+    return [p for p in paths if host_costs.is_host_csv(p)]
 
 
 def calibrated(cl: Cluster, paths: list[str], strict: bool = True) -> Cluster:
@@ -50,7 +57,7 @@ def calibrated(cl: Cluster, paths: list[str], strict: bool = True) -> Cluster:
     if not strict:  # every lab result: only the sweeps measured on this cluster's GPU
         sweeps = [p for p in sweeps if cl.gpu in sweep_presets(p)]
     steps = ((sweeps, calibrate_from_sweeps), (gemms, gemm_rates.calibrate_from_gemms),
-             (runs, measured_runs.calibrate_from_runs))
+             (runs, measured_runs.calibrate_from_runs), (host_files(paths), host_costs.calibrate_from_host))
     for files, apply in steps:
         if not strict:
             usable = []

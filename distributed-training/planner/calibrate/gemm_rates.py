@@ -13,6 +13,13 @@ keeps the GPU at that load. The fraction replaces calibration.py's for that GPU 
 and FP8 alike (a power limit caps the clock, whatever the precision).
 
     make plan ARGS="--params 8B --gpus 64 --calibrate distributed-training/fp8-train/results/h100_ws1/bench_gemm.csv"
+
+fp8-train's FP8 bound (`bound.csv`) measures the same thing inside a training step: the profiler's time of the BF16
+step's linear-layer GEMMs (bf16_gemm_ms) and of the same GEMMs in FP8 (fp8_gemm_ms), at the model's shapes (each of
+the block's six linears forward, activation gradient and weight gradient, per layer). Their model time at the burst
+rate over the measured time is the fraction those GEMMs sustained, per precision; the smaller one is the GPU's, as
+above. This is how an H200, which has no GEMM benchmark here, gets its own rate (h200_ws1/bound.csv: bf16 741 and FP8
+1,338 TFLOP/s in the step), never an H100's.
 """
 
 from __future__ import annotations
@@ -70,6 +77,62 @@ def sustained(gpu: str, rows: list[dict], consts: ComputeConstants) -> Sustained
     return None if best is None else best._replace(fraction=min(best.fraction, 1.0), rows=n)
 
 
+BOUND = Schema("fp8-train FP8 bound", {"hardware": str, "d_model": int, "n_layers": int, "n_heads": int, "seq_len": int,
+                                      "batch": int, "bf16_gemm_ms": float, "fp8_gemm_ms": float})
+BOUND_COLUMNS = {"bf16_gemm_ms", "fp8_gemm_ms", "d_model", "n_layers", "hardware"}
+
+
+def is_bound_csv(path: str) -> bool:
+    return has_columns(path, BOUND_COLUMNS)
+
+
+def step_gemms(hidden: int, layers: int, heads: int, seq: int, batch: int) -> list[tuple[int, int, int]]:
+    """(m, k, n) of every linear-layer GEMM of one training step of the labs' GPT (three q/k/v Linears, MLP 4h): per
+    layer each linear's forward, activation-gradient and weight-gradient GEMM, as bound.csv's profiler counts them."""
+    from planner.model.compute import Kernels, block_linears
+    from planner.model.shapes import Shape
+
+    shape = Shape(layers, hidden, heads, heads, 256, seq, 4 * hidden)
+    out = []
+    for lin in block_linears(shape, 1, 1, batch, Kernels(qkv_fused=False)):
+        m, k, n = int(lin.m), int(lin.k), int(lin.n)
+        out += [(m, k, n), (m, n, k), (k, n, m)]
+    return out * layers
+
+
+def sustained_in_step(gpu: str, rows: list[dict], consts: ComputeConstants) -> Sustained | None:
+    """The smallest sustained fraction of the step's GEMMs over one GPU's bound.csv rows, bf16 and FP8."""
+    preset = get_preset(gpu)
+    best = None
+    for r in rows:
+        gemms = step_gemms(int(r["d_model"]), int(r["n_layers"]), int(r["n_heads"]), int(r["seq_len"]), int(r["batch"]))
+        for precision, col in (("bf16", "bf16_gemm_ms"), ("fp8", "fp8_gemm_ms")):
+            if preset.achievable_matmul_tflops(precision) is None:
+                continue
+            t = float(r[col]) * 1e-3
+            burst = sum(burst_seconds(gpu, precision, m, k, n, consts) for m, k, n in gemms)
+            flops = sum(2.0 * m * k * n for m, k, n in gemms)
+            if best is None or burst / t < best.fraction:
+                best = Sustained(burst / t, f"the {len(gemms)} {precision} GEMMs of a d{r['d_model']} step (bound.csv)",
+                                 flops / t / 1e12, 0)
+    return None if best is None else best._replace(fraction=min(best.fraction, 1.0), rows=len(rows))
+
+
+def gpu_bound_rows(paths: list[str]) -> dict[str, list[dict]]:
+    """bound.csv rows by the GPU preset their hardware column names."""
+    out: dict[str, list[dict]] = {}
+    for path in paths:
+        try:
+            rows = read_rows(path, BOUND)
+        except BadResults as e:
+            raise ValueError(f"--calibrate: {e}") from None
+        for r in rows:
+            preset = preset_for(r["hardware"])
+            if preset is not None:
+                out.setdefault(preset.name, []).append(r)
+    return out
+
+
 def gpu_rows(paths: list[str]) -> dict[str, list[dict]]:
     """GEMM rows of every CSV, by the GPU preset their hardware column names (CPU rows are dropped)."""
     out: dict[str, list[dict]] = {}
@@ -81,14 +144,17 @@ def gpu_rows(paths: list[str]) -> dict[str, list[dict]]:
     return out
 
 
-def calibrated_constants(gpu: str, consts: ComputeConstants, rows: list[dict]) -> tuple[ComputeConstants, str] | None:
-    """`consts` with the GPU generation's sustained fraction measured from `rows`, and a note saying so."""
-    s = sustained(gpu, rows, consts)
+def calibrated_constants(gpu: str, consts: ComputeConstants, rows: list[dict],
+                         in_step: bool = False) -> tuple[ComputeConstants, str] | None:
+    """`consts` with the GPU generation's sustained fraction measured from `rows` (GEMM benchmark rows, or bound.csv
+    rows with in_step), and a note saying so."""
+    s = sustained_in_step(gpu, rows, consts) if in_step else sustained(gpu, rows, consts)
     if s is None:
         return None
     field = "sustained_ampere" if generation(gpu) == "ampere" else "sustained_hopper"
+    what = f"of {s.rows} FP8-bound rows" if in_step else f"of {s.rows} GEMM benchmark rows"
     note = (f"sustained matmul fraction {s.fraction:.3f} (table constants: {getattr(consts, field):.3f}) measured "
-            f"on {gpu}: {s.op} at {s.tflops:.0f} TFLOP/s, the slowest of {s.rows} GEMM benchmark rows")
+            f"on {gpu}: {s.op} at {s.tflops:.0f} TFLOP/s, the slowest {what}")
     return replace(consts, **{field: round(s.fraction, 3)}), note
 
 

@@ -62,7 +62,7 @@ def kernels_of(run: Run) -> Kernels:
                    fp8_recipe=s.recipe or "delayed", qkv_fused=False,
                    autocast=s.weights == "fp32" and run.layout.zero < 2, fp8_eager=s.fp8_eager,
                    optimizer=s.optimizer if s.optimizer != "none" else "megatron",
-                   host="compiled" if s.compiled else "eager")
+                   host="compiled" if s.compiled else "eager", framework="pytorch")
 
 
 def cluster_of(run: Run, consts: ComputeConstants | None = None) -> Cluster:
@@ -112,9 +112,13 @@ def _step(run: Run, cl: Cluster) -> Prediction:
     if counted:
         # The row counted the kernels its step launched (the profiler): the per-kernel fixed cost is paid for
         # those, not for the kernels the model's op list has (it knows the big ones, not every small one).
+        # The model's GPU time with the counted kernels' fixed cost spread over its own op list, so that host and
+        # GPU are serialised as in any other step (costs.serialised_step).
         no_fixed = float(_times(run, replace(cl, compute=replace(cl.compute, kernel_us=0.0))).gpu_step_s)
-        gpu = no_fixed + counted * cl.compute.kernel_us * 1e-6
-        step = max(gpu, float(times.host_s))
+        per_kernel = (gpu - no_fixed) / cl.compute.kernel_us if cl.compute.kernel_us else 0.0  # kernels x 1e-6
+        scaled = cl.compute.kernel_us * counted * 1e-6 / per_kernel if per_kernel > 0 else cl.compute.kernel_us
+        times = _times(run, replace(cl, compute=replace(cl.compute, kernel_us=scaled)))
+        step, gpu = float(times.step_s), float(times.gpu_step_s)
     note = ""
     if run.detail.get("gpu_busy_ms"):
         # host.py: a step is the larger of the GPU's time and the host's. The row measured the GPU's busy time, so a
@@ -221,23 +225,57 @@ class Calibration(NamedTuple):
 
 def measured_calibration(paths: list[str] | None = None) -> Calibration:
     """Per GPU, the sustained matmul fraction of its GEMM benchmark rows (default: every bench_gemm.csv under
-    fp8-train/results/), the rest of calibration.py's constants unchanged."""
+    fp8-train/results/), or, for a GPU without any, of the GEMMs its FP8-bound rows timed inside a training step
+    (bound.csv: the H200's own rate, never an H100's); the rest of calibration.py's constants unchanged."""
+    results = own_runs.LABS / "fp8-train" / "results"
     if paths is None:
-        paths = [str(p) for p in sorted((own_runs.LABS / "fp8-train" / "results").glob("*/bench_gemm.csv"))]
+        paths = [str(p) for p in sorted(results.glob("*/bench_gemm.csv"))]
     consts, notes = {}, {}
     for gpu, rows in gemm_rates.gpu_rows(paths).items():
         found = gemm_rates.calibrated_constants(gpu, FITTED, rows)
         if found:
             consts[gpu], notes[gpu] = found
+    bounds = [str(p) for p in sorted(results.glob("*/bound.csv"))]
+    for gpu, rows in gemm_rates.gpu_bound_rows(bounds).items():
+        found = None if gpu in consts else gemm_rates.calibrated_constants(gpu, FITTED, rows, in_step=True)
+        if found:
+            consts[gpu], notes[gpu] = found
     return Calibration(consts, notes)
 
 
+def gemm_tflops(run: Run) -> float:
+    """A GEMM row's measured rate: 2 m n k FLOPs over its time."""
+    d = run.detail
+    return 2 * d["m"] * d["n"] * d["k"] / (run.measured * 1e-6) / 1e12
+
+
+def gemm_size_note(run: Run, runs: list[Run]) -> str:
+    """Why a GEMM row is slower than priced, where its own file says so: a smaller GEMM of the same op and GPU ran at a
+    higher rate. The model's GEMM rate only rises with size (fewer partial tiles and waves), so it cannot price a larger
+    GEMM running slower; the benchmark records no clock or power draw, so the cause is not measured. "" otherwise."""
+    if run.kind != "gemm":
+        return ""
+    op, size = run.name.rsplit(" ", 1)[0], run.detail["m"] * run.detail["n"] * run.detail["k"]
+    smaller = [r for r in runs if r.kind == "gemm" and r.file == run.file and r.name.rsplit(" ", 1)[0] == op
+               and r.detail["m"] * r.detail["n"] * r.detail["k"] < size]
+    faster = max(smaller, key=gemm_tflops, default=None)
+    if faster is None or gemm_tflops(faster) <= gemm_tflops(run):
+        return ""
+    return (f"slower than a smaller GEMM: {gemm_tflops(run):,.0f} TFLOP/s where {faster.name.rsplit(' ', 1)[1]} ran at "
+            f"{gemm_tflops(faster):,.0f} in the same benchmark; the model's GEMM rate only rises with size, and the "
+            "benchmark records no clock or power draw, so why the larger GEMM ran slower is not measured")
+
+
 def compare(runs: list[Run], cal: Calibration | None = None) -> list[Compared]:
-    """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some."""
+    """Every run beside its prediction; steps and blocks with `cal`'s constants for their GPU where it has some. A GEMM
+    row slower than a smaller GEMM of its own benchmark carries a note saying so (gemm_size_note)."""
     out = []
     for run in runs:
         consts = cal.consts.get(run.gpu) if cal is not None and run.kind in ("step", "block", "bound") else None
         pred = predict(run, consts)
+        why = gemm_size_note(run, runs)
+        if why and not pred.note:
+            pred = pred._replace(note=why)
         out.append(Compared(run, pred, error(run, pred)))
     return out
 

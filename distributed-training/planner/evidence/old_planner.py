@@ -8,6 +8,8 @@ planner and prints JSON:
                                                  # on PYTHONPATH); Workload(shape, batch, four flags); its own rules
     python -m old_planner issue29 < cases.json   # 22e175f on: the planner package; Workload(shape, batch, **flags),
                                                  # make_cluster(..., gpus_per_node=), search(..., rules=False)
+    python -m old_planner rooms < cases.json     # efaebb5 on: the same interface in the planner's rooms
+                                                 # (planner.model.cluster, planner.search.search, planner.model.shapes)
 
 The older planner's modules are imported by name when this runs (importlib): they are that tree's, so no import
 of this file names a module of this tree's planner, and importing it here loads nothing of theirs.
@@ -25,8 +27,14 @@ from common.hardware import get_preset
 MODULES = ("cluster", "search", "shapes")
 
 
-def old_planner(package: bool) -> tuple:
-    """The older tree's cluster, search and shapes modules: planner.<name> where the planner is a package."""
+ROOMS = ("planner.model.cluster", "planner.search.search", "planner.model.shapes")
+
+
+def old_planner(package: bool, rooms: bool = False) -> tuple:
+    """The older tree's cluster, search and shapes modules: planner.<name> where the planner is a package, in its
+    rooms from efaebb5 on."""
+    if rooms:
+        return tuple(importlib.import_module(name) for name in ROOMS)
     return tuple(importlib.import_module(f"planner.{name}" if package else name) for name in MODULES)
 
 
@@ -47,10 +55,10 @@ def issue15(cases: list[dict]) -> list:
     return out
 
 
-def issue29(cases: list[dict]) -> dict:
+def issue29(cases: list[dict], rooms: bool = False) -> dict:
     """{"results": per case [metric value, TP] of the fastest plan (no rules), or None; "dropped": the stack flags
     of today's cases that the older Workload lacks, priced without them}."""
-    cluster, search, shapes = old_planner(package=True)
+    cluster, search, shapes = old_planner(package=True, rooms=rooms)
     known = {f.name for f in fields(search.Workload)}
     out, dropped = [], set()
     for c in cases:
@@ -60,11 +68,13 @@ def issue29(cases: list[dict]) -> dict:
         cl = cluster.make_cluster(get_preset(c["gpu"]), c["gpus"], memory_gb=c["memory_gb"],
                                   inter_node_gbps=c["net"], gpus_per_node=c["domain"])
         best = search.search(w, cl, search.Pins(**c["pins"]), top=1, max_rejected=0, rules=False).best
+        if best is not None and rooms:  # a typed Plan record from efaebb5 on
+            best = {c["metric"]: getattr(best, c["metric"]), "tp": best.tp}
         out.append(None if best is None else [best[c["metric"]], best["tp"]])
     return {"results": out, "dropped": sorted(dropped)}
 
 
-STUDIES = {"issue15": issue15, "issue29": issue29}
+STUDIES = {"issue15": issue15, "issue29": issue29, "rooms": lambda cases: issue29(cases, rooms=True)}
 
 if __name__ == "__main__":
     print(json.dumps(STUDIES[sys.argv[1]](json.load(sys.stdin))))

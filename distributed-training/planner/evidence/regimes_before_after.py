@@ -1,6 +1,6 @@
 """Issue 29's regimes before and after: the planner at an older commit and as it is now, on today's published runs.
 
-    PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after     # before = 22e175f
+    PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after     # before = efaebb5
     PYTHONPATH=distributed-training python -m planner.evidence.regimes_before_after --before <commit>
 
 Every run of published.py and published_small.py is priced by the planner at `--before` (exported from git history
@@ -69,15 +69,26 @@ def spread(errors: list[float]) -> Spread | None:
 
 @dataclass(frozen=True)
 class RegimesConfig:
-    before: str = field(default="22e175f", metadata={"help": "commit of the planner before (issue 29's physics)"})
+    before: str = field(default="efaebb5", metadata={"help": "commit of the planner before (efaebb5: before issue 38's "
+                                                                  "floor; 22e175f: before issue 29's physics)"})
 
     def __post_init__(self):
         if not self.before.strip() or self.before.startswith("-"):
             raise ValueError(f"--before must name a commit, got {self.before!r}")
         if not at_commit.is_commit(self.before):
             raise ValueError(f"--before {self.before!r} is not a commit of this repository")
-        if not at_commit.has_path(self.before, "distributed-training/planner/search.py"):  # the interface of 22e175f
+        if not any(at_commit.has_path(self.before, f"distributed-training/planner/{p}") for p in LAYOUTS.values()):
             raise ValueError(f"--before {self.before!r} has no planner (distributed-training/planner/search.py)")
+
+
+# Where an older planner's search lives, by the study that asks it (old_planner.py): the flat package of 22e175f, or
+# the rooms of efaebb5 on.
+LAYOUTS = {"issue29": "search.py", "rooms": "search/search.py"}
+
+
+def study_of(commit: str) -> str:
+    """old_planner.py's study for the planner at `commit`."""
+    return "rooms" if at_commit.has_path(commit, "distributed-training/planner/search/search.py") else "issue29"
 
 
 def rank_lines(rows: list[dict], key: str) -> list[str]:
@@ -93,7 +104,7 @@ def rank_lines(rows: list[dict], key: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_config(RegimesConfig, argv, description=__doc__.split("\n\n")[0], prog="regimes_before_after.py")
     cases = published.cases()
-    old = run_old(cfg.before, "issue29", [as_json(c) for c in cases], prog="regimes_before_after.py")
+    old = run_old(cfg.before, study_of(cfg.before), [as_json(c) for c in cases], prog="regimes_before_after.py")
     now = published.compare()
     after_commit = commit()
     rows = []

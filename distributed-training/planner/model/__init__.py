@@ -10,13 +10,16 @@ the guide stand on this room; it imports none of them (common/tests/test_layerin
     calibration.py   the compute model's constants: which are measured facts, which are fitted, the fitted values
     compute.py       compute time of one layer, op by op: GEMMs by shape, memory-bound kernels, attention, optimizer
     fp8_cost.py      what FP8 linears cost besides their GEMMs: the amax, scale and cast kernels of each backend
-    host.py          the host's side of a step: kernel launches, and the step a slow host paces
+    floor.py         the framework's floor: host work per layer and micro-batch, counted as each stack issues it, and
+                     its cost per unit (published, or measured with --calibrate)
+    host.py          the host's side of a step: the floor's host time phase by phase, or a compiled step's launches
     memory.py        memory per GPU as the papers' stack holds it: ZeRO states, Korthikanti activations, buffers
     torch_memory.py  memory per GPU as PyTorch's stack (parallel-3d) holds it at the step's peak
     stacks.py        the software stack that runs a plan, chosen once and passed on as a record
     stages.py        pipeline stages: layers per stage, and the step of a pipeline of unequal stages
     cp_kinds.py      context parallelism three ways (ring, all-gather, Ulysses) priced per layer; the cheapest, and why
-    costs.py         the step: compute, communication, overlap, the bubble and the host, for arrays of plans
+    costs.py         the step: compute, communication, overlap, the bubble, and host and GPU serialised per
+                     synchronisation interval, for arrays of plans
 
 Import the module you need (`from planner.model.costs import step_costs`); this file imports nothing.
 """

@@ -24,6 +24,7 @@ from common.collective_cost import Network, preset_network
 from common.hardware import GPUPreset
 
 from .calibration import FITTED, ComputeConstants
+from .floor import PUBLISHED, HostCosts
 
 DEFAULT_MATMUL_FRACTION = 0.80  # H100 MAMF 794.5/989.4; used only where the table has no measurement
 
@@ -43,6 +44,7 @@ class Cluster:
     notes: tuple[str, ...] = ()  # where figures came from when not from the table
     bf16_peak_tflops: float = 0.0  # dense bf16 peak (FlashAttention's efficiency is quoted against it)
     compute: ComputeConstants = FITTED  # the compute model's constants (calibration.py)
+    host_costs: HostCosts = PUBLISHED  # the host's cost per unit of the framework's work (floor.py)
 
     @property
     def domain(self) -> int:

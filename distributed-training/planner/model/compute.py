@@ -101,6 +101,8 @@ class Kernels:
     host: str = "eager"  # what launches the kernels (host.HOST_US): eager (PyTorch, Megatron), compiled, graphs
     tp_comm_overlap: bool = False  # Megatron-Core's --tp-comm-overlap (TE userbuffers): every TP collective
     #                                pipelined with its GEMM, forward too (costs.py)
+    framework: str = "megatron"  # whose host work an eager step issues (floor.py): megatron (Python around fused
+    #                              kernels: Megatron, nanotron) or pytorch (parallel-3d, the labs, torchtitan)
 
 
 # Memory-bound kernels per layer: (kernels, bytes per element moved) forward and backward, for the
@@ -263,6 +265,26 @@ def fp8_weight_cast_time(shape: Shape, t, ker: Kernels, r: Rates):
                for lin in block_linears(shape, t, 1, 1, ker))
 
 
+# Megatron's FusedScaleMaskSoftmax.forward_torch_softmax (megatron/core/fusions/fused_softmax.py), when the fused
+# kernel is not available: the bf16 scores upcast (read 2, write 4 B), scaled (4 + 4), masked (4 + 4), the softmax
+# (4 + 4) and the downcast (4 + 2): 36 B in 5 kernels; backward the autograd of each, 40 B in 5 kernels (the fused
+# kernel: 4 and 6 B, one kernel each).
+SOFTMAX_FALLBACK = ((36.0, 5), (40.0, 5))
+
+
+def fused_softmax_available(ker: Kernels, b, heads_per_rank, sq, sk):
+    """Megatron's fused scale-mask-softmax runs (FusedScaleMaskSoftmax.is_kernel_available, megatron/core/fusions/
+    fused_softmax.py) only for fp16/bf16 scores (always here) with 16 < sk <= 4096, sq and sk multiples of 4, and the
+    attention batches b x heads-per-rank a multiple of the kernel's batches per block (scaled_masked_softmax.h's
+    get_batch_per_block for a causal mask: 128 threads of warps of min(32, next_pow2(sk)) lanes, 2 batches per warp up
+    to sk = 128, 1 above: 4 batches per block for sk > 128, 8 up to 128). A stack without fused kernels never has it."""
+    b, heads_per_rank, sq, sk = (np.asarray(x, float) for x in (b, heads_per_rank, sq, sk))
+    per_block = np.where(sk > 128, 4.0, 8.0)
+    ok = (16 < sk) & (sk <= 4096) & (np.mod(sq, 4) == 0) & (np.mod(sk, 4) == 0) & (np.mod(b * heads_per_rank,
+                                                                                          per_block) == 0)
+    return ok & bool(ker.fused)
+
+
 def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     """Attention core (QK^T, softmax, dropout, AV) of one layer, one micro-batch, one GPU: fwd and bwd s."""
     t, c, b = (np.asarray(x, float) for x in (t, c, b))
@@ -285,8 +307,12 @@ def attention_times(shape: Shape, t, c, b, ker: Kernels, r: Rates) -> dict:
     scores = heads * q_len * s  # elements of the score matrix
     # Fused scale-mask-softmax reads and writes the scores (2 + 2 B); dropout reads them and writes the
     # output and a 1-byte mask. Backward: dropout reads dy and the mask, writes dx (5 B); softmax
-    # reads y and dy, writes dx (6 B).
-    sm_fwd, sm_bwd = 4.0 * scores / r.hbm + r.kernel_s, 6.0 * scores / r.hbm + r.kernel_s
+    # reads y and dy, writes dx (6 B). Where Megatron's fused kernel is not available (fused_softmax_available) its
+    # fallback runs in fp32, op by op (SOFTMAX_FALLBACK).
+    fused = fused_softmax_available(ker, b, shape.heads / t, q_len, s)
+    (fb, fk), (bb, bk) = SOFTMAX_FALLBACK
+    sm_fwd = np.where(fused, 4.0 * scores / r.hbm + r.kernel_s, fb * scores / r.hbm + fk * r.kernel_s)
+    sm_bwd = np.where(fused, 6.0 * scores / r.hbm + r.kernel_s, bb * scores / r.hbm + bk * r.kernel_s)
     do_fwd = np.where(ker.dropout, 5.0 * scores / r.hbm + r.kernel_s, 0.0)
     do_bwd = np.where(ker.dropout, 5.0 * scores / r.hbm + r.kernel_s, 0.0)
     return {"fwd": qk + av + sm_fwd + do_fwd, "bwd": qk_bwd + av_bwd + sm_bwd + do_bwd,

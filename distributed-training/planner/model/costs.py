@@ -42,8 +42,9 @@ stage's time per micro-batch: its layers (compute, exposed TP and CP) plus the e
 and the LM head on the last, plus PP sends and exposed ZeRO-2/3 traffic; for equal stages the bubble
 is (p-1)/(v·m) of the ideal (SC21 §2.2), and bubble_fraction its share of the pipeline's time,
 (p-1)/(v·m + p - 1): with fewer micro-batches than stages (m < p, 1F1B or GPipe) (p-1)/(m + p - 1).
-The step is the larger of that and the host's time to launch it (host.py): small kernels at high TP or in eager
-stacks leave the GPU waiting for the host.
+The host issues the step (host.py: the framework's counted floor, floor.py), and host and GPU are serialised inside each
+synchronisation interval (serialised_step): small kernels at high TP, small micro-batches or eager stacks leave the GPU
+waiting for the host, and a pipeline's critical path runs on the serialised time.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from .calibration import ATTENTION_EFFICIENCY, generation
 from .cluster import Cluster
 from .compute import Kernels, Rates, head_times, layer_times, optimizer_time, sm_count, tensor_rate
 from .degrees import FULL, OP, SELECTIVE, Degrees
+from .floor import HostCosts
 from .memory import WEIGHT_BYTES, stage_params
 from .shapes import Shape
 from .stacks import zero_schedule
@@ -110,10 +112,47 @@ class StepCosts(NamedTuple):
     bubble_s: np.ndarray
     optimizer_s: np.ndarray
     gpu_step_s: np.ndarray  # what the GPU spends
-    host_s: np.ndarray  # what launching the step's kernels costs the host (host.py)
-    step_s: np.ndarray  # the larger of the two
+    host_s: np.ndarray  # what issuing the step costs the host (host.py, floor.py)
+    step_s: np.ndarray  # host and GPU serialised per synchronisation interval (serialised_step)
     split: StageSplit  # layers per pipeline stage (stages.py)
     cp_kind: np.ndarray  # the context-parallel design priced: an index into cp_kinds.CP_KINDS
+
+
+def phase_s(h, g, n):
+    """One phase of n equal segments (layers) whose host work h and GPU work g are issued segment by segment: the
+    two-machine flow shop's makespan, the GPU starting a segment once the host has issued it, the host never waiting
+    for the GPU: (n - 1) max(h, g)/n + (h + g)/n (Johnson 1954: max over the split point j of the host's time up to j
+    and the GPU's from j)."""
+    n = np.maximum(np.asarray(n, float), 1.0)
+    return (n - 1) * np.maximum(h, g) / n + (h + g) / n
+
+
+def accumulate_s(hf, gf, hb, gb, n, m, ho, go):
+    """A step of m micro-batches (forward phase, backward phase each) and a last phase (the optimizer) with no
+    synchronisation between them: the flow shop's makespan over the whole sequence. The candidate split points are
+    linear in the micro-batch index, so the first and the last micro-batch bound them."""
+    out = m * (hf + hb) + ho + go  # the split in the last phase
+    for k in (1.0, np.asarray(m, float)):
+        before, after = (k - 1) * (hf + hb), (m - k) * (gf + gb) + go
+        out = np.maximum(out, before + phase_s(hf, gf, n) + gb + after)
+        out = np.maximum(out, before + hf + phase_s(hb, gb, n) + after)
+    return out
+
+
+def serialised_step(hs, slowest, total, fwd_share, layers, m, v, p, once_gpu):
+    """The step with host and GPU serialised inside each synchronisation interval (host.py's HostStep; slowest and
+    total are the pipeline's GPU seconds per micro-batch). Without a pipeline the step is one interval: the flow shop
+    of its micro-batches' forward and backward phases and the optimizer (accumulate_s), the GPU never ahead of what
+    the host has issued. With one, every send and receive synchronises the host with its GPU (Megatron's
+    batch_isend_irecv is followed by torch.cuda.synchronize: megatron/core/pipeline_parallel/p2p_communication.py
+    _communicate, batch_p2p_sync), so each forward and backward phase is its own interval and the pipeline's
+    (m + p - 1) critical path runs on their serialised times (stages.pipeline_step)."""
+    gf, gb = slowest * fwd_share, slowest * (1 - fwd_share)
+    flat = accumulate_s(hs.fwd_mb, gf, hs.bwd_mb, gb, layers, m, hs.step, once_gpu)
+    per_mb = phase_s(hs.fwd_mb, gf, layers) + phase_s(hs.bwd_mb, gb, layers)
+    scale = per_mb / np.maximum(slowest, 1e-30)
+    piped = pipeline_step(m, v, per_mb, total * scale) + hs.step + once_gpu
+    return np.where(p > 1, piped, flat)
 
 
 class DPCollectives(NamedTuple):
@@ -142,14 +181,16 @@ def dp_collectives(psi, n, n_local, grad_bytes: float, net: Network, weight_byte
 def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2.0, kernels: Kernels = Kernels(),
                tp_overlap: bool = True, dp_overlap: bool = True, even_stages: bool = False,
                tp_layout_copies: bool = False, fsdp_copies: bool = False, rates: Rates | None = None,
-               dp_schedule=zero_schedule, cp_kind: str = "ring") -> StepCosts:
+               dp_schedule=zero_schedule, host_costs: HostCosts | None = None, cp_kind: str = "ring") -> StepCosts:
     """All time terms (seconds per step, arrays) for the configurations of `deg`.
 
     Also returns the stage split it chose (StepCosts.split), so memory is priced on the same layout;
     even_stages=True forces L/p layers per stage (p must divide L). `rates` replaces the cluster's
     compute rates (a machine measured directly: planner/evidence/ranking.py's CPU). dp_schedule: the stack's
-    data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's). cp_kind: the
-    context-parallel design (cp_kinds.py: ring, allgather, ulysses, or auto: the cheapest per configuration).
+    data-parallel schedule (stacks.zero_schedule, Megatron's; stacks.fsdp2_schedule, parallel-3d's). host_costs: the
+    host's cost per unit of counted work (floor.py), the cluster's unless given (published, or --calibrate's).
+    cp_kind: the context-parallel design (cp_kinds.py: ring, allgather, ulysses, or auto: the cheapest per
+    configuration).
     """
     t, p, c, d, b, v, m, zero, r = deg.t, deg.p, deg.c, deg.d, deg.b, deg.v, deg.m, deg.zero, deg.recompute
     full = r == FULL
@@ -230,11 +271,16 @@ def step_costs(shape: Shape, cl: Cluster, deg: Degrees, *, grad_bytes: float = 2
     slowest, total = slowest + per_mb, total + p * per_mb
     fp8_weights = slowest_layers * lt["fp8_weights_per_step"]  # cached FP8 weight casts: once per step (fp8_cost.py)
     gpu_step = pipeline_step(m, v, slowest, total) + dp_step_exposed + optimizer + fp8_weights
-    # The host launches every kernel and collective; a step it paces takes its time (host.py).
+    # The host issues every op, kernel and collective (host.py, floor.py); host and GPU are serialised inside each
+    # synchronisation interval (serialised_step).
     dp_calls = np.select([zero == 0, zero == 1], [buckets, 2 * buckets], 0.0) * (n_dp > 1)
-    launches = host.step_launches(shape, deg, kernels, rt, slowest_layers, dp_calls, regather=regather)
-    host_s = host.host_time(launches, kernels)
-    step = np.maximum(gpu_step, host_s)
+    hs = host.host_step(shape, deg, kernels, rt, slowest_layers, dp_calls, regather=regather,
+                        costs=host_costs if host_costs is not None else cl.host_costs,
+                        precision=cl.precision)
+    host_s = hs.total(m)
+    fwd_share = (lt["fwd"] - lt["fp8_weights_per_step"]) / layer_compute
+    once_gpu = dp_step_exposed + optimizer + fp8_weights
+    step = np.maximum(gpu_step, serialised_step(hs, slowest, total, fwd_share, slowest_layers, m, v, p, once_gpu))
     bubble = (total - slowest) / v
     head = np.where(p == 1, ht["embedding"] + ht["head"], ht["head"])
     layers = slowest_layers

@@ -1,4 +1,10 @@
-"""The host's side of a step: what launching a step's kernels costs the CPU, and the step it paces.
+"""The host's side of a step: what the framework's host work costs the CPU, and the step it paces.
+
+An eager step is priced by the framework's floor (floor.py): the host work its stack issues per layer and
+micro-batch, counted as the framework issues it (aten ops, DTensor ops, FSDP2's hook events), at a measured or
+published cost per unit, and every collective call at c10d's host cost (host_step). costs.py serialises that host
+time with the GPU's inside each synchronisation interval. A compiled or graph-replayed step launches kernels, not
+Python ops: it is priced by its launches, as below.
 
 A GPU runs what the host has queued. Every kernel and collective a step runs is first launched by the host: the
 Python of the framework, PyTorch's dispatcher and autograd bookkeeping, the CUDA launch. The host runs ahead of
@@ -39,8 +45,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .compute import OPTIMIZER_KERNELS, Kernels, Rates, head_times, layer_times
-from .degrees import FULL, OP, SELECTIVE, Degrees
+from .compute import OPTIMIZER_KERNELS, Kernels, Rates, fused_softmax_available, head_times, layer_times
+from .degrees import FULL, NONE, OP, SELECTIVE, Degrees
+from .floor import PUBLISHED, HostCosts, layer_host_s, megatron_floor, pytorch_floor
 
 HOST_US = {"eager": 10.0, "compiled": 4.0, "graphs": 0.0}
 # Host time per collective call (module docstring), by runtime: eager and compiled stacks issue collectives through
@@ -101,3 +108,55 @@ def host_time(launches: Launches, ker: Kernels):
     """Seconds the host spends launching a step (module docstring): kernels at the runtime's cost per launch,
     collectives at its cost per call."""
     return (launches.kernels * host_us(ker.host) + launches.collectives * COLLECTIVE_HOST_US[ker.host]) * 1e-6
+
+
+class HostStep(NamedTuple):
+    """Host seconds on the busiest pipeline rank (arrays): one micro-batch's forward and backward (its layers, head
+    and collectives; the recompute in the backward), and what the step adds once (the optimizer, DP's calls)."""
+    fwd_mb: np.ndarray
+    bwd_mb: np.ndarray
+    step: np.ndarray
+
+    def total(self, m) -> np.ndarray:
+        return m * (self.fwd_mb + self.bwd_mb) + self.step
+
+
+def framework_floor(deg: Degrees, ker: Kernels, precision: str = "bf16", shape=None):
+    """The counted host work of the stack that runs `ker` (floor.py); Megatron's with its unfused softmax where the
+    fused kernel is not available (scores in HBM only: without FlashAttention)."""
+    if ker.framework == "pytorch":
+        return pytorch_floor(precision, deg.t, deg.zero, deg.recompute)
+    fused = True if ker.flash or shape is None else fused_softmax_available(
+        ker, deg.b, shape.heads / deg.t, shape.seq / deg.c, shape.seq)
+    return megatron_floor(deg.recompute, fused_softmax=fused)
+
+
+def host_step(shape, deg: Degrees, ker: Kernels, r: Rates, layers, dp_calls, regather=0.0,
+              costs: HostCosts = PUBLISHED, precision: str = "bf16") -> HostStep:
+    """The host's time of a step, phase by phase (HostStep): an eager stack's counted floor (floor.py) at `costs`,
+    a compiled one's kernel launches (HOST_US) and FSDP2's hooks, which stay eager around compiled blocks; every
+    collective call at c10d's cost."""
+    coll = np.asarray(layer_collectives(deg, ker, regather), float) * COLLECTIVE_HOST_US[ker.host] * 1e-6
+    pp = np.where(deg.p > 1, 2 * deg.v, 0) * COLLECTIVE_HOST_US[ker.host] * 1e-6
+    step_calls = np.asarray(dp_calls, float) * COLLECTIVE_HOST_US[ker.host] * 1e-6
+    fl = framework_floor(deg, ker, precision, shape)
+    if ker.host == "eager":
+        f, b, rec = layer_host_s(fl, costs)
+        rec = np.where(deg.recompute != NONE, rec, 0.0)
+        head = fl.per_microbatch.ops * costs.op_s + fl.per_microbatch.dtensor_ops * costs.dtensor_op_s
+        once = (fl.per_step.ops + layers * fl.per_layer_step.ops) * costs.optimizer_op_s \
+            + (fl.per_step.dtensor_ops + layers * fl.per_layer_step.dtensor_ops) * costs.dtensor_op_s
+        return HostStep(layers * (f + coll / 2) + head / 2 + pp / 2, layers * (b + rec + coll / 2) + head / 2 + pp / 2,
+                        once + step_calls)
+    cr = counting(r)
+    lt, ht = layer_times(shape, deg.t, deg.c, deg.b, ker, cr), head_times(shape, deg.t, deg.c, deg.b, ker, cr)
+    rec = np.select([deg.recompute == FULL, deg.recompute == SELECTIVE, deg.recompute == OP],
+                    [lt["recompute_full"], lt["recompute_selective"], lt["recompute_op"]], 0.0)
+    per = host_us(ker.host) * 1e-6
+    hooks = fl.fsdp_events * costs.fsdp_event_s if ker.framework == "pytorch" and ker.host == "compiled" else 0.0
+    head = np.where(deg.p == 1, ht["embedding"] + ht["head"], ht["head"]) * per
+    fwd = layers * (lt["fwd"] * per + coll / 2 + np.minimum(hooks, costs.fsdp_event_s)) + head / 2 + pp / 2
+    bwd = layers * ((lt["bwd"] + rec) * per + coll / 2 + hooks - np.minimum(hooks, costs.fsdp_event_s)) + head / 2 \
+        + pp / 2
+    once = (OPTIMIZER_KERNELS[ker.optimizer] + CLIP_KERNELS) * per + step_calls
+    return HostStep(np.asarray(fwd, float), np.asarray(bwd, float), np.asarray(once, float))

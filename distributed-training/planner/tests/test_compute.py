@@ -196,3 +196,20 @@ def test_flash_attention_rate_by_sequence_and_head_size_by_hand():
         float(attention_times(sh64, 1, 1, 2, ker, flat)["fwd"]) * 294 / 257)
     assert float(attention_times(sh64, 1, 2, 2, ker, curved)["bwd"]) == pytest.approx(
         float(attention_times(sh64, 1, 2, 2, ker, flat)["bwd"]) * 294 / 232)  # 2k chunks at head 64: 232
+
+
+def test_megatrons_fused_softmax_cliff():
+    # Megatron's fused scale-mask-softmax needs b x heads-per-rank a multiple of 4 (sk > 128), 16 < sk <= 4096 and
+    # sq, sk multiples of 4 (fused_softmax.py is_kernel_available); otherwise its fp32 fallback moves 36 + 40 B per
+    # score in 5 + 5 kernels where the kernel moves 4 + 6 B in 1 + 1.
+    from planner.model.compute import SOFTMAX_FALLBACK, attention_times, fused_softmax_available
+    ker = Kernels(flash=False)
+    assert bool(fused_softmax_available(ker, 1, 8, 2048, 2048)) and not fused_softmax_available(ker, 1, 6, 2048, 2048)
+    assert bool(fused_softmax_available(ker, 2, 6, 2048, 2048)) and not fused_softmax_available(ker, 1, 8, 8192, 8192)
+    assert not fused_softmax_available(Kernels(flash=False, fused=False), 1, 8, 2048, 2048)
+    sh = Shape(layers=1, hidden=3072, heads=24, kv_heads=24, vocab=1000, seq=2048, ffn=12288)
+    r = Rates(matmul=1e15, bf16_matmul=1e15, attention=1e15, hbm=1e12, sms=132, consts=FITTED)
+    fused, cliff = attention_times(sh, 4, 1, 2, ker, r), attention_times(sh, 4, 1, 1, ker, r)  # 6 heads per rank
+    scores = 1 * 6 * 2048 * 2048
+    assert float(cliff["scores_fwd"]) == pytest.approx(SOFTMAX_FALLBACK[0][0] * scores / 1e12 + 5 * r.kernel_s)
+    assert float(fused["scores_fwd"]) == pytest.approx(4.0 * 2 * scores / 1e12 + r.kernel_s)

@@ -19,6 +19,9 @@ def toy_cluster(**net) -> Cluster:
                    bf16_matmul_tflops=80.0, memory_gb=80.0, hbm_gbps=1000.0, net=links, bf16_peak_tflops=100.0)
 
 
+GPU_ONLY = Kernels(host="graphs")  # the GPU's assembly alone: a replayed graph costs the host nothing (test_host.py)
+
+
 def test_flops_by_hand():
     # L=2, h=4, 2 heads of 2 (2 kv heads), f=16, V=8, s=4. One block's weights:
     # (q, k, v, o are 4x4 each = 64; MLP 2·4·16 = 128 -> 192; + 2 norms of 4 -> 200 per block)
@@ -50,7 +53,7 @@ def test_step_assembly():
     sh = Shape(16, 1024, 8, 8, 1000, 1024, 4096)
     cl = toy_cluster()
     p, v, m = np.array([1, 2, 4, 4, 8]), np.array([1, 1, 1, 2, 4]), np.array([8, 8, 16, 16, 32])
-    out = step_costs(sh, cl, Degrees.of(p=p, v=v, m=m))  # d = 1: no DP traffic at all
+    out = step_costs(sh, cl, Degrees.of(p=p, v=v, m=m), kernels=GPU_ONLY)  # d = 1: no DP traffic at all
     assert out.dp_comm_s.max() == 0 and out.pp_comm_s[0] == 0 and out.pp_comm_s[1] > 0
     busy = out.step_s - out.bubble_s - out.optimizer_s
     np.testing.assert_allclose(out.bubble_s / (busy + out.bubble_s), out.bubble_fraction)
@@ -78,7 +81,7 @@ def test_tp_volume_is_sc21s():
     sh = Shape(4, 1024, 8, 8, 1000, 512, 4096)
     cl = toy_cluster(alpha_step_us=0.0, alpha_level_us=0.0)
     b, t, m = 2, 4, 3
-    plain = Kernels(sequence_parallel=False)
+    plain = Kernels(sequence_parallel=False, host="graphs")  # the GPU's assembly alone (test_host: the host's)
     out = step_costs(sh, cl, Degrees.of(t=t, b=b, m=m), kernels=plain)
     want = sh.layers * m * 8 * b * sh.seq * sh.hidden * (t - 1) / t * ACT_BYTES / 100e9
     assert float(out.tp_comm_s) == pytest.approx(want)
@@ -150,8 +153,8 @@ def test_tp_comm_overlap_hides_the_forward_collectives_too():
     sh = Shape(4, 1024, 8, 8, 1000, 512, 4096)
     cl = toy_cluster(alpha_step_us=0.0, alpha_level_us=0.0, intra_GBps=1000.0)  # fast links: all of it fits
     deg = Degrees.of(t=4, b=2, m=3)
-    bwd_only = step_costs(sh, cl, deg)
-    overlapped = step_costs(sh, cl, deg, kernels=Kernels(tp_comm_overlap=True))
+    bwd_only = step_costs(sh, cl, deg, kernels=GPU_ONLY)
+    overlapped = step_costs(sh, cl, deg, kernels=Kernels(tp_comm_overlap=True, host="graphs"))
     # Backward-only overlap hides the 2 reduce-scatter-equivalents and SP's re-gather (costs.py): 3 of 5.
     assert float(bwd_only.tp_hidden_s) == pytest.approx(float(bwd_only.tp_comm_s) * 3 / 5)
     assert float(overlapped.tp_hidden_s) == pytest.approx(float(overlapped.tp_comm_s))

@@ -1,4 +1,5 @@
-"""The host-paced step (host.py): launches counted by hand, the host's time, and the step as the larger of the two."""
+"""The host's side of a step (host.py, floor.py): launches and the framework's floor counted by hand, the host's time,
+and host and GPU serialised per synchronisation interval (costs.py)."""
 
 import csv
 import statistics
@@ -8,8 +9,10 @@ import pytest
 
 from planner.model.calibration import FITTED
 from planner.model.compute import Kernels, Rates
-from planner.model.costs import step_costs
-from planner.model.degrees import Degrees
+from planner.model.costs import accumulate_s, phase_s, step_costs
+from planner.model.degrees import FULL, NONE, Degrees
+from planner.model.floor import (MEGATRON_FORWARD, SOFTMAX_FALLBACK_OPS, HostCosts, layer_host_s, megatron_floor,
+                                 pytorch_floor)
 from planner.model.host import COLLECTIVE_HOST_US, HOST_US, host_time, host_us, layer_collectives, step_launches
 from planner.model.shapes import Shape
 from planner.tests.test_costs import toy_cluster
@@ -44,18 +47,64 @@ def test_launches_by_hand():
         host_us("jit")
 
 
-def test_a_step_is_the_larger_of_the_gpu_and_the_host():
+def test_the_flow_shop_by_hand():
+    # One phase of n segments: the GPU starts a segment once the host has issued it. Host-bound (h > g): the host's
+    # time and the last segment's GPU work; GPU-bound: the first segment's host work and the GPU's time.
+    assert float(phase_s(4.0, 2.0, 4)) == pytest.approx(4.0 + 2.0 / 4)
+    assert float(phase_s(2.0, 4.0, 4)) == pytest.approx(2.0 / 4 + 4.0)
+    assert float(phase_s(0.0, 4.0, 4)) == 4.0 and float(phase_s(3.0, 0.0, 4)) == 3.0
+    # Two micro-batches, a host-bound forward and a GPU-bound backward (one segment each): the GPU idles in each
+    # forward and the host cannot give it back later: hf + gb + (m-1)(gf + gb) + go vs the host's total + the
+    # optimizer's GPU work, whichever is longer (Johnson's rule over every split point).
+    hf, gf, hb, gb, m, ho, go = 3.0, 1.0, 1.0, 3.0, 2, 0.5, 0.5
+    want = max(hf + gb + (m - 1) * (gf + gb) + go, (m - 1) * (hf + hb) + hf + gb + go, m * (hf + hb) + ho + go,
+               hf + hb + (m - 1) * (gf + gb) + go, (m - 1) * (hf + hb) + hf + hb + gb + go)
+    assert float(accumulate_s(hf, gf, hb, gb, 1, m, ho, go)) == pytest.approx(want)
+    assert want > max(m * (hf + hb) + ho, m * (gf + gb) + go)  # more than max(host, GPU) over the step
+
+
+def test_a_step_serialises_host_and_gpu_per_interval():
     cl = toy_cluster()
-    # A small model at high TP: the GPU's work shrinks with t, the host's does not.
+    # A small model at high TP: the GPU's work shrinks with t, the host's does not; the step is at least the host's
+    # time and at most the sum of both.
     small = Shape(layers=4, hidden=256, heads=8, kv_heads=8, vocab=1000, seq=256, ffn=1024)
     out = step_costs(small, cl, Degrees.of(t=8, m=4))
-    assert float(out.host_s) > float(out.gpu_step_s) and float(out.step_s) == float(out.host_s)
+    assert float(out.host_s) > float(out.gpu_step_s)
+    assert float(out.host_s) <= float(out.step_s) <= float(out.host_s) + float(out.gpu_step_s)
     compiled = step_costs(small, cl, Degrees.of(t=8, m=4), kernels=Kernels(host="compiled"))
-    assert float(compiled.host_s) < float(out.host_s)  # kernels at 4 us, collectives still through c10d
-    # A large one: the GPU paces, the host's time is hidden in the queue.
+    assert float(compiled.host_s) < float(out.host_s)  # kernels at 4 us, not the framework's counted ops
+    # A large one: the GPU paces; the host adds at most its first segment's work to the GPU's time.
     big = Shape(layers=4, hidden=8192, heads=64, kv_heads=64, vocab=1000, seq=4096, ffn=32768)
     out = step_costs(big, cl, Degrees.of(t=1, b=2, m=4))
-    assert float(out.host_s) < float(out.gpu_step_s) == float(out.step_s)
+    assert float(out.host_s) < float(out.gpu_step_s) <= float(out.step_s) < 1.01 * float(out.gpu_step_s)
+    # A pipeline synchronises at every send (Megatron's batch_p2p_sync): each phase is its own interval, so a
+    # host-bound pipeline's critical path runs on host time, (m + p - 1) micro-batch slots of it.
+    piped = step_costs(small, cl, Degrees.of(t=1, p=4, m=8))
+    per_mb = float(piped.host_s) / 8
+    assert float(piped.step_s) >= (8 + 4 - 1) * per_mb * 0.99
+
+
+def test_the_framework_floor_is_counted():
+    # Megatron's layer, counted from its code (floor.py's table): 48 calls forward, as many backward, the forward
+    # again and 8 more (the checkpoint's RNG save/restore, detach, backward) under full recompute.
+    assert MEGATRON_FORWARD == 2 * 2 + 4 * 3 + 4 + 16 + 3 * 2 + 6 == 48
+    fl = megatron_floor(FULL)
+    assert float(fl.per_layer.ops) == 96 and float(fl.recompute.ops) == 56
+    assert float(megatron_floor(FULL, fused_softmax=False).per_layer.ops) == 96 + SOFTMAX_FALLBACK_OPS
+    # parallel-3d's, counted by parallel-3d/host_ops.py (its test recounts PYTORCH_OPS): a plain block's forward is 39
+    # aten ops and its backward 73; FSDP2 ZeRO-3 adds its copies and two unshard events per unit and micro-batch.
+    plain = pytorch_floor("fp32", 1, 0, NONE)
+    assert (float(plain.per_layer.ops), float(plain.per_layer.backward)) == (112, 73)
+    z3 = pytorch_floor("bf16", 1, 3, NONE)
+    assert float(z3.fsdp_events) == 2 and float(pytorch_floor("bf16", 1, 2, NONE).fsdp_events) == 1
+    # Priced: ops x the cost per op, the events at theirs; the backward's share of the ops by the count.
+    costs = HostCosts(10e-6, 50e-6, 5e-6, 1e-3, 17.8e-6, "test")
+    f, b, rec = layer_host_s(plain, costs)
+    assert float(f + b) == pytest.approx(112 * 10e-6) and float(b) == pytest.approx(73 * 10e-6)
+    f3, b3, _ = layer_host_s(z3, costs)
+    assert float(f3 + b3) == pytest.approx(float(z3.per_layer.ops) * 10e-6 + 2e-3)
+    tp = pytorch_floor("fp32", 2, 0, NONE)
+    assert float(sum(layer_host_s(tp, costs)[:2])) == pytest.approx(74 * 10e-6 + 86 * 50e-6)
 
 
 def test_the_collective_host_cost_is_the_measured_one():

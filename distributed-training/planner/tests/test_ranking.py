@@ -22,7 +22,9 @@ def test_predictions_use_the_calibration_and_never_the_step_times(tmp_path):
     for name in ("ranking_cpu.csv", "ranking_calibration_cpu.csv"):
         shutil.copy(RESULTS / name, tmp_path / name)
     rows, groups = ranking.compare(tmp_path)
-    assert len(rows) >= 12 and {g.name for g in groups} == {"ws4", "ws8"}  # the issue's world sizes, 12+ layouts
+    # Issue 38: at least 6 groups, world 4 and 8, global batches of 4-8 sequences and larger ones.
+    assert len(groups) >= 6 and set(rows["world"]) == {4, 8} and {4, 8} <= set(rows["global_batch"])
+    assert rows["global_batch"].max() > 8 and set(rows["recompute"]) >= {"none", "full"}
     # Double every measured step time: not one prediction moves (nothing is fitted to them) and the verdict holds.
     df = pd.read_csv(tmp_path / "ranking_cpu.csv")
     df[["step_time_ms", "step_time_min_ms", "step_time_max_ms"]] *= 2
@@ -30,28 +32,37 @@ def test_predictions_use_the_calibration_and_never_the_step_times(tmp_path):
     again, groups2 = ranking.compare(tmp_path)
     assert list(again["predicted_ms"]) == list(rows["predicted_ms"])
     assert [g.rho for g in groups2] == pytest.approx([g.rho for g in groups])
-    # A slower machine (every measured rate halved, every fixed cost doubled) is predicted exactly twice as slow.
+    # A slower machine (every measured rate halved, every fixed cost doubled, the same cores) is predicted exactly
+    # twice as slow.
     cal = pd.read_csv(tmp_path / "ranking_calibration_cpu.csv")
-    rate = cal["quantity"].isin(["gemm_flops_per_s", "memory_bytes_per_s", "allreduce_busbw_GBps"])
+    rate = cal["quantity"].isin(["gemm_flops_per_s", "small_gemm_flops_per_s", "memory_bytes_per_s",
+                                 "allreduce_busbw_GBps"])
+    same = cal["quantity"].isin(["cores", "loadavg_1m"])
     cal.loc[rate, "value"] /= 2
-    cal.loc[~rate, "value"] *= 2
+    cal.loc[~rate & ~same, "value"] *= 2
     cal.to_csv(tmp_path / "ranking_calibration_cpu.csv", index=False)
     slow, _ = ranking.compare(tmp_path)
     assert list(slow["predicted_ms"]) == pytest.approx(list(2 * rows["predicted_ms"]))
 
 
-def test_the_pick_is_judged_on_measured_time():
+def test_the_pick_and_the_errors_are_judged_on_measured_time():
     rows, groups = ranking.compare()
     for g in groups:
         mine = rows[rows["group"] == g.name]
         best = mine["step_time_ms"].min()
         picked = mine.loc[mine["predicted_ms"].idxmin(), "step_time_ms"]
         assert g.pick_vs_best == pytest.approx(picked / best - 1) and g.pick_vs_best >= 0
+        errors = mine["predicted_ms"] / mine["step_time_ms"] - 1
+        assert g.median_signed == pytest.approx(errors.median()) and g.median_abs == pytest.approx(errors.abs().median())
+    v = ranking.verdict(rows, groups)
+    assert v.groups == len(groups) and v.meets == (v.groups >= 6 and v.rho_ok == v.groups and v.picks_ok >= v.groups - 1
+                                                   and v.median_abs <= 0.25)
 
 
 def test_the_generated_sections():
     text = ranking.section()
-    assert text.startswith("### Ranking:") and "rank correlation" in text and "ws4" in text and "ws8" in text
+    assert text.startswith("### Ranking:") and "rank correlation" in text and "ws4-gb4" in text and "ws8-gb32" in text
+    assert "median signed error" in text and "load average" in text
     regimes = validation.regimes([{"name": "a", "gpus": 8, "error": 0.03}, {"name": "b", "gpus": 8, "error": -0.25},
                                   {"name": "c", "gpus": 512, "error": 0.04}])
     assert "1 of 2 regimes meet both" in regimes and "Beyond +-20% in one node and small models" in regimes
@@ -81,3 +92,22 @@ def test_the_small_model_regime_by_hand():
     assert "within 5% of the measured best in 1 of 2" in text
     assert "| TP 4 | 2 | +12.5% | 12.5% |" in text and "| hidden <= 1024 | 2 | +21.7% | 21.7% |" in text
     assert "| g1 | 3 | 0.50 | b | -10.0% | no |" in text
+
+
+def test_the_load_sentence_follows_the_rows(tmp_path):
+    # The committed layouts ran with other work on the cores (load beyond their world size): the section says so, with
+    # the errors below and above the median excess. Every row at a load of its own ranks alone: the sentence goes.
+    for name in ("ranking_cpu.csv", "ranking_calibration_cpu.csv"):
+        shutil.copy(RESULTS / name, tmp_path / name)
+    rows, _ = ranking.compare(tmp_path)
+    machine = ranking.read_machine(tmp_path / "ranking_calibration_cpu.csv")
+    excess = rows["loadavg_1m"] - rows["world"]
+    said = ranking.load_sentence(rows, machine)
+    if excess.median() > machine.cores / 2:
+        assert said.startswith(f"Other work shared the {machine.cores} cores") and said in ranking.section(tmp_path)
+        assert f"by a median {excess.median():.1f} (up to {excess.max():.1f})" in said
+    df = pd.read_csv(tmp_path / "ranking_cpu.csv")
+    df["loadavg_1m"] = df["world"]  # the ranks alone
+    df.to_csv(tmp_path / "ranking_cpu.csv", index=False)
+    rows, _ = ranking.compare(tmp_path)
+    assert ranking.load_sentence(rows, machine) == "" and "Other work shared" not in ranking.section(tmp_path)
