@@ -35,6 +35,7 @@ from typing import NamedTuple
 START, END = "<!-- findings: generated from the CSVs; README.md quotes the Answer -->", "<!-- /findings -->"
 MAX_LINES, WIDTH = 8, 110  # one screen: the opening's rendered lines
 _NAME = re.compile(r"^\[([a-z0-9_.-]+)\]\s*$")
+_MINUS_ZERO = re.compile(r"-0(\.0*)?(%|e[+-]?\d+)?")
 GLOSSARY = Path(__file__).resolve().parent.parent.parent / "docs" / "glossary.md"
 
 
@@ -202,10 +203,16 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def signed(fmt: str, value: float) -> str:
+    """value in fmt, a value that rounds to zero without a minus ('-0%' reads as a loss that is not there)."""
+    text = fmt.format(value)
+    return ("+" if "+" in fmt else "") + text[1:] if _MINUS_ZERO.fullmatch(text) else text
+
+
 def spread(values: list[float], fmt: str = "{:+.4f}", joiner: str = " to ") -> str:
     """'x' for one value or equal values, 'lo to hi' otherwise (in the given format)."""
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else fmt.format(lo) + joiner + fmt.format(hi)
+    lo, hi = signed(fmt, min(values)), signed(fmt, max(values))
+    return lo if lo == hi else lo + joiner + hi
 
 
 def gaps_sentence(say: Sentences, gaps: list[str]) -> str:

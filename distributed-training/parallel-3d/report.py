@@ -19,7 +19,7 @@ from pathlib import Path
 from common import measured_on
 from common.config import parse_config
 from common.csvread import BadResults, check_configs, guard_report, report_path
-from common.findings import block, cores, fill, shares_cores
+from common.findings import block, cores, fill, shares_cores, signed
 from common.hardware import get_preset
 from common.plotting import new_figure, save
 import findings
@@ -291,7 +291,7 @@ def answer(results: Path, plots: list[str], out_dir: Path) -> list[str]:
     png = plot_peak(rows, device_gb, gpu, out_dir / "peak_memory.png")
     plots.append(png)
     body = [[f"{study} ({r['role']} stage)", ap.degrees(r), f"{peak / 1e9:.1f}", f"{ap.planned_peak(r) / 1e9:.1f}",
-             f"{ap.planned_peak(r) / peak - 1:+.0%}", "yes" if peak / 1e9 <= device_gb else "**does not fit**"]
+             signed("{:+.0%}", ap.planned_peak(r) / peak - 1), "yes" if peak / 1e9 <= device_gb else "**does not fit**"]
             for study, r, peak in ap.peak_rows(rows)]
     return [f"![peak memory per GPU against {gpu}](plots/{png})", "",
             findings.peak_caption(rows, device_gb, gpu), "",

@@ -10,7 +10,7 @@ import pytest
 from common import readme_findings
 from common.findings import (END, GLOSSARY, START, Finding, Sentences, Spread, block, fill, gaps_sentence, listing,
                              opening_lines, plural, read_block, rendered, screen_lines, shares_cores, short_hardware,
-                             spread)
+                             signed, spread)
 
 ROOT = readme_findings.ROOT
 LABS = ("allreduce-bench", "fsdp-scaling", "tp-attention", "cp-attention", "fp8-train", "parallel-3d")
@@ -90,6 +90,12 @@ def test_one_screen_is_counted_as_rendered_and_refused_beyond():
     block([Finding("Answer", "x" * 200)] * 4, one_screen=True)  # 4 x 2 lines: fits
     with pytest.raises(ValueError, match="9 lines of 110 characters"):
         block([Finding("Answer", "x" * 200)] * 4 + [Finding("More", "y")], one_screen=True)
+
+
+def test_a_value_that_rounds_to_zero_has_no_minus():
+    assert signed("{:+.0%}", -0.0014) == "+0%" and signed("{:.2f}", -0.001) == "0.00"
+    assert signed("{:+.0%}", -0.006) == "-1%" and signed("{:+.4f}", -0.5) == "-0.5000"
+    assert spread([-0.0014, 0.04], "{:+.0%}") == "+0% to +4%" and spread([-0.0014, 0.001], "{:+.0%}") == "+0%"
 
 
 def test_a_ratio_differs_only_outside_its_spread():
