@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import math
 import re
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import wraps
 from pathlib import Path
@@ -121,10 +123,11 @@ def _read_bytes(path: Path) -> bytes:
         raise BadResults(f"{shown(path)}: cannot be read ({e.strerror})") from None
 
 
-def _parse(path: Path, schema: Schema) -> tuple[list[str], list[list[str]], str]:
-    """Header, rows and text of a structurally sound CSV; BadResults otherwise."""
+def _parse(path: Path, schema: Schema, raw: bytes | None = None) -> tuple[list[str], list[list[str]], str]:
+    """Header, rows and text of a structurally sound CSV (its bytes `raw`, read here if not given); BadResults
+    otherwise."""
     where = shown(path)
-    raw = _read_bytes(path)
+    raw = _read_bytes(path) if raw is None else raw
     if not raw.strip():
         raise BadResults(f"{where} is empty (a run stopped before writing its header?); delete it or rerun the run "
                          "that writes it")
@@ -238,25 +241,57 @@ def has_columns(path: str | Path, columns: set[str]) -> bool:
     return columns <= set(header)
 
 
+# Files that passed every check, by (their bytes' digest, the schema, how they were read): the same bytes read
+# again with the same schema (a report and the guide read one file several times; a damage test re-reads every
+# untouched file once per damaged one) are not parsed and checked again. Keyed by content, never by name or
+# modification time: a file rewritten in place, even to the same size within one clock tick, is read afresh.
+# Only what passed is kept (an error names its path, read anew each time); callers get copies.
+_PASSED: OrderedDict[tuple, Any] = OrderedDict()
+_PASSED_MAX = 256
+
+
+def _schema_key(schema: Schema) -> tuple:
+    return tuple(tuple(v.items()) if isinstance(v, Mapping) else v
+                 for v in (getattr(schema, f.name) for f in dataclasses.fields(schema)))
+
+
+def _checked(path: Path, schema: Schema, how: str, build: Callable[[list[str], list[list[str]], str], Any]) -> Any:
+    """build(header, rows, text) of the CSV at `path` once it passed every check above, from _PASSED if these
+    bytes passed this schema before."""
+    raw = _read_bytes(path)
+    key = (hashlib.blake2b(raw, digest_size=20).digest(), len(raw), _schema_key(schema), how)
+    if key in _PASSED:
+        _PASSED.move_to_end(key)
+        return _PASSED[key]
+    header, rows, text = _parse(path, schema, raw)
+    _check_types(path, schema, header, rows)
+    value = build(header, rows, text)
+    _PASSED[key] = value
+    if len(_PASSED) > _PASSED_MAX:
+        _PASSED.popitem(last=False)
+    return value
+
+
 def read_table(path: str | Path, schema: Schema) -> pd.DataFrame:
     """One results CSV as a DataFrame, after every check above; BadResults naming the file otherwise."""
     path = Path(path)
-    header, rows, text = _parse(path, schema)
-    _check_types(path, schema, header, rows)
-    if not rows:
-        return pd.DataFrame(columns=header)
-    text_columns = {c for c, k in schema.columns.items() if k is str} | {c for c in ALWAYS_TEXT if c in header}
-    try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
-        return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
-    except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
-        raise BadResults(f"{shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+
+    def frame(header: list[str], rows: list[list[str]], text: str) -> pd.DataFrame:
+        if not rows:
+            return pd.DataFrame(columns=header)
+        text_columns = {c for c, k in schema.columns.items() if k is str} | {c for c in ALWAYS_TEXT if c in header}
+        try:  # columns declared str stay text (a commit like 42153292e609 is not a number)
+            return pd.read_csv(io.StringIO(text), dtype={c: str for c in text_columns})
+        except (ValueError, pd.errors.ParserError) as e:  # cannot happen after the checks above; still one line
+            raise BadResults(f"{shown(path)}: pandas cannot read it ({str(e).splitlines()[0][:120]})") from None
+
+    return _checked(path, schema, "table", frame).copy()
 
 
 def read_rows(path: str | Path, schema: Schema) -> list[dict[str, str]]:
     """The same checks, for readers that take rows as dicts of text (csv.DictReader's shape)."""
     path = Path(path)
-    header, rows, _ = _parse(path, schema)
-    _check_types(path, schema, header, rows)
+    header, rows = _checked(path, schema, "rows", lambda header, rows, _: (header, rows))
     return [dict(zip(header, r)) for r in rows]
 
 

@@ -142,3 +142,28 @@ def test_signed_columns_and_text_may_be_negative(tmp_path):
     assert read_table(path, Schema("signed", SCHEMA.columns, signed=("error_s",))).shape == (1, 6)  # '-' is no number
     with pytest.raises(BadResults, match="column error_s: -0.5 is negative"):
         read_table(path, SCHEMA)
+
+
+def test_a_file_read_again_is_checked_by_its_bytes_and_each_reader_gets_its_own_copy(tmp_path):
+    """A file that passed is not checked again while its bytes stay the same (csvread._PASSED); a file rewritten in
+    place, to the same size and the same modification time, is read afresh, and a caller that edits what it got
+    changes nothing the next reader gets."""
+    import os
+
+    from common.csvread import read_rows
+    path = tmp_path / "sweep_x.csv"
+    path.write_text(GOOD)
+    first = read_table(path, SCHEMA)
+    first.loc[0, "op"] = "edited"
+    read_rows(path, SCHEMA)[0]["op"] = "edited"
+    assert read_table(path, SCHEMA)["op"].tolist() == ["all_reduce", "all_gather"]
+    assert [r["op"] for r in read_rows(path, SCHEMA)] == ["all_reduce", "all_gather"]
+    stamp = path.stat().st_mtime_ns
+    path.write_text(GOOD.replace("12.5", "nan!"))  # one cell, same length
+    os.utime(path, ns=(stamp, stamp))
+    with pytest.raises(BadResults, match="line 2, column time_us: 'nan!' is not a float"):
+        read_table(path, SCHEMA)
+    path.write_text(GOOD)
+    read_table(path, SCHEMA)  # passed, and kept
+    with pytest.raises(BadResults, match="line 3, column note: 'x' is not an int"):  # the same bytes, another schema
+        read_table(path, SCHEMA.with_columns(note=int))
