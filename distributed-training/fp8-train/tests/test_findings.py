@@ -120,6 +120,11 @@ def test_the_opening_names_one_primary_set_by_its_rule_and_counts_the_rest(ctx):
     bounds = findings.missing_sentence([h100, h200], [h100.key, h200.key, extra[0].key], False)
     assert "the FP8 bound on 3 GPUs" in bounds and "FSDP2 on several GPUs" in bounds
 
+    # Only the CPU preset's model measured on two GPUs (six block-format and FP8 runs, none faster than BF16).
+    small = [cpu._replace(gpu=True, key=cpu.key._replace(hardware=f"1x NVIDIA {gpu}")) for gpu in ("H100", "H200")]
+    found = _opening(small[0], small[1:])
+    assert found["Answer"].startswith("On 1x H100 (d_model 128) 6 low-precision runs") and "1 more set" in found["Speed"]
+
 
 def test_the_early_lag_is_told_by_scaling_only_where_the_gaps_part(ctx):
     h100 = ctx.facts[_key(ctx, "H100")]
