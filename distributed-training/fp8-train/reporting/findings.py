@@ -7,7 +7,9 @@ evidence.py). Every sentence that compares, ranks or explains is chosen here, ne
 
 The rules: a gap is within or beyond the noise only by Facts.beyond (evidence.py: the noise over every
 evaluation); a speed ratio differs from BF16 only outside the spread BF16's own runs allow (common.findings.Spread);
-delayed scaling "trails most" only when its gaps and the others' are apart by more than the noise.
+delayed scaling "trails most" only when its gaps and the others' are apart by more than the noise. The opening
+speaks for one results set, `primary`'s (GPU, measured noise, larger model, more FP8 runs, newest), and counts the
+other GPU sets ("2 more sets below", common.findings.first_sets): one screen whatever results lie beside it.
 """
 
 from __future__ import annotations
