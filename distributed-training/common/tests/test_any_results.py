@@ -29,8 +29,7 @@ from testkit.gpu import gpu_shaped_results
 
 LABS = Path(__file__).resolve().parents[2]
 REPORTS = ("allreduce-bench", "cp-attention", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention")
-DAMAGED = [lab for lab in REPORTS if lab != "fp8-train"]  # fp8-train's report fails the first step (xfail below)
-KINDS = {lab: list(DAMAGES[i::len(DAMAGED)]) for i, lab in enumerate(DAMAGED)}
+KINDS = {lab: list(DAMAGES[i::len(REPORTS)]) for i, lab in enumerate(REPORTS)}
 CHILD = ("import json, sys\nimport report\nfrom testkit.in_copy import report_problems\n"
          "print(json.dumps(report_problems(report.main, *json.loads(sys.argv[1]))))")
 
@@ -41,7 +40,7 @@ def reports(tmp_path_factory) -> dict[str, tuple[subprocess.Popen, Path]]:
     for lab in REPORTS:
         where = tmp_path_factory.mktemp(lab)
         results = gpu_shaped_results(LABS / lab / "results", where / "results")
-        args = [str(results), str(where / "REPORT.md"), KINDS.get(lab, [])]
+        args = [str(results), str(where / "REPORT.md"), KINDS[lab]]
         started[lab] = (subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], cwd=LABS / lab,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                          env={**os.environ, "PYTHONPATH": f"{LABS / lab}{os.pathsep}{LABS}",
@@ -56,10 +55,7 @@ def test_the_damage_classes_are_shared_out_among_the_reports():
     assert sorted(k for kinds in KINDS.values() for k in kinds) == sorted(DAMAGES)
 
 
-@pytest.mark.parametrize("lab", [pytest.param(lab, marks=pytest.mark.xfail(
-    strict=True, reason="fp8-train's opening (8 of 8 screen lines on the committed sets) cannot name a third GPU "
-    "set's primary comparison in one screen: its report's owner shortens it")) if lab == "fp8-train" else lab
-    for lab in REPORTS])
+@pytest.mark.parametrize("lab", REPORTS)
 def test_each_report_takes_gpu_shaped_results_and_refuses_damaged_ones_in_one_line(reports, lab):
     proc, where = reports[lab]
     out, err = proc.communicate(timeout=600)

@@ -7,7 +7,9 @@ evidence.py). Every sentence that compares, ranks or explains is chosen here, ne
 
 The rules: a gap is within or beyond the noise only by Facts.beyond (evidence.py: the noise over every
 evaluation); a speed ratio differs from BF16 only outside the spread BF16's own runs allow (common.findings.Spread);
-delayed scaling "trails most" only when its gaps and the others' are apart by more than the noise.
+delayed scaling "trails most" only when its gaps and the others' are apart by more than the noise. The opening
+speaks for one results set, `primary`'s (GPU, measured noise, larger model, more FP8 runs, newest), and counts the
+other GPU sets ("2 more sets below", common.findings.first_sets): one screen whatever results lie beside it.
 """
 
 from __future__ import annotations
@@ -69,22 +71,26 @@ def verdict_key(f: Facts) -> str:
 # ---- the opening ----------------------------------------------------------------------------------------------
 
 def primary(all_facts: list[Facts]) -> Facts:
-    """The comparison the answer is about: GPU before CPU, measured noise, the most FP8 runs, the larger model."""
-    return max(all_facts, key=lambda f: (f.gpu, f.noise is not None, len(f.low()), f.key.d_model, f.key.hardware))
+    """The comparison the opening is about, by one rule: GPU before CPU, measured noise, the larger model (FP8 is for
+    size), the most FP8 runs, then the newest run. Every other set is counted in the opening (first_sets) and told in
+    the body, so the opening stays one screen whatever results lie beside the committed ones."""
+    return max(all_facts, key=lambda f: (f.gpu, f.noise is not None, f.key.d_model, len(f.low()),
+                                         max((r.started for r in f.runs), default="")))
 
 
-def answer_sentence(f: Facts, others: list[Facts] = (), also: bool = False) -> str:
-    """The final gaps against the noise; each other GPU's as a short clause after it."""
+def others(f: Facts, all_facts: list[Facts]) -> list[Facts]:
+    """The GPU comparisons besides the primary one: counted in the opening, told in the body."""
+    return [g for g in all_facts if g.gpu and g is not f]
+
+
+def answer_sentence(f: Facts, more: list[Facts] = ()) -> str:
+    """The final gaps against the noise, on the primary set; the other GPU sets with gaps counted (first_sets)."""
     gaps, n = [g for _, g in finals(f)], f.noise
-    values = dict(where=short_gpu(f.key.hardware) if also else where(f), n=len(gaps), kind=kind(f.low()),
-                  diffs=spread(gaps, "{:+.3f}") if gaps else "", k=sum(f.beyond(g) for g in gaps),
+    also = first_sets([str(g.key) for g in more if g.low()], shown=0)  # "; 2 more sets below": the body tells them
+    values = dict(where=where(f), n=len(gaps), kind=kind(f.low()), diffs=spread(gaps, "{:+.3f}") if gaps else "",
+                  k=sum(f.beyond(g) for g in gaps),
                   noise=S(f"noise.{n.kind}", level=n.level, evals=n.evals, runs=n.runs) if n else "")
-    if also:
-        return "" if not gaps else S("also.unknown" if n is None else "also.known", **values, verdict=S(
-            "verdict.beyond", **values) if values["k"] else S("verdict.within"))
-    also = [answer_sentence(g, also=True).removeprefix("; ") for g in others]  # one other set by name (one screen)
-    rest = "; " + first_sets(also) if any(also) else ""
-    return S(f"answer.{verdict_key(f)}" if gaps else "answer.none", **values, also=rest)
+    return S(f"answer.{verdict_key(f)}" if gaps else "answer.none", **values, also=also)
 
 
 def speeds(f: Facts) -> list[tuple[Run, Spread]]:
@@ -110,6 +116,7 @@ def fastest(f: Facts) -> list[tuple[Run, Spread]]:
 
 
 def speed_sentence(gpu_facts: list[Facts]) -> str:
+    """The first GPU set's speeds by name (the primary one: opening puts it first), the others' counted."""
     if not gpu_facts:
         return S("speed.cpu")
     parts = []
@@ -120,7 +127,7 @@ def speed_sentence(gpu_facts: list[Facts]) -> str:
         if runs:
             bound = " " + S("speed.bound", bound=f.bound) if f.bound else ""
             parts.append(S("speed.gpu", gpu=short_gpu(f.key.hardware), runs=runs) + bound)
-    return S("speed", speeds=first_sets(parts, shown=2)) if parts else S("speed.none")
+    return S("speed", speeds=first_sets(parts)) if parts else S("speed.none")
 
 
 class Early:
@@ -187,24 +194,33 @@ def meaning_sentence(f: Facts) -> str:
     return S(f"meaning.{key}", best=best, x=x, gpu=short_gpu(f.key.hardware))
 
 
+def on_gpus(hardware: list[str]) -> str:
+    """'H200' when the sets of one GPU lack a measurement, '2 GPUs' when several do (each model's table says which):
+    the gap stays one clause whatever results lie beside the committed ones."""
+    names = list(dict.fromkeys(short_gpu(h, False) for h in hardware))
+    return names[0] if len(names) == 1 else f"{len(names)} GPUs"
+
+
 def missing_sentence(all_facts: list[Facts], bounds_missing: list, multi_gpu: bool) -> str:
     gpu = [f for f in all_facts if f.gpu]
     gaps = [] if gpu else [S("missing.gpu")]
     if gpu and "te-fused" not in {r.backend for f in gpu for r in f.runs}:
         gaps.append(S("missing.te_fused"))
-    gaps += [S("missing.bound", gpu=short_gpu(key.hardware, False)) for key in bounds_missing]
-    gaps += [S("missing.noise", gpu=short_gpu(f.key.hardware, False)) for f in gpu if f.noise is None]
+    if bounds_missing:
+        gaps.append(S("missing.bound", gpu=on_gpus([key.hardware for key in bounds_missing])))
+    if unknown := [f.key.hardware for f in gpu if f.noise is None]:
+        gaps.append(S("missing.noise", gpu=on_gpus(unknown)))
     if gpu and not multi_gpu:
         gaps.append(S("missing.multi_gpu"))
-    return gaps_sentence(S, list(dict.fromkeys(gaps)))  # two sets of one GPU lack its bound once
+    return gaps_sentence(S, gaps)
 
 
 def opening(all_facts: list[Facts], bounds_missing: list, multi_gpu: bool) -> list[Finding]:
-    """The report's first lines (common.findings.block, one screen)."""
+    """The report's first lines (common.findings.block, one screen): each names the primary set and counts the rest."""
     f = primary(all_facts)
-    gpu = sorted((g for g in all_facts if g.gpu), key=lambda g: g is not f)
-    return [Finding("Answer", answer_sentence(f, [g for g in gpu if g is not f])),
-            Finding("Speed", speed_sentence(gpu)), Finding("Early steps", early_sentence(f)),
+    more = others(f, all_facts)
+    return [Finding("Answer", answer_sentence(f, more)),
+            Finding("Speed", speed_sentence(([f] if f.gpu else []) + more)), Finding("Early steps", early_sentence(f)),
             Finding("What it means", meaning_sentence(f)),
             Finding("Not measured yet", missing_sentence(all_facts, bounds_missing, multi_gpu))]
 

@@ -91,11 +91,39 @@ def test_without_a_rerun_or_second_seed_no_gap_is_a_difference(ctx):
     h100, h200 = ctx.facts[_key(ctx, "H100")], ctx.facts[_key(ctx, "H200")]
     assert h200.noise is None
     found = _opening(h100, [h200])
-    assert "1x H200: +0.007 to +0.015, noise not measured" in found["Answer"]
+    assert found["Answer"].endswith("no loss cost resolved; 1 more set below.") and "H200" not in found["Answer"]
     assert "BF16 noise on H200" in found["Not measured yet"]
     assert "no gap here (+0.0068 to +0.0147) is called a difference" in findings.loss_paragraph(h200)
     alone = _opening(h200)
     assert "unresolved" in alone["Answer"] and "needs a measured noise" in alone["What it means"]
+
+
+def test_the_opening_names_one_primary_set_by_its_rule_and_counts_the_rest(ctx):
+    h100, h200, cpu = (ctx.facts[_key(ctx, gpu)] for gpu in ("H100", "H200", "Xeon"))
+    assert findings.primary([cpu, h200, h100]) is h100  # the GPU set whose noise is measured
+    measured = h200._replace(noise=h100.noise)
+    assert findings.primary([h100, measured]) is h100  # both measured, the same model: the most FP8 runs (4 to 3)
+    larger = measured._replace(key=measured.key._replace(d_model=8192))
+    assert findings.primary([h100, larger]) is larger  # then the larger model, whatever its run count
+    newer = h100._replace(runs=[r._replace(started="2099-01-01T00:00:00") for r in h100.runs])
+    assert findings.primary([h100, newer]) is newer  # all else equal: the newest
+    assert findings.primary([cpu, h100._replace(noise=None)]).gpu  # a GPU set before the CPU's, measured noise or not
+
+    # Any number of GPU sets beside them (other GPUs, worlds, a rerun): one screen, the primary named, the rest counted.
+    extra = [f._replace(key=f.key._replace(hardware=f"{n}x NVIDIA {gpu}", world_size=n))
+             for f, gpus in ((h100, ("B200", "H20", "GH200")), (h200, ("B300", "A100", "L40S")), (cpu, ("X", "Y")))
+             for gpu in gpus for n in (1, 2, 8)]
+    found = _opening(h100, [h200, cpu, *extra])
+    assert found["Answer"].startswith("On 1x H100 80GB (d_model 4096) 4 FP8 runs end +0.007 to +0.012")
+    assert found["Answer"].endswith("; 19 more sets below.") and found["Speed"].endswith("; 19 more sets below.")
+    assert "the FP8 bound" not in found["Not measured yet"] and "BF16 noise on 4 GPUs" in found["Not measured yet"]
+    bounds = findings.missing_sentence([h100, h200], [h100.key, h200.key, extra[0].key], False)
+    assert "the FP8 bound on 3 GPUs" in bounds and "FSDP2 on several GPUs" in bounds
+
+    # Only the CPU preset's model measured on two GPUs (six block-format and FP8 runs, none faster than BF16).
+    small = [cpu._replace(gpu=True, key=cpu.key._replace(hardware=f"1x NVIDIA {gpu}")) for gpu in ("H100", "H200")]
+    found = _opening(small[0], small[1:])
+    assert found["Answer"].startswith("On 1x H100 (d_model 128) 6 low-precision runs") and "1 more set" in found["Speed"]
 
 
 def test_the_early_lag_is_told_by_scaling_only_where_the_gaps_part(ctx):
@@ -220,7 +248,8 @@ def test_the_report_answers_first_and_names_every_gpu(tmp_path):
     assert report.main(["--results", str(res), "--out", str(out)]) == 0
     text, found = out.read_text(), {f.label: f.text for f in read_block(out)}
     assert text.splitlines().index("<!-- /findings -->") < 12 and len(text.splitlines()) <= 310
-    assert "1x H100 80GB" in found["Speed"] and "1x H200" in found["Speed"] and "1x H100 80GB" in found["Early steps"]
+    assert found["Speed"].startswith("Tokens/s over BF16, 1x H100 80GB:") and "1 more set below" in found["Speed"]
+    assert "1x H100 80GB" in found["Early steps"] and "### 1x H200: d_model 4096" in text  # the H200 in the body
     assert "a real one" not in text and "inside the step" not in text and "furthest behind" not in text
     assert "PLANNER_VALIDATION.md#4-how-accurate-is-it" in text and "| h100_ws1/bf16-s0 |" not in text
     assert not (res / "h200_ws1" / "underflow.png").exists()  # the damaged run was the H200's only own-layer run
