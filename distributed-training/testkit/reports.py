@@ -59,10 +59,10 @@ def opened_during(call: Callable[[], Any]) -> tuple[Any, set[str]]:
         opened_during.hooked = True
     parse = csvread._parse
 
-    def recorded(path, schema):  # a file read twice (its report's schema, a provenance line's): the fuller one
+    def recorded(path, schema, *rest):  # a file read twice (its report's schema, a provenance line's): the fuller one
         known = SCHEMAS.get(real := os.path.realpath(path))
         SCHEMAS[real] = max(filter(None, (known, schema)), key=lambda s: (len(s.key), len(s.columns)))
-        return parse(path, schema)
+        return parse(path, schema, *rest)
 
     _OPENED, csvread._parse = [], recorded
     try:
