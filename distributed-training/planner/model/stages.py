@@ -71,14 +71,19 @@ def _split_ok(p, a, z, rest):
 
 
 def _chunks_ok(p, v, a, z, rest, inner):
-    """Which of those splits also allow v chunks per stage (True where v = 1)."""
+    """Which of those splits also allow v chunks per stage (True where v = 1; worked out only where v > 1)."""
+    p, v, a, z, rest, inner = np.broadcast_arrays(p, v, a, z, rest, inner)
+    out = np.ones(p.shape, bool)
+    sel = v > 1
+    p, v, a, z, rest, inner = p[sel], v[sel], a[sel], z[sel], rest[sel], inner[sel]
     # Interleaving: every middle stage the same multiple of v; the first and the last a multiple of v or one
     # layer short of it (its first or last chunk holds the embedding or the loss instead), at most a middle's.
     mid = rest / inner
     even_mid = (np.mod(rest, inner) == 0) & (np.mod(mid, v) == 0)
     ends = ((a >= v - 1) & (z >= v - 1) & (np.mod(a + 1, v) <= 1) & (np.mod(z + 1, v) <= 1)
             & np.where(p > 2, (a <= mid) & (z <= mid), True))
-    return np.where(v > 1, np.where(p > 2, even_mid, True) & ends, True)
+    out[sel] = np.where(p > 2, even_mid, True) & ends
+    return out
 
 
 @lru_cache(maxsize=None)
