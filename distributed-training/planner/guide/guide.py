@@ -383,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     evidence, png = validation_path(out), guide_answer.plot_path(out)
     LINKS.update(guide=out.name, validation=evidence.name, mfu_plot=os.path.relpath(png, out.parent))
     try:
-        text, proof = render(TEMPLATE), render(VALIDATION_TEMPLATE)
-        guide_answer.draw_mfu(png)
+        with kept.one_render():  # the two documents and the plot quote the same evidence: priced once
+            text, proof = render(TEMPLATE), render(VALIDATION_TEMPLATE)
+            guide_answer.draw_mfu(png)
     except BadResults as e:  # a file inputs.check() does not read: still one line, and no document written
         print(f"guide.py: error: {e}", file=sys.stderr)
         return 2
