@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import NamedTuple
 
-from common.csvread import Schema, has_columns, read_rows
+from common.csvread import BadResults, Schema, has_columns, read_rows
 from common.hardware import get_preset, preset_for
 from planner.model.calibration import ComputeConstants, generation
 from planner.model.cluster import Cluster

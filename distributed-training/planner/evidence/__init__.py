@@ -25,6 +25,7 @@ This repository's runs
 Both, as documents
     validation.py             PLANNER_VALIDATION.md's sections by regime, own rows and ranking
     prose.py                  the generated documents' paragraph and table
+    kept.py                   work the sections repeat (pricing every published run), done once per render
 
 Import the module you need (`from planner.evidence import vs_measured`); this file imports nothing.
 """

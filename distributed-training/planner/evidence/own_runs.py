@@ -37,6 +37,8 @@ from common.hardware import preset_for
 from common.runs import results_path
 from planner.model.shapes import Shape
 
+from .kept import kept
+
 LABS = Path(__file__).resolve().parents[2]
 
 
@@ -413,5 +415,6 @@ def runs(lab: str, results: Path | None = None) -> list[Run]:
     return [run for reader in READERS[lab] for run in reader(folder)] if folder.is_dir() else []
 
 
+@kept
 def all_runs() -> list[Run]:
     return [run for lab in READERS for run in runs(lab)]

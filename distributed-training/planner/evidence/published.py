@@ -67,6 +67,7 @@ from planner.search.records import Plan
 from planner.search.search import Pins, Workload, search
 
 from . import published_small
+from .kept import kept
 from .cases import LLAMA3_STACK, MEGATRON_2021, MEGATRON_2022, TORCHTITAN, Case, Software, gpt, llama  # noqa: F401
 
 SC21 = "Megatron SC21 Table 1"
@@ -171,6 +172,7 @@ def throughput_error(case: Case, predicted: float) -> float:
     return predicted / case.published - 1
 
 
+@kept
 def compare(consts: ComputeConstants = FITTED, role: str | None = None) -> list[dict]:
     """One row per case (of `role`, or all): published, predicted, signed throughput error, role."""
     rows = []

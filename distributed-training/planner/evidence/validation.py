@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import statistics
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
 from common import markdown
+from common.csvread import Schema, read_rows
 
 from . import explain_rows, own_runs, published, ranking as ranking_set, vs_measured
 
@@ -75,15 +77,25 @@ def regimes(rows: list[dict] | None = None) -> str:
     return "\n\n".join([" ".join(lines), table])
 
 
+BEFORE_AFTER = Path(__file__).resolve().parents[1] / "results" / "regimes_before_after.csv"
+BEFORE_AFTER_SCHEMA = Schema("the planner's published regimes before and after (regimes_before_after.py)", {
+    "source": str, "run": str, "regime": str, "metric": str, "before_error": float, "after_error": float,
+    "before_commit": str, "after_commit": str}, key=("source", "run", "metric"), finite=True,
+    signed=("before_error", "after_error"))
+
+
+def read_before_after(path: Path = BEFORE_AFTER) -> list[dict[str, str]]:
+    """regimes_before_after.py's rows, checked (common.csvread: a damaged file is one line)."""
+    return read_rows(path, BEFORE_AFTER_SCHEMA)
+
+
 def before_after(path=None) -> str:
     """Published runs by regime, the planner before and after (regimes_before_after.py's CSV): median |error|, median
     signed error and the worst, per regime; a regime that gets worse says so."""
-    import csv
-    from pathlib import Path
-    path = Path(path) if path else Path(__file__).resolve().parents[1] / "results" / "regimes_before_after.csv"
+    path = Path(path) if path else BEFORE_AFTER
     if not path.is_file():
         return "No before/after yet: `python -m planner.evidence.regimes_before_after`."
-    rows = list(csv.DictReader(open(path, newline="")))
+    rows = read_before_after(path)
     commits = (rows[0]["before_commit"], rows[0]["after_commit"])
     body, worse = [], []
     for name, _, _ in REGIMES:

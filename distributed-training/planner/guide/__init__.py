@@ -10,6 +10,7 @@ Its prose lies in the templates; every number in them is computed when the guide
     guide_answer.py             the guide's answer first: recommendations, how far to trust them, worked scenarios,
                                 the projected-MFU plot
     experiments.py              the planner runs behind each rule of thumb, as tables and sentences
+    inputs.py                   every results file the guide reads, read first: a damaged one is one line, exit 2
     __main__.py                 `python -m planner.guide`
     guide_template.md           the guide's hand-written narrative around its {{sections}}
     validation_template.md      the evidence document's narrative around its {{sections}}

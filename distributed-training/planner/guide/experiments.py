@@ -51,10 +51,12 @@ CONTEXT = Context()
 
 
 def set_context(ctx: Context) -> None:
-    """Write the guide for `ctx` from now on (the cached plans of another context are dropped)."""
+    """Write the guide for `ctx` from now on. Plans made with calibration files are dropped (the files are read
+    anew); the hardware table's plans are kept, by context: they read no file, so the same question gets the same
+    plan however often a guide is written in one process."""
     global CONTEXT
     CONTEXT = ctx
-    plan.cache_clear()
+    _calibrated_plan.cache_clear()
     _calibrated_node.cache_clear()
 
 
@@ -72,16 +74,26 @@ def cluster_for(gpu: str, gpus: int, precision: str = "bf16", domain: int | None
     return make_cluster(get_preset(gpu), gpus, precision, domain, inter_node_gbps=net)
 
 
-@lru_cache(maxsize=None)
 def plan(model: str, gpus: int, gpu: str | None = None, net: float | None = None, domain: int | None = None,
          seq: int = SEQ, tokens: int | None = None, precision: str = "bf16", pins: Pins = Pins(),
          stack: Stack | None = None):
-    """One planner search with the guide's defaults (cached); returns the Result. stack: the context's by default
-    (`make plan --stack <name>` with the same model, GPUs and pins gives the same plan)."""
+    """One planner search with the guide's defaults (cached, by context); returns the Result. stack: the context's
+    by default (`make plan --stack <name>` with the same model, GPUs and pins gives the same plan)."""
+    cached = _calibrated_plan if CONTEXT.calibrate else _table_plan
+    return cached(CONTEXT, model, gpus, gpu, net, domain, seq, tokens, precision, pins, stack)
+
+
+def _plan(ctx: Context, model: str, gpus: int, gpu: str | None, net: float | None, domain: int | None, seq: int,
+          tokens: int | None, precision: str, pins: Pins, stack: Stack | None):
+    """plan() for `ctx`, the context set now (it is the caches' key)."""
     batch = batch_for(gpus, seq) if tokens is None else max(1, tokens // seq)
-    cl = cluster_for(gpu or CONTEXT.gpu, gpus, precision, domain, net)
-    workload = Workload.of(stack or CONTEXT.stack, shape_of(model, seq), batch, precision)
+    cl = cluster_for(gpu or ctx.gpu, gpus, precision, domain, net)
+    workload = Workload.of(stack or ctx.stack, shape_of(model, seq), batch, precision)
     return search(workload, cl, pins, top=1, max_rejected=1)
+
+
+_table_plan = lru_cache(maxsize=None)(_plan)  # the hardware table's contexts: kept for the process
+_calibrated_plan = lru_cache(maxsize=None)(_plan)  # a calibrated context's: dropped whenever a context is set
 
 
 def degrees(c: dict) -> str:

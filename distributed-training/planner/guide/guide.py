@@ -26,7 +26,7 @@ from common.config import parse_config
 from common.csvread import BadResults
 from common.hardware import get_preset
 from planner.calibrate import calibrate
-from planner.evidence import accuracy, against_pytorch, own_runs, validation
+from planner.evidence import accuracy, against_pytorch, kept, own_runs, validation
 from planner.evidence.prose import prose, table
 from planner.model import stacks
 from planner.model.cluster import make_cluster
@@ -324,8 +324,10 @@ SECTIONS = {"planner_vs_pytorch": planner_vs_pytorch, "comm_constants": comm_con
 
 
 def render(template: Path = TEMPLATE) -> str:
+    """The template with every {{section}} filled; evidence the sections repeat is computed once (kept.py)."""
     text = template.read_text()
-    return re.sub(r"\{\{(\w+)\}\}", lambda m: SECTIONS[m.group(1)]().rstrip(), text)
+    with kept.one_render():
+        return re.sub(r"\{\{(\w+)\}\}", lambda m: SECTIONS[m.group(1)]().rstrip(), text)
 
 
 def validation_path(guide: Path) -> Path:
@@ -381,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     evidence, png = validation_path(out), guide_answer.plot_path(out)
     LINKS.update(guide=out.name, validation=evidence.name, mfu_plot=os.path.relpath(png, out.parent))
     try:
-        text, proof = render(TEMPLATE), render(VALIDATION_TEMPLATE)
-        guide_answer.draw_mfu(png)
+        with kept.one_render():  # the two documents and the plot quote the same evidence: priced once
+            text, proof = render(TEMPLATE), render(VALIDATION_TEMPLATE)
+            guide_answer.draw_mfu(png)
     except BadResults as e:  # a file inputs.check() does not read: still one line, and no document written
         print(f"guide.py: error: {e}", file=sys.stderr)
         return 2

@@ -65,18 +65,25 @@ def even_split(layers: int, p) -> StageSplit:
     return StageSplit(ends, np.where(p > 2, per, 0.0), ends)
 
 
-def _allowed(layers: int, p, v, a, z):
-    """Which first/last stage sizes (a, z) are a valid split of `layers` on p stages with v chunks per stage."""
-    rest = layers - a - z
-    inner = np.maximum(p - 2, 1)
-    ok = (a >= 1) & (z >= 1) & np.where(p > 2, rest >= p - 2, rest == 0)
+def _split_ok(p, a, z, rest):
+    """Which first/last stage sizes (a, z) leaving `rest` layers are a valid split on p stages (one chunk each)."""
+    return (a >= 1) & (z >= 1) & np.where(p > 2, rest >= p - 2, rest == 0)
+
+
+def _chunks_ok(p, v, a, z, rest, inner):
+    """Which of those splits also allow v chunks per stage (True where v = 1; worked out only where v > 1)."""
+    p, v, a, z, rest, inner = np.broadcast_arrays(p, v, a, z, rest, inner)
+    out = np.ones(p.shape, bool)
+    sel = v > 1
+    p, v, a, z, rest, inner = p[sel], v[sel], a[sel], z[sel], rest[sel], inner[sel]
     # Interleaving: every middle stage the same multiple of v; the first and the last a multiple of v or one
     # layer short of it (its first or last chunk holds the embedding or the loss instead), at most a middle's.
     mid = rest / inner
     even_mid = (np.mod(rest, inner) == 0) & (np.mod(mid, v) == 0)
     ends = ((a >= v - 1) & (z >= v - 1) & (np.mod(a + 1, v) <= 1) & (np.mod(z + 1, v) <= 1)
             & np.where(p > 2, (a <= mid) & (z <= mid), True))
-    return ok & np.where(v > 1, np.where(p > 2, even_mid, True) & ends, True)
+    out[sel] = np.where(p > 2, even_mid, True) & ends
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -125,19 +132,20 @@ def balanced_split(layers: int, p, layer_s, first_extra_s, last_extra_s, v=1) ->
     p, v = np.asarray(p, float), np.asarray(v, float)
     layer_s, e, hd = np.broadcast_arrays(*(np.asarray(x, float) for x in (layer_s, first_extra_s, last_extra_s)))
     base_a, base_z = window_centers(layers, p, v, layer_s, e, hd)
+    inner = np.maximum(p - 2, 1)
+    interleaved = bool(np.any(v > 1))  # else every split that is valid allows its one chunk per stage
     best_key = best_bad = best = None
     for da in WINDOW:
         for dz in WINDOW:
             a, z = base_a + da, base_z + dz
             rest = layers - a - z
-            inner = np.maximum(p - 2, 1)
             mid = np.where(p > 2, np.ceil(rest / inner), 0.0)
-            ok = _allowed(layers, p, 1.0, a, z)
+            ok = _split_ok(p, a, z, rest)
             slowest = np.maximum(np.maximum(a * layer_s + e, z * layer_s + hd), mid * layer_s)
             key = np.where(ok, slowest, np.inf)
             # Splits that do not allow v chunks rank after every split that does (a configuration the search
             # rejects, priced directly, still gets a split).
-            bad = ~_allowed(layers, p, v, a, z)
+            bad = ~(ok & _chunks_ok(p, v, a, z, rest, inner)) if interleaved else ~ok
             if best_key is None:
                 best_key, best_bad, best = key, bad, (a, mid, z)
                 continue
