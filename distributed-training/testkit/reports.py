@@ -64,6 +64,7 @@ def opened_during(call: Callable[[], Any]) -> tuple[Any, set[str]]:
         SCHEMAS[real] = max(filter(None, (known, schema)), key=lambda s: (len(s.key), len(s.columns)))
         return parse(path, schema, *rest)
 
+    csvread._PASSED.clear()  # a file kept from an earlier read would not reach _parse, and its schema not SCHEMAS
     _OPENED, csvread._parse = [], recorded
     try:
         try:

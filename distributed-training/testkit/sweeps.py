@@ -23,7 +23,7 @@ from .reports import expect_report_refuses
 # (world, argv, what the one line says): refused the same way by every sweep (common.attention_sweep, common.runner).
 SHARED_REFUSALS = [
     (4, ["--iters", "0"], "--iters must be positive"),
-    (4, ["--warmup", "-1"], "--warmup must be >= 0"),
+    (4, ["--warmup", "-1"], "argument --warmup: expected a whole number from 0 to"),
     (4, ["--dtype", "float16"], "invalid choice: 'float16'"),
     (4, ["--gpu", "h900"], "unknown GPU preset 'h900'"),
     (4, ["--promote", "maybe"], "invalid choice: 'maybe'"),

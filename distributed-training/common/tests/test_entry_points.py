@@ -33,7 +33,8 @@ from testkit.in_copy import copy_labs, in_child
 ROOT = Path(__file__).resolve().parents[3]
 LABS = ROOT / "distributed-training"
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LC_ALL": "C"}  # no nvidia-smi, as in CI
-GUIDE_LABS = {"allreduce-bench", "fp8-train", "fsdp-scaling", "parallel-3d", "tp-attention"}
+# the labs whose results the guide reads (planner: its own regimes_before_after.csv)
+GUIDE_LABS = {"allreduce-bench", "fp8-train", "fsdp-scaling", "parallel-3d", "planner", "tp-attention"}
 
 
 def test_the_guide_and_plan_from_run_turn_each_damaged_input_into_one_line(tmp_path):
