@@ -93,8 +93,14 @@ class ActivationProbe:
     Eager runs attach the hooks only for the steps that measure (every --health-every), so other
     steps pay nothing. A compiled model cannot gain or lose hooks between steps without being
     recompiled, and hooks added after compilation are not seen by the compiled graph (they read
-    0.0), so with `always=True` the hooks stay attached for the whole run, traced into the graph
-    (a few fused reductions per block), and each measuring step only zeroes the maxima first.
+    0.0), so with `always=True` the hooks stay attached for the whole run (the attention and MLP
+    hooks traced into their block's graph: a few fused reductions), and each measuring step only
+    zeroes the maxima first.
+    Every watched module keeps its own maximum in an `act_amax` buffer and all share one hook
+    function: a per-layer index closed over by the hook is a Python constant Dynamo guards on, so
+    each compiled block recompiled its own graph (past 8 blocks, eager) as Fp8Linear's slot did.
+    The block's own hook runs after its compiled forward returns (Dynamo reaches it as a frame of
+    its own), so it runs eagerly and the probe adds no graph: as many graphs with it as without.
     Activation outliers are what break FP8 first (Fishman et al. arXiv 2409.12517: SwiGLU outliers
     diverge FP8 runs after ~200B tokens), and they show here before they show in the loss.
     """
@@ -105,27 +111,29 @@ class ActivationProbe:
                        [(f"layers.{i}.mlp", model.layers[i].mlp) for i in range(n)] + \
                        [(f"layers.{i}.out", model.layers[i]) for i in range(n)]
         self.names = [t[0] for t in self.targets]
-        self.amax = torch.zeros(len(self.targets), device=next(model.parameters()).device)
+        dev = next(model.parameters()).device
+        for _, m in self.targets:  # a graph input of the compiled block, not a constant of its graph
+            m.register_buffer("act_amax", torch.zeros((), device=dev), persistent=False)
         self.always = always
         self.handles: list = []
         if always:
             self._attach()
 
+    @property
+    def amax(self) -> torch.Tensor:
+        """(len(names),) the maxima of the current measuring step, in `names` order (read outside the graph)."""
+        return torch.stack([m.act_amax for _, m in self.targets])
+
     def _attach(self) -> None:
-        for i, (_, m) in enumerate(self.targets):
-            self.handles.append(m.register_forward_hook(self._hook(i)))
+        for name, m in self.targets:
+            hook = _record_block_amax if name.endswith(".out") else _record_amax
+            self.handles.append(m.register_forward_hook(hook))
 
     def __enter__(self) -> "ActivationProbe":
-        self.amax.zero_()
+        torch._foreach_zero_([m.act_amax for _, m in self.targets])
         if not self.always:
             self._attach()
         return self
-
-    def _hook(self, i: int):
-        def hook(module, args, out):
-            a = out.detach().abs().amax().float()
-            self.amax[i] = torch.maximum(self.amax[i], a)  # max over the step's micro-batches
-        return hook
 
     def __exit__(self, *exc) -> None:
         if not self.always:
@@ -135,6 +143,17 @@ class ActivationProbe:
         for h in self.handles:
             h.remove()
         self.handles = []
+
+
+@torch.no_grad()
+def _record_amax(module: nn.Module, args, out: torch.Tensor) -> None:
+    """The forward hook of every watched module: max over the step's micro-batches, in its own buffer."""
+    module.act_amax.copy_(torch.maximum(module.act_amax, out.detach().abs().amax().float()))
+
+
+# Module.compile compiles the block's __call__, whose own hooks Dynamo reaches as frames of their own (not
+# inlined into the forward's graph): compiled, the block's hook would be one more graph (shared by the blocks).
+_record_block_amax = torch.compiler.disable(_record_amax)
 
 
 class GradSNR:

@@ -206,6 +206,41 @@ def test_activation_ranges_are_measured_under_compile():
         assert len(amaxes) == 6 and min(amaxes) > 0, (s, amaxes)
 
 
+def test_activation_probe_adds_no_compiled_graph():
+    """A health step's activation hooks compile into the blocks' one graph: as many graphs with the probe as without.
+
+    The hooks once closed over their layer's index, a Python int Dynamo guards on: each compiled block recompiled
+    its own graph on health steps (5 graphs for 3 blocks instead of 1), and past Dynamo's 8 recompiles a deeper
+    model would have run eagerly."""
+    from torch._dynamo.utils import counters
+
+    from precision.modes import PrecisionSettings
+    from precision.prepare import prepare
+    from training.trainer import Trainer
+    mcfg = GPTConfig(vocab_size=256, seq_len=16, d_model=32, n_layers=3, n_heads=2)
+    spec = RunSpec("fp8", "native", 0)
+
+    def graphs(health_every: int) -> tuple[int, dict[str, dict[str, float]]]:
+        cfg = dataclasses.replace(runner.preset("cpu"), steps=2, batch=4, seq_len=16, d_model=32, n_layers=3,
+                                  n_heads=2, lr=1e-2, warmup=1, health_every=health_every, stats_every=0,
+                                  fractions_every=0)
+        counters.clear()
+        with distributed(device="cpu") as env:
+            prep = prepare(spec, mcfg, PrecisionSettings(compile=True, compile_backend="aot_eager"), env.device)
+            tr = Trainer(cfg, spec, prep, env, runner._load_data(None, 256 << 10), mcfg)
+            for s in range(2):  # both health steps when health_every is 1
+                tr.train_step(s)
+            assert not any("act_amax" in k for k in prep.raw.state_dict())  # checkpoints unchanged
+        assert counters["frames"]["total"] == counters["frames"]["ok"]
+        return counters["stats"]["unique_graphs"], tr.layer_stats
+
+    without, _ = graphs(0)
+    with_probe, stats = graphs(1)
+    assert with_probe <= without == 1
+    amaxes = [v["act_amax"] for v in stats.values() if "act_amax" in v]
+    assert len(amaxes) == 9 and min(amaxes) > 0  # and it measured every block
+
+
 def test_completed_runs_keep_only_the_newest_checkpoints(tmp_path):
     paths = [tmp_path / f"run{i}.pt" for i in range(3)]
     for p in paths:
