@@ -3,7 +3,6 @@ and README.md's findings rewritten from the documents' blocks (a missing block i
 
 import posixpath
 import re
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,6 @@ from common.findings import (END, GLOSSARY, START, Finding, Sentences, Spread, b
 
 ROOT = readme_findings.ROOT
 LABS = ("allreduce-bench", "fsdp-scaling", "tp-attention", "cp-attention", "fp8-train", "parallel-3d")
-# Their claims are a later task of issue 40: strict, so the day they fit this test says to drop them from here.
-PENDING: set[str] = set()
 
 
 def test_sentences_are_named_joined_and_filled(tmp_path):
@@ -118,12 +115,7 @@ def test_readme_links_are_rebased_to_its_folder():
                                             "TOPOLOGY.md), [w](https://x), [a](#y)")
 
 
-def _documents():
-    return [pytest.param(name, rel, marks=pytest.mark.xfail(strict=True, reason="issue 40: a later task"))
-            if name in PENDING else pytest.param(name, rel) for name, _, rel in readme_findings.DOCUMENTS]
-
-
-@pytest.mark.parametrize("name,rel", _documents())
+@pytest.mark.parametrize("name,rel", [(name, rel) for name, _, rel in readme_findings.DOCUMENTS])
 def test_every_committed_opening_fits_one_screen(name, rel):
     assert 0 < opening_lines(ROOT / rel) <= 8, f"{rel}: the opening takes {opening_lines(ROOT / rel)} screen lines"
 

@@ -31,7 +31,6 @@ measurement of the machine, taken before the layouts.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import NamedTuple
